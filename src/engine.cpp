@@ -1,0 +1,421 @@
+#include "engine.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/IRReader.h>
+
+#include "enzyme_plugin.h"
+
+namespace enzyme_py {
+namespace {
+
+// Errors reported by Enzyme or LLVM while the engine works. Differentiation
+// runs with the GIL held, so one process-wide list is enough.
+std::vector<std::string> pending_errors;
+
+const char *error_kind_name(capi::ErrorType kind) {
+  switch (kind) {
+    case capi::NoDerivative: return "no derivative";
+    case capi::NoShadow: return "no shadow";
+    case capi::IllegalTypeAnalysis: return "illegal type analysis";
+    case capi::NoType: return "type analysis could not deduce a type";
+    case capi::IllegalFirstPointer: return "illegal first pointer";
+    case capi::InternalError: return "internal error";
+    case capi::TypeDepthExceeded: return "type depth exceeded";
+    case capi::MixedActivityError: return "mixed activity";
+    case capi::IllegalReplaceFicticiousPHIs: return "illegal phi replacement";
+  }
+  return "error";
+}
+
+// Installed as the plugin's CustomErrorHandler: Enzyme calls it instead of
+// aborting. Record the message; the request then fails with EnzymeFailure.
+LLVMValueRef on_enzyme_error(const char *message, LLVMValueRef, capi::ErrorType kind,
+                             const void *, LLVMValueRef, LLVMBuilderRef) {
+  pending_errors.push_back(std::string(error_kind_name(kind)) + ": " +
+                           (message ? message : ""));
+  return nullptr;
+}
+
+// LLVM's default handler exits the process on an error diagnostic (Enzyme
+// emits its failures as such); record them instead.
+void on_diagnostic(LLVMDiagnosticInfoRef info, void *) {
+  if (LLVMGetDiagInfoSeverity(info) != LLVMDSError) return;
+  char *text = LLVMGetDiagInfoDescription(info);
+  pending_errors.push_back(text ? text : "LLVM error");
+  LLVMDisposeMessage(text);
+}
+
+std::string take_errors() {
+  std::string all;
+  for (const auto &e : pending_errors) {
+    if (!all.empty()) all += "\n";
+    all += e;
+  }
+  pending_errors.clear();
+  return all;
+}
+
+std::string print_value(LLVMValueRef value) {
+  char *text = LLVMPrintValueToString(value);
+  std::string result = text;
+  LLVMDisposeMessage(text);
+  return result;
+}
+
+std::string print_module(LLVMModuleRef mod) {
+  char *text = LLVMPrintModuleToString(mod);
+  std::string result = text;
+  LLVMDisposeMessage(text);
+  return result;
+}
+
+bool log_enabled() {
+  const char *v = std::getenv("ENZYME_PY_LOG");
+  return v && *v && std::string(v) != "0";
+}
+
+// Numba and others declare some libm functions readonly; Enzyme would then add
+// readnone and the verifier rejects the result. External declarations carry
+// no memory attributes into Enzyme.
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
+  static const char *kinds[] = {"readnone", "readonly", "writeonly", "argmemonly",
+                                "inaccessiblememonly",
+                                "inaccessiblemem_or_argmemonly"};
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (!LLVMIsDeclaration(fn)) continue;
+    for (const char *name : kinds) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
+      if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
+    }
+  }
+}
+
+char slot_code(LLVMTypeRef type) {
+  switch (LLVMGetTypeKind(type)) {
+    case LLVMDoubleTypeKind: return 'd';
+    case LLVMFloatTypeKind: return 'f';
+    case LLVMPointerTypeKind: return 'p';
+    case LLVMIntegerTypeKind:
+      switch (LLVMGetIntTypeWidth(type)) {
+        case 64: return 'q';
+        case 32: return 'i';
+        case 16: return 'h';
+        case 8: return 'b';
+        case 1: return '?';
+        default: break;
+      }
+      break;
+    default: break;
+  }
+  return 0;
+}
+
+std::string type_name(LLVMTypeRef type) {
+  char *text = LLVMPrintTypeToString(type);
+  std::string result = text;
+  LLVMDisposeMessage(text);
+  return result;
+}
+
+// Builds `void entry(i8* slots)`: each scalar in 8 bytes, aggregates flattened.
+class EntryBuilder {
+ public:
+  EntryBuilder(LLVMContextRef ctx, LLVMBuilderRef b, LLVMValueRef slots)
+      : ctx_(ctx), b_(b), slots_(slots) {}
+
+  LLVMValueRef load(LLVMTypeRef type, std::string &codes) {
+    LLVMTypeKind kind = LLVMGetTypeKind(type);
+    if (kind == LLVMArrayTypeKind || kind == LLVMStructTypeKind) {
+      LLVMValueRef agg = LLVMGetUndef(type);
+      unsigned n = kind == LLVMArrayTypeKind ? LLVMGetArrayLength(type)
+                                             : LLVMCountStructElementTypes(type);
+      for (unsigned i = 0; i < n; ++i) {
+        LLVMTypeRef elem = kind == LLVMArrayTypeKind ? LLVMGetElementType(type)
+                                                     : LLVMStructGetTypeAtIndex(type, i);
+        agg = LLVMBuildInsertValue(b_, agg, load(elem, codes), i, "");
+      }
+      return agg;
+    }
+    return LLVMBuildLoad2(b_, type, slot(type, codes), "");
+  }
+
+  void store(LLVMValueRef value, LLVMTypeRef type, std::string &codes) {
+    LLVMTypeKind kind = LLVMGetTypeKind(type);
+    if (kind == LLVMArrayTypeKind || kind == LLVMStructTypeKind) {
+      unsigned n = kind == LLVMArrayTypeKind ? LLVMGetArrayLength(type)
+                                             : LLVMCountStructElementTypes(type);
+      for (unsigned i = 0; i < n; ++i) {
+        LLVMTypeRef elem = kind == LLVMArrayTypeKind ? LLVMGetElementType(type)
+                                                     : LLVMStructGetTypeAtIndex(type, i);
+        store(LLVMBuildExtractValue(b_, value, i, ""), elem, codes);
+      }
+      return;
+    }
+    LLVMBuildStore(b_, value, slot(type, codes));
+  }
+
+ private:
+  LLVMValueRef slot(LLVMTypeRef type, std::string &codes) {
+    char code = slot_code(type);
+    if (!code) {
+      throw std::runtime_error("parameter or result of unsupported LLVM type " +
+                               type_name(type));
+    }
+    codes.push_back(code);
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx_);
+    LLVMValueRef index = LLVMConstInt(i64, next_++, 0);
+    LLVMValueRef at = LLVMBuildGEP2(b_, i64, slots_, &index, 1, "");
+    return LLVMBuildBitCast(b_, at, LLVMPointerType(type, 0), "");
+  }
+
+  LLVMContextRef ctx_;
+  LLVMBuilderRef b_;
+  LLVMValueRef slots_;
+  uint64_t next_ = 0;
+};
+
+// Enzyme's type tree for one value of `type`, its pointee described by `pointee`.
+class TypeTrees {
+ public:
+  TypeTrees(const EnzymeApi &api, LLVMContextRef ctx) : api_(api), ctx_(ctx) {}
+  ~TypeTrees() {
+    for (auto tree : owned_) api_.FreeTypeTree(tree);
+  }
+
+  capi::CTypeTreeRef for_value(LLVMTypeRef type, capi::CConcreteType pointee) {
+    capi::CTypeTreeRef tree = nullptr;
+    switch (LLVMGetTypeKind(type)) {
+      case LLVMDoubleTypeKind: tree = leaf(capi::DT_Double); break;
+      case LLVMFloatTypeKind: tree = leaf(capi::DT_Float); break;
+      case LLVMIntegerTypeKind: tree = leaf(capi::DT_Integer); break;
+      case LLVMPointerTypeKind: {
+        tree = leaf(capi::DT_Pointer);
+        if (pointee != capi::DT_Unknown) {
+          // {[-1]: Pointer, [-1,-1]: pointee}: every byte it points at.
+          capi::CTypeTreeRef inner = leaf(pointee);
+          api_.TypeTreeOnlyEq(inner, -1);
+          api_.MergeTypeTree(tree, inner);
+        }
+        break;
+      }
+      default: return track(api_.NewTypeTree());
+    }
+    return tree;
+  }
+
+  capi::CTypeTreeRef empty() { return track(api_.NewTypeTree()); }
+
+ private:
+  // {[-1]: kind}
+  capi::CTypeTreeRef leaf(capi::CConcreteType kind) {
+    capi::CTypeTreeRef tree = track(api_.NewTypeTreeCT(kind, ctx_));
+    api_.TypeTreeOnlyEq(tree, -1);
+    return tree;
+  }
+  capi::CTypeTreeRef track(capi::CTypeTreeRef tree) {
+    owned_.push_back(tree);
+    return tree;
+  }
+
+  const EnzymeApi &api_;
+  LLVMContextRef ctx_;
+  std::vector<capi::CTypeTreeRef> owned_;
+};
+
+struct ModuleOwner {
+  LLVMModuleRef mod;
+  ~ModuleOwner() {
+    if (mod) LLVMDisposeModule(mod);
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+SourceModule::SourceModule(LLVMContextRef ctx, const std::string &ir_text) {
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "ir");
+  char *error = nullptr;
+  // Takes ownership of the buffer.
+  if (LLVMParseIRInContext(ctx, buffer, &mod_, &error)) {
+    std::string text = error ? error : "unknown parse error";
+    LLVMDisposeMessage(error);
+    throw std::invalid_argument("invalid LLVM IR: " + text);
+  }
+  if (LLVMVerifyModule(mod_, LLVMReturnStatusAction, &error)) {
+    std::string text = error ? error : "";
+    LLVMDisposeMessage(error);
+    LLVMDisposeModule(mod_);
+    mod_ = nullptr;
+    throw std::invalid_argument("invalid LLVM IR: " + text);
+  }
+  LLVMDisposeMessage(error);
+}
+
+SourceModule::~SourceModule() {
+  if (mod_) LLVMDisposeModule(mod_);
+}
+
+std::string SourceModule::ir() const { return print_module(mod_); }
+
+Engine::Engine(const std::string &plugin_path) {
+  const EnzymeApi &api = load_enzyme_plugin(plugin_path);
+  *api.CustomErrorHandler = &on_enzyme_error;
+  // Enzyme v0.0.289 can fail an internal assertion in its min-cut caching
+  // (computeMinCache), which would abort the interpreter; caching without it
+  // gives the same derivatives.
+  if (void *mincut = api.option("EnzymeMinCutCache")) api.SetCLBool(mincut, 0);
+  ctx_ = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(ctx_, &on_diagnostic, nullptr);
+  jit_ = std::make_unique<HostJit>();
+}
+
+Engine::~Engine() {
+  // Compiled code and modules may outlive the engine at interpreter exit;
+  // the context is left to the process teardown.
+}
+
+CompiledDerivative Engine::differentiate(const SourceModule &source,
+                                         const DerivativeRequest &req) {
+  const EnzymeApi &api = enzyme_api();
+  const bool log = log_enabled();
+  auto t0 = Clock::now();
+  pending_errors.clear();
+
+  ModuleOwner work{LLVMCloneModule(source.get())};
+  LLVMModuleRef mod = work.mod;
+  jit_->prepare(mod);
+  LLVMValueRef fn = LLVMGetNamedFunction(mod, req.function.c_str());
+  if (!fn || LLVMIsDeclaration(fn)) {
+    throw std::invalid_argument("no function named '" + req.function +
+                                "' is defined in the module");
+  }
+  const unsigned nparams = LLVMCountParams(fn);
+  if (req.args.size() != nparams || req.pointee.size() != nparams) {
+    throw std::invalid_argument("'" + req.function + "' has " +
+                                std::to_string(nparams) + " parameters, " +
+                                std::to_string(req.args.size()) +
+                                " activities were given");
+  }
+  strip_memory_attributes_of_declarations(mod);
+
+  LLVMTypeRef fn_type = LLVMGlobalGetValueType(fn);
+  TypeTrees trees(api, ctx_);
+  std::vector<capi::CTypeTreeRef> arg_trees;
+  std::vector<capi::IntList> known(nparams, capi::IntList{nullptr, 0});
+  for (unsigned i = 0; i < nparams; ++i) {
+    arg_trees.push_back(
+        trees.for_value(LLVMTypeOf(LLVMGetParam(fn, i)), req.pointee[i]));
+  }
+  LLVMTypeRef ret_type = LLVMGetReturnType(fn_type);
+  capi::CFnTypeInfo info{arg_trees.data(),
+                         trees.for_value(ret_type, capi::DT_Unknown), known.data()};
+  std::vector<capi::CDIFFE_TYPE> activities = req.args;
+  std::vector<uint8_t> overwritten(nparams, 0);
+
+  // A fresh logic per request: Enzyme caches derivatives by Function*, and
+  // the modules they point into are freed after each request.
+  capi::EnzymeLogicRef logic = api.CreateEnzymeLogic(/*PostOpt=*/0);
+  capi::EnzymeTypeAnalysisRef analysis = api.CreateTypeAnalysis(logic, nullptr, nullptr, 0);
+  LLVMValueRef derivative = nullptr;
+  if (req.forward) {
+    derivative = api.CreateForwardDiff(
+        logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+        analysis, req.return_primal, capi::DEM_ForwardMode, /*freeMemory=*/1,
+        req.runtime_activity, req.strong_zero, req.width, nullptr, info,
+        /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
+        nullptr);
+  } else {
+    derivative = api.CreatePrimalAndGradient(
+        logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+        analysis, req.return_primal, /*dretUsed=*/0, capi::DEM_ReverseModeCombined,
+        req.runtime_activity, req.strong_zero, req.width, /*freeMemory=*/1, nullptr,
+        /*forceAnonymousTape=*/0, info, /*subsequent_calls_may_write=*/0,
+        overwritten.data(), overwritten.size(), nullptr, /*AtomicAdd=*/0);
+  }
+  api.FreeTypeAnalysis(analysis);
+  api.FreeEnzymeLogic(logic);
+  std::string errors = take_errors();
+  if (!errors.empty() || !derivative) {
+    throw EnzymeFailure("Enzyme could not differentiate '" + req.function + "': " +
+                        (errors.empty() ? "no derivative was produced" : errors));
+  }
+  auto t_enzyme = Clock::now();
+
+  const std::string id = std::to_string(++counter_);
+  const std::string derivative_name = "__enzyme_py_derivative_" + id;
+  const std::string entry_name = "__enzyme_py_entry_" + id;
+  LLVMSetValueName2(derivative, derivative_name.c_str(), derivative_name.size());
+  CompiledDerivative out;
+  out.enzyme_ir = print_value(derivative);
+
+  // Only the entry stays visible; everything else may be inlined and dropped.
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+    if (!LLVMIsDeclaration(f)) LLVMSetLinkage(f, LLVMInternalLinkage);
+  }
+  LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx_), 0);
+  LLVMTypeRef entry_type = LLVMFunctionType(LLVMVoidTypeInContext(ctx_), &i8p, 1, 0);
+  LLVMValueRef entry = LLVMAddFunction(mod, entry_name.c_str(), entry_type);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx_);
+  LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(ctx_, entry, "entry"));
+  LLVMValueRef slots = LLVMBuildBitCast(
+      b, LLVMGetParam(entry, 0), LLVMPointerType(LLVMInt64TypeInContext(ctx_), 0), "");
+  EntryBuilder slots_io(ctx_, b, slots);
+  LLVMTypeRef dtype = LLVMGlobalGetValueType(derivative);
+  std::vector<LLVMValueRef> call_args;
+  try {
+    for (unsigned i = 0, n = LLVMCountParams(derivative); i < n; ++i) {
+      call_args.push_back(slots_io.load(LLVMTypeOf(LLVMGetParam(derivative, i)), out.in_slots));
+    }
+    LLVMValueRef result = LLVMBuildCall2(b, dtype, derivative, call_args.data(),
+                                         call_args.size(), "");
+    LLVMTypeRef rtype = LLVMGetReturnType(dtype);
+    if (LLVMGetTypeKind(rtype) != LLVMVoidTypeKind) slots_io.store(result, rtype, out.out_slots);
+    LLVMBuildRetVoid(b);
+  } catch (...) {
+    LLVMDisposeBuilder(b);
+    throw;
+  }
+  LLVMDisposeBuilder(b);
+
+  char *verify_error = nullptr;
+  if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &verify_error)) {
+    std::string text = verify_error ? verify_error : "";
+    LLVMDisposeMessage(verify_error);
+    throw EnzymeFailure("the derivative of '" + req.function +
+                        "' is not valid LLVM IR: " + text);
+  }
+  LLVMDisposeMessage(verify_error);
+
+  jit_->optimize(mod, req.passes);
+  out.optimized_ir = print_module(mod);
+  auto t_opt = Clock::now();
+  std::string object = jit_->emit_object(mod);
+  auto t_codegen = Clock::now();
+  out.entry = jit_->load(object, entry_name);
+  if (log) {
+    std::fprintf(stderr,
+                 "[enzyme_py] %s '%s' width=%u: enzyme %.1f ms, optimize %.1f ms, "
+                 "codegen %.1f ms, load %.1f ms\n",
+                 req.forward ? "forward" : "reverse", req.function.c_str(), req.width,
+                 std::chrono::duration<double, std::milli>(t_enzyme - t0).count(),
+                 std::chrono::duration<double, std::milli>(t_opt - t_enzyme).count(),
+                 std::chrono::duration<double, std::milli>(t_codegen - t_opt).count(),
+                 ms_since(t_codegen));
+  }
+  return out;
+}
+
+}  // namespace enzyme_py

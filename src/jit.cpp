@@ -1,0 +1,110 @@
+#include "jit.h"
+
+#include <stdexcept>
+
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+namespace enzyme_py {
+
+void check(LLVMErrorRef err, const char *what) {
+  if (!err) return;
+  char *msg = LLVMGetErrorMessage(err);  // consumes err
+  std::string text = std::string(what) + ": " + msg;
+  LLVMDisposeErrorMessage(msg);
+  throw std::runtime_error(text);
+}
+
+namespace {
+
+std::string take_message(char *msg) {
+  std::string text = msg ? msg : "";
+  LLVMDisposeMessage(msg);
+  return text;
+}
+
+}  // namespace
+
+HostJit::HostJit() {
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  LLVMInitializeNativeAsmParser();
+
+  triple_ = take_message(LLVMGetDefaultTargetTriple());
+  cpu_ = take_message(LLVMGetHostCPUName());
+  features_ = take_message(LLVMGetHostCPUFeatures());
+
+  LLVMTargetRef target = nullptr;
+  char *error = nullptr;
+  if (LLVMGetTargetFromTriple(triple_.c_str(), &target, &error)) {
+    throw std::runtime_error("no LLVM target for " + triple_ + ": " +
+                             take_message(error));
+  }
+  // PIC: calls to libm and other process symbols go through stubs, so they
+  // reach wherever the JIT's memory lands relative to the shared libraries.
+  machine_ = LLVMCreateTargetMachine(target, triple_.c_str(), cpu_.c_str(),
+                                     features_.c_str(), LLVMCodeGenLevelAggressive,
+                                     LLVMRelocPIC, LLVMCodeModelDefault);
+  LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(machine_);
+  data_layout_ = take_message(LLVMCopyStringRepOfTargetData(layout));
+  LLVMDisposeTargetData(layout);
+
+  LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
+  check(LLVMOrcCreateLLJIT(&jit_, builder), "creating the ORC JIT");
+
+  // Resolve undefined symbols (sin, cos, memset, ...) from the running process.
+  LLVMOrcDefinitionGeneratorRef process_symbols = nullptr;
+  check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+            &process_symbols, LLVMOrcLLJITGetGlobalPrefix(jit_), nullptr, nullptr),
+        "adding process symbols to the JIT");
+  LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit_), process_symbols);
+}
+
+HostJit::~HostJit() {
+  // The JIT's code may still be referenced by Python objects at exit; the
+  // process is going away then, so it is deliberately not torn down.
+}
+
+void HostJit::prepare(LLVMModuleRef mod) const {
+  LLVMSetTarget(mod, triple_.c_str());
+  LLVMSetDataLayout(mod, data_layout_.c_str());
+}
+
+void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {
+  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(options, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(options, 1);
+  LLVMPassBuilderOptionsSetLoopUnrolling(options, 1);
+  LLVMErrorRef err = LLVMRunPasses(mod, passes.c_str(), machine_, options);
+  LLVMDisposePassBuilderOptions(options);
+  check(err, "optimizing the derivative");
+}
+
+std::string HostJit::emit_object(LLVMModuleRef mod) const {
+  LLVMMemoryBufferRef buffer = nullptr;
+  char *error = nullptr;
+  if (LLVMTargetMachineEmitToMemoryBuffer(machine_, mod, LLVMObjectFile, &error,
+                                          &buffer)) {
+    throw std::runtime_error("code generation failed: " + take_message(error));
+  }
+  std::string object(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
+  LLVMDisposeMemoryBuffer(buffer);
+  return object;
+}
+
+uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
+  LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+      object.data(), object.size(), symbol.c_str());
+  // The JIT takes ownership of the buffer.
+  check(LLVMOrcLLJITAddObjectFile(jit_, LLVMOrcLLJITGetMainJITDylib(jit_), buffer),
+        "loading object code into the JIT");
+  LLVMOrcExecutorAddress address = 0;
+  check(LLVMOrcLLJITLookup(jit_, &address, symbol.c_str()),
+        "looking up the compiled derivative");
+  return address;
+}
+
+}  // namespace enzyme_py

@@ -1,0 +1,43 @@
+// Code generation for the host and the in-process ORC JIT.
+//
+// Modules are optimized and compiled to object code here, and only object
+// code enters the JIT: the same bytes can later be kept in a disk cache.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/TargetMachine.h>
+
+namespace enzyme_py {
+
+class HostJit {
+ public:
+  HostJit();
+  ~HostJit();
+  HostJit(const HostJit &) = delete;
+  HostJit &operator=(const HostJit &) = delete;
+
+  // Give `mod` the host triple and data layout (before optimizing it).
+  void prepare(LLVMModuleRef mod) const;
+  // Run the new pass manager pipeline `passes` (e.g. "default<O2>") on `mod`.
+  void optimize(LLVMModuleRef mod, const std::string &passes) const;
+  // Host object code for `mod`.
+  std::string emit_object(LLVMModuleRef mod) const;
+  // Load object code into the JIT and return the address of `symbol` in it.
+  uint64_t load(const std::string &object, const std::string &symbol);
+
+  const std::string &triple() const { return triple_; }
+  const std::string &cpu() const { return cpu_; }
+
+ private:
+  LLVMOrcLLJITRef jit_ = nullptr;
+  LLVMTargetMachineRef machine_ = nullptr;
+  std::string triple_, cpu_, features_, data_layout_;
+};
+
+// Throws std::runtime_error with LLVM's message, consuming `err`.
+void check(LLVMErrorRef err, const char *what);
+
+}  // namespace enzyme_py

@@ -1,0 +1,180 @@
+// enzyme_py._native: the Python face of the C++ core.
+//
+// Ownership: one Engine per process (created by `load`), SourceModule objects
+// owned by Python, compiled derivatives owned by the JIT for the process.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <llvm/Config/llvm-config.h>
+
+#include <memory>
+#include <stdexcept>
+
+#include "engine.h"
+#include "enzyme_plugin.h"
+#include "offload.h"
+
+namespace py = pybind11;
+using namespace enzyme_py;
+
+namespace {
+
+std::unique_ptr<Engine> engine;
+
+Engine &the_engine() {
+  if (!engine) throw std::runtime_error("enzyme_py._native.load() was not called");
+  return *engine;
+}
+
+std::string type_string(LLVMTypeRef type) {
+  char *text = LLVMPrintTypeToString(type);
+  std::string result = text;
+  LLVMDisposeMessage(text);
+  return result;
+}
+
+py::list module_functions(const SourceModule &source) {
+  py::list out;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(source.get()); fn;
+       fn = LLVMGetNextFunction(fn)) {
+    if (LLVMIsDeclaration(fn)) continue;
+    size_t length = 0;
+    const char *name = LLVMGetValueName2(fn, &length);
+    py::list params, names;
+    for (unsigned i = 0, n = LLVMCountParams(fn); i < n; ++i) {
+      LLVMValueRef p = LLVMGetParam(fn, i);
+      params.append(type_string(LLVMTypeOf(p)));
+      size_t plen = 0;
+      const char *pname = LLVMGetValueName2(p, &plen);
+      names.append(std::string(pname, plen));
+    }
+    py::dict entry;
+    entry["name"] = std::string(name, length);
+    entry["params"] = params;
+    entry["param_names"] = names;
+    entry["ret"] = type_string(LLVMGetReturnType(LLVMGlobalGetValueType(fn)));
+    entry["linkage"] = static_cast<int>(LLVMGetLinkage(fn));
+    out.append(entry);
+  }
+  return out;
+}
+
+// One type tree as Enzyme prints it, for `kind` (and `pointee`) built the way
+// the engine builds argument trees. Exercises the TypeTree entry points.
+std::string type_tree_string(int kind, int pointee) {
+  const EnzymeApi &api = enzyme_api();
+  LLVMContextRef ctx = the_engine().context();
+  capi::CTypeTreeRef tree = api.NewTypeTreeCT(static_cast<capi::CConcreteType>(kind), ctx);
+  api.TypeTreeOnlyEq(tree, -1);
+  if (pointee >= 0) {
+    capi::CTypeTreeRef inner =
+        api.NewTypeTreeCT(static_cast<capi::CConcreteType>(pointee), ctx);
+    api.TypeTreeOnlyEq(inner, -1);
+    api.TypeTreeOnlyEq(inner, -1);
+    api.MergeTypeTree(tree, inner);
+    api.FreeTypeTree(inner);
+  }
+  const char *text = api.TypeTreeToString(tree);
+  std::string result = text;
+  api.StringFree(text);
+  api.FreeTypeTree(tree);
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "enzyme_py's C++ core: Enzyme in-process, LLVM 15, ORC JIT, liboffload";
+  m.attr("llvm_version") = LLVM_VERSION_STRING;
+  static py::exception<EnzymeFailure> enzyme_failure(m, "EnzymeFailure", PyExc_RuntimeError);
+
+  m.def(
+      "load",
+      [](const std::string &plugin_path) {
+        if (engine) {
+          if (enzyme_api().path != plugin_path) {
+            throw std::runtime_error("the Enzyme plugin is already loaded from " +
+                                     enzyme_api().path);
+          }
+          return;
+        }
+        engine = std::make_unique<Engine>(plugin_path);
+      },
+      py::arg("plugin_path"),
+      "Load the Enzyme plugin at `plugin_path` and create the engine (once per process).");
+  m.def("loaded", []() { return static_cast<bool>(engine); });
+  m.def("plugin_path", []() { return enzyme_api().path; });
+  m.def("host", []() {
+    const HostJit &jit = the_engine().jit();
+    return py::make_tuple(jit.triple(), jit.cpu());
+  });
+  m.def("type_tree_string", &type_tree_string, py::arg("kind"), py::arg("pointee") = -1);
+
+  py::class_<SourceModule>(m, "Module")
+      .def(py::init([](const std::string &text) {
+             return std::make_unique<SourceModule>(the_engine().context(), text);
+           }),
+           py::arg("ir_text"))
+      .def("ir", &SourceModule::ir)
+      .def("functions", &module_functions);
+
+  py::class_<CompiledDerivative>(m, "Derivative")
+      .def_readonly("entry", &CompiledDerivative::entry)
+      .def_readonly("in_slots", &CompiledDerivative::in_slots)
+      .def_readonly("out_slots", &CompiledDerivative::out_slots)
+      .def_readonly("enzyme_ir", &CompiledDerivative::enzyme_ir)
+      .def_readonly("optimized_ir", &CompiledDerivative::optimized_ir);
+
+  m.def(
+      "differentiate",
+      [](const SourceModule &source, const std::string &function, bool forward,
+         const std::vector<int> &args, int ret, bool return_primal, unsigned width,
+         const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
+         const std::string &passes) {
+        DerivativeRequest req;
+        req.function = function;
+        req.forward = forward;
+        for (int a : args) req.args.push_back(static_cast<capi::CDIFFE_TYPE>(a));
+        req.ret = static_cast<capi::CDIFFE_TYPE>(ret);
+        req.return_primal = return_primal;
+        req.width = width;
+        for (int p : pointee) req.pointee.push_back(static_cast<capi::CConcreteType>(p));
+        req.runtime_activity = runtime_activity;
+        req.strong_zero = strong_zero;
+        req.passes = passes;
+        return the_engine().differentiate(source, req);
+      },
+      py::arg("module"), py::arg("function"), py::arg("forward"), py::arg("args"),
+      py::arg("ret"), py::arg("return_primal"), py::arg("width"), py::arg("pointee"),
+      py::arg("runtime_activity") = false, py::arg("strong_zero") = false,
+      py::arg("passes") = "default<O2>",
+      "Ask Enzyme for one derivative of `function` and JIT-compile it.");
+
+  m.def(
+      "invoke",
+      [](uint64_t entry, py::buffer slots) {
+        py::buffer_info info = slots.request(/*writable=*/true);
+        if (info.itemsize != 8 || info.ndim != 1) {
+          throw std::invalid_argument("slots must be a 1-D buffer of 8-byte items");
+        }
+        auto fn = reinterpret_cast<void (*)(void *)>(entry);
+        void *data = info.ptr;
+        py::gil_scoped_release release;
+        fn(data);
+      },
+      py::arg("entry"), py::arg("slots"),
+      "Call a derivative's entry point on its argument slots, without the GIL.");
+
+  m.def("offload_devices", []() {
+    py::list out;
+    for (const auto &d : offload_devices()) {
+      py::dict entry;
+      entry["name"] = d.name;
+      entry["platform"] = d.platform;
+      entry["type"] = d.type;
+      entry["memory"] = d.memory;
+      out.append(entry);
+    }
+    return out;
+  });
+}
