@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,11 @@ namespace {
 // runs with the GIL held, so one process-wide list is enough.
 std::vector<std::string> pending_errors;
 
+bool log_enabled() {
+  const char *v = std::getenv("ENZYME_PY_LOG");
+  return v && *v && std::string(v) != "0";
+}
+
 const char *error_kind_name(capi::ErrorType kind) {
   switch (kind) {
     case capi::NoDerivative: return "no derivative";
@@ -31,6 +37,11 @@ const char *error_kind_name(capi::ErrorType kind) {
     case capi::TypeDepthExceeded: return "type depth exceeded";
     case capi::MixedActivityError: return "mixed activity";
     case capi::IllegalReplaceFicticiousPHIs: return "illegal phi replacement";
+    case capi::GetIndexError: return "index error";
+    case capi::NoTruncate: return "no truncation";
+    case capi::GCRewrite: return "GC rewrite";
+    case capi::NaNError: return "NaN";
+    case capi::NoAccumulate: return "unhandled accumulation";
   }
   return "error";
 }
@@ -39,6 +50,11 @@ const char *error_kind_name(capi::ErrorType kind) {
 // aborting. Record the message; the request then fails with EnzymeFailure.
 LLVMValueRef on_enzyme_error(const char *message, LLVMValueRef, capi::ErrorType kind,
                              const void *, LLVMValueRef, LLVMBuilderRef) {
+  // Reported as warnings by Enzyme itself: the derivative stays correct.
+  if (kind == capi::TypeDepthExceeded || kind == capi::GCRewrite) {
+    if (log_enabled()) std::fprintf(stderr, "[enzyme_py] Enzyme warning: %s\n", message);
+    return nullptr;
+  }
   pending_errors.push_back(std::string(error_kind_name(kind)) + ": " +
                            (message ? message : ""));
   return nullptr;
@@ -55,7 +71,13 @@ void on_diagnostic(LLVMDiagnosticInfoRef info, void *) {
 
 std::string take_errors() {
   std::string all;
-  for (const auto &e : pending_errors) {
+  for (size_t i = 0; i < pending_errors.size(); ++i) {
+    const std::string &e = pending_errors[i];
+    // Enzyme reports some failures twice (once more at the stub it emits).
+    if (std::find(pending_errors.begin(), pending_errors.begin() + i, e) !=
+        pending_errors.begin() + i) {
+      continue;
+    }
     if (!all.empty()) all += "\n";
     all += e;
   }
@@ -75,11 +97,6 @@ std::string print_module(LLVMModuleRef mod) {
   std::string result = text;
   LLVMDisposeMessage(text);
   return result;
-}
-
-bool log_enabled() {
-  const char *v = std::getenv("ENZYME_PY_LOG");
-  return v && *v && std::string(v) != "0";
 }
 
 // Numba and others declare some libm functions readonly; Enzyme would then add
@@ -278,6 +295,9 @@ Engine::Engine(const std::string &plugin_path) {
   // gives the same derivatives.
   if (void *mincut = api.option("EnzymeMinCutCache")) api.SetCLBool(mincut, 0);
   ctx_ = LLVMContextCreate();
+  // Typed pointers (LLVM 15 still reads them): parameter types then say what a
+  // pointer points at, and Numba and `clang -no-opaque-pointers` emit them.
+  LLVMContextSetOpaquePointers(ctx_, 0);
   LLVMContextSetDiagnosticHandler(ctx_, &on_diagnostic, nullptr);
   jit_ = std::make_unique<HostJit>();
 }

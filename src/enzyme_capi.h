@@ -32,6 +32,9 @@ enum CConcreteType : int {
   DT_Float = 4,
   DT_Double = 5,
   DT_Unknown = 6,
+  DT_X86_FP80 = 7,
+  DT_BFloat16 = 8,
+  DT_FP128 = 9,
 };
 
 // How one argument (or the return value) takes part in differentiation.
@@ -48,9 +51,12 @@ enum CDerivativeMode : int {
   DEM_ReverseModeGradient = 2,
   DEM_ReverseModeCombined = 3,
   DEM_ForwardModeSplit = 4,
+  DEM_ForwardModeError = 5,
 };
 
-// Kinds of failure reported through CustomErrorHandler.
+// Kinds of failure reported through CustomErrorHandler. For some kinds
+// (IllegalTypeAnalysis at most sites) the plugin aborts after the handler
+// returns: that is why derivatives are built in an isolated child process.
 enum ErrorType : int {
   NoDerivative = 0,
   NoShadow = 1,
@@ -61,6 +67,11 @@ enum ErrorType : int {
   TypeDepthExceeded = 6,
   MixedActivityError = 7,
   IllegalReplaceFicticiousPHIs = 8,
+  GetIndexError = 9,
+  NoTruncate = 10,
+  GCRewrite = 11,
+  NaNError = 12,
+  NoAccumulate = 13,
 };
 
 struct IntList {
@@ -102,7 +113,7 @@ using EnzymeStringFree_t = void (*)(const char *);
 
 // --- derivative creation -----------------------------------------------------
 using EnzymeCreatePrimalAndGradient_t = LLVMValueRef (*)(
-    EnzymeLogicRef, LLVMBuilderRef request_req, LLVMValueRef request_ip,
+    EnzymeLogicRef, LLVMValueRef request_req, LLVMBuilderRef request_ip,
     LLVMValueRef todiff, CDIFFE_TYPE retType, CDIFFE_TYPE *constant_args,
     size_t constant_args_size, EnzymeTypeAnalysisRef TA, uint8_t returnValue,
     uint8_t dretUsed, CDerivativeMode mode, uint8_t runtimeActivity,
@@ -113,7 +124,7 @@ using EnzymeCreatePrimalAndGradient_t = LLVMValueRef (*)(
     EnzymeAugmentedReturnPtr augmented, uint8_t AtomicAdd);
 
 using EnzymeCreateForwardDiff_t = LLVMValueRef (*)(
-    EnzymeLogicRef, LLVMBuilderRef request_req, LLVMValueRef request_ip,
+    EnzymeLogicRef, LLVMValueRef request_req, LLVMBuilderRef request_ip,
     LLVMValueRef todiff, CDIFFE_TYPE retType, CDIFFE_TYPE *constant_args,
     size_t constant_args_size, EnzymeTypeAnalysisRef TA, uint8_t returnValue,
     CDerivativeMode mode, uint8_t freeMemory, uint8_t runtimeActivity,

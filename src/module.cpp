@@ -86,7 +86,7 @@ std::string type_tree_string(int kind, int pointee) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "enzyme_py's C++ core: Enzyme in-process, LLVM 15, ORC JIT, liboffload";
   m.attr("llvm_version") = LLVM_VERSION_STRING;
-  static py::exception<EnzymeFailure> enzyme_failure(m, "EnzymeFailure", PyExc_RuntimeError);
+  py::register_exception<EnzymeFailure>(m, "EnzymeFailure", PyExc_RuntimeError);
 
   m.def(
       "load",

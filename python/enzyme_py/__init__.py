@@ -1,0 +1,81 @@
+"""enzyme_py: exact, fast derivatives of numerical code with Enzyme, in-process.
+
+    import enzyme_py as ez
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+
+Without AD (built with ENZYME_PY_AD=OFF, ENZYME_PY_DISABLE=1, or the Enzyme plugin
+missing) the same names exist and every AD call raises EnzymeUnavailableError.
+"""
+
+from __future__ import annotations
+
+from enzyme_py import _state, offload
+from enzyme_py._info import has_autodiff, info
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    ActivityError,
+    CompileError,
+    Const,
+    Dual,
+    DualOnly,
+    Duplicated,
+    DuplicatedOnly,
+    EnzymeError,
+    EnzymeUnavailableError,
+    Forward,
+    Mode,
+    Reverse,
+)
+
+if _state.native is not None:
+    from enzyme_py._api import autodiff
+    from enzyme_py.frontends import c, cpp, llvm_ir
+    from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
+else:
+    from enzyme_py._stub import (  # type: ignore[assignment]
+        autodiff,
+        c,
+        cpp,
+        grad,
+        hessian,
+        jacobian,
+        jvp,
+        llvm_ir,
+        value_and_grad,
+        vjp,
+    )
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Active",
+    "ActiveOnly",
+    "Activity",
+    "ActivityError",
+    "CompileError",
+    "Const",
+    "Dual",
+    "DualOnly",
+    "Duplicated",
+    "DuplicatedOnly",
+    "EnzymeError",
+    "EnzymeUnavailableError",
+    "Forward",
+    "Mode",
+    "Reverse",
+    "autodiff",
+    "c",
+    "cpp",
+    "grad",
+    "has_autodiff",
+    "hessian",
+    "info",
+    "jacobian",
+    "jvp",
+    "llvm_ir",
+    "offload",
+    "value_and_grad",
+    "vjp",
+]

@@ -1,0 +1,464 @@
+"""``autodiff``: one derivative of one function, as a fast Python callable.
+
+The request is checked here, completely, before the engine sees it: activity
+kinds against parameter kinds and mode, then every argument of every call
+(dtype, shape, order, writability of shadows) before native code runs.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from enzyme_py import _state
+from enzyme_py._signature import Param
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    ActivityError,
+    Const,
+    Dual,
+    DualOnly,
+    Duplicated,
+    DuplicatedOnly,
+    EnzymeError,
+    Forward,
+    Mode,
+    Reverse,
+)
+from enzyme_py.frontends import IRFunction
+
+__all__ = ["Derivative", "autodiff"]
+
+# CDIFFE_TYPE values (src/enzyme_capi.h).
+_DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_CONSTANT, _DFT_DUP_NONEED = 0, 1, 2, 3
+_DIFFE = {
+    Const: _DFT_CONSTANT,
+    Active: _DFT_OUT_DIFF,
+    ActiveOnly: _DFT_OUT_DIFF,
+    Duplicated: _DFT_DUP_ARG,
+    Dual: _DFT_DUP_ARG,
+    DuplicatedOnly: _DFT_DUP_NONEED,
+    DualOnly: _DFT_DUP_NONEED,
+}
+
+# Slot codes of the engine's entry point -> (numpy view dtype, items per slot).
+_SLOT_VIEWS: dict[str, tuple[np.dtype, int]] = {
+    "d": (np.dtype(np.float64), 1),
+    "f": (np.dtype(np.float32), 2),
+    "q": (np.dtype(np.int64), 1),
+    "i": (np.dtype(np.int32), 2),
+    "h": (np.dtype(np.int16), 4),
+    "b": (np.dtype(np.int8), 8),
+    "?": (np.dtype(np.uint8), 8),
+    "p": (np.dtype(np.uint64), 1),
+}
+
+
+def _resolve(f: Any) -> IRFunction:
+    if isinstance(f, IRFunction):
+        return f
+    raise TypeError(
+        f"autodiff cannot differentiate {f!r}: give a function from ez.llvm_ir(text, name), "
+        "or an attribute of ez.c(source) / ez.cpp(source)"
+    )
+
+
+def _check_activities(
+    fn: IRFunction, mode: Mode, activities: Sequence[Any]
+) -> tuple[tuple[Activity, ...], Activity | None]:
+    """Validate the activities against fn's parameters; (per parameter, return)."""
+    if mode is not Reverse and mode is not Forward:
+        raise ActivityError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
+    n = len(fn.params)
+    expected = n + (0 if fn.ret is None else 1)
+    if len(activities) != expected:
+        ret_text = (
+            "and returns nothing"
+            if fn.ret is None
+            else "and a return value (its activity comes last)"
+        )
+        raise ActivityError(
+            f"'{fn.display_name}' has {n} parameter{'s' if n != 1 else ''} {ret_text}, so "
+            f"autodiff needs {expected} activit{'ies' if expected != 1 else 'y'}; "
+            f"got {len(activities)}"
+        )
+    for i, act in enumerate(activities):
+        if not isinstance(act, Activity):
+            what = fn.params[i].describe(i) if i < n else "the return value"
+            raise ActivityError(
+                f"the activity of {what} of '{fn.display_name}' is {act!r}, not an "
+                "enzyme_py activity (ez.Const, ez.Active, ez.Duplicated, ez.Dual, ...)"
+            )
+    params = tuple(activities[:n])
+    for i, (param, act) in enumerate(zip(fn.params, params, strict=True)):
+        _check_param(fn, mode, i, param, act)
+    ret = activities[n] if fn.ret is not None else None
+    if ret is not None and fn.ret is not None:
+        _check_return(fn, mode, fn.ret, ret)
+    return params, ret
+
+
+def _mode_hint(mode: Mode) -> str:
+    if mode is Reverse:
+        return "in Reverse mode use Const, Active (float scalars) or Duplicated (arrays)"
+    return "in Forward mode use Const, Dual or DualOnly"
+
+
+def _check_param(fn: IRFunction, mode: Mode, i: int, param: Param, act: Activity) -> None:
+    where = f"{param.describe(i)} of '{fn.display_name}'"
+    if not act.allowed_in(mode):
+        raise ActivityError(
+            f"{act.name} is not allowed in {mode.name} mode ({where}); {_mode_hint(mode)}"
+        )
+    if act is ActiveOnly:
+        raise ActivityError(
+            f"ActiveOnly describes a return value, not {where}; use Active for a parameter"
+        )
+    if act is Const:
+        return
+    if param.kind == "int":
+        raise ActivityError(
+            f"{where} is an integer ({param.dtype}); integers can only be Const, not {act.name}"
+        )
+    if param.kind == "float" and act in (Duplicated, DuplicatedOnly):
+        raise ActivityError(
+            f"{where} is a {param.dtype} scalar passed by value; it has no shadow to "
+            f"accumulate into, so it cannot be {act.name}: use Active"
+        )
+    if param.kind == "pointer":
+        if act is Active:
+            raise ActivityError(
+                f"{where} is an array (a pointer); Active is for float scalars: use "
+                "Duplicated and pass a shadow array after it"
+            )
+        if param.dtype is not None and param.dtype.kind != "f":
+            raise ActivityError(
+                f"{where} points to {param.dtype} values, which have no derivative: "
+                "it can only be Const"
+            )
+
+
+def _check_return(fn: IRFunction, mode: Mode, ret: Param, act: Activity) -> None:
+    where = f"the return value ({ret.dtype}) of '{fn.display_name}'"
+    if not act.allowed_in(mode):
+        raise ActivityError(
+            f"{act.name} is not allowed in {mode.name} mode ({where}); {_mode_hint(mode)}"
+        )
+    if act is Const:
+        return
+    if ret.kind != "float":
+        raise ActivityError(f"{where} is not a float scalar; it can only be Const")
+    if act in (Duplicated, DuplicatedOnly):
+        raise ActivityError(
+            f"{where} is a scalar returned by value; use Active (or ActiveOnly) in Reverse mode"
+        )
+
+
+@dataclass(frozen=True)
+class _Options:
+    width: int
+    runtime_activity: bool
+    strong_zero: bool
+
+
+class Derivative:
+    """A compiled derivative; call it with the arguments of ``autodiff``'s convention."""
+
+    def __init__(
+        self,
+        fn: IRFunction,
+        mode: Mode,
+        params: tuple[Activity, ...],
+        ret: Activity | None,
+        options: _Options,
+    ):
+        self.function = fn
+        self.mode = mode
+        self.activities = params
+        self.return_activity = ret
+        self.width = options.width
+        forward = mode is Forward
+        if ret is None:
+            ret_code, self._return_primal = _DFT_CONSTANT, False
+        else:
+            ret_code, self._return_primal = _DIFFE[ret], ret.primal_needed
+        native = _state.native
+        try:
+            self._compiled = native.differentiate(
+                fn.module,
+                fn.name,
+                forward,
+                [_DIFFE[a] for a in params],
+                ret_code,
+                self._return_primal,
+                options.width,
+                [p.enzyme_pointee for p in fn.params],
+                options.runtime_activity,
+                options.strong_zero,
+            )
+        except native.EnzymeFailure as exc:
+            raise EnzymeError(
+                f"{exc}\n(while differentiating '{fn.display_name}' in {mode.name} mode with "
+                f"activities {', '.join(a.name for a in (*params, *([ret] if ret else [])))})"
+            ) from None
+        self._entry = int(self._compiled.entry)
+        self._in_codes = str(self._compiled.in_slots)
+        self._out_codes = str(self._compiled.out_slots)
+        self._n_slots = len(self._in_codes) + len(self._out_codes)
+        self._arity = sum(2 if a.shadow else 1 for a in params) + (
+            1 if (not forward and ret in (Active, ActiveOnly)) else 0
+        )
+        self._check_layout()
+
+    # --- layout -------------------------------------------------------------
+    def _expected_layout(self) -> tuple[int, int]:
+        k = self.width
+        n_in = 0
+        for act in self.activities:
+            n_in += 1
+            if act.shadow:
+                n_in += k
+        n_out = 0
+        ret = self.return_activity
+        if self.mode is Reverse:
+            if ret in (Active, ActiveOnly):
+                n_in += k
+            if self._return_primal:
+                n_out += 1
+            n_out += sum(k for a in self.activities if a is Active)
+        else:
+            if self._return_primal:
+                n_out += 1
+            if ret in (Dual, DualOnly):
+                n_out += k
+        return n_in, n_out
+
+    def _check_layout(self) -> None:
+        n_in, n_out = self._expected_layout()
+        if (n_in, n_out) != (len(self._in_codes), len(self._out_codes)):
+            raise EnzymeError(
+                f"the derivative of '{self.function.display_name}' has an unexpected "
+                f"signature ({self._in_codes} -> {self._out_codes}); this is a bug in enzyme_py"
+            )
+
+    # --- calling ------------------------------------------------------------
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != self._arity:
+            raise TypeError(self._arity_message(len(args)))
+        slots = np.zeros(self._n_slots, dtype=np.uint64)
+        writer = _SlotWriter(slots, self._in_codes)
+        keep_alive: list[np.ndarray] = []
+        k = self.width
+        pos = 0
+        fn = self.function
+        for i, (param, act) in enumerate(zip(fn.params, self.activities, strict=True)):
+            where = f"{param.describe(i)} of '{fn.display_name}'"
+            value = args[pos]
+            pos += 1
+            if param.kind == "pointer":
+                array = _check_array(value, param, where)
+                keep_alive.append(array)
+                writer.put(array.ctypes.data)
+                if act.shadow:
+                    shadow = _check_shadow(args[pos], array, k, f"the shadow of {where}")
+                    pos += 1
+                    keep_alive.append(shadow)
+                    base = shadow.ctypes.data
+                    for lane in range(k):
+                        writer.put(base + lane * array.nbytes)
+            else:
+                writer.put(_scalar(value, param, where))
+                if act.shadow:  # a scalar tangent (forward mode)
+                    for t in _lanes(args[pos], k, param, f"the tangent of {where}"):
+                        writer.put(t)
+                    pos += 1
+        if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
+            assert fn.ret is not None
+            for s in _lanes(args[pos], k, fn.ret, f"the seed of '{fn.display_name}'"):
+                writer.put(s)
+        _state.native.invoke(self._entry, slots)
+        del keep_alive
+        return self._results(_SlotReader(slots, self._out_codes, len(self._in_codes)))
+
+    def _results(self, reader: _SlotReader) -> Any:
+        k = self.width
+        primal = reader.take() if self._return_primal else None
+        if self.mode is Reverse:
+            adjoints = [reader.take_lanes(k) for a in self.activities if a is Active]
+            return (primal, *adjoints)
+        ret = self.return_activity
+        if ret in (Dual, DualOnly):
+            tangent = reader.take_lanes(k)
+            return (primal, tangent) if ret is Dual else tangent
+        return primal
+
+    def _arity_message(self, got: int) -> str:
+        fn = self.function
+        names: list[str] = []
+        for param, act in zip(fn.params, self.activities, strict=True):
+            names.append(param.name)
+            if act.shadow:
+                names.append(("d" if self.mode is Reverse else "t") + param.name)
+        if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
+            names.append("seed")
+        return (
+            f"the {self.mode.name.lower()} derivative of '{fn.display_name}' takes "
+            f"{self._arity} arguments ({', '.join(names)}); got {got}"
+        )
+
+    def inspect_llvm(self, optimized: bool = False) -> str:
+        """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
+        return str(self._compiled.optimized_ir if optimized else self._compiled.enzyme_ir)
+
+    def __repr__(self) -> str:
+        acts = ", ".join(a.name for a in self.activities)
+        if self.return_activity is not None:
+            acts += f" -> {self.return_activity.name}"
+        return (
+            f"<enzyme_py.Derivative of '{self.function.display_name}' "
+            f"{self.mode.name}({acts}) width={self.width}>"
+        )
+
+
+class _SlotWriter:
+    def __init__(self, slots: np.ndarray, codes: str):
+        self.slots = slots
+        self.codes = codes
+        self.index = 0
+
+    def put(self, value: Any) -> None:
+        code = self.codes[self.index]
+        dtype, per_slot = _SLOT_VIEWS[code]
+        self.slots.view(dtype)[self.index * per_slot] = value
+        self.index += 1
+
+
+class _SlotReader:
+    def __init__(self, slots: np.ndarray, codes: str, start: int):
+        self.slots = slots
+        self.codes = codes
+        self.start = start
+        self.index = 0
+
+    def take(self) -> Any:
+        code = self.codes[self.index]
+        dtype, per_slot = _SLOT_VIEWS[code]
+        value = self.slots.view(dtype)[(self.start + self.index) * per_slot]
+        self.index += 1
+        return value.item() if code in "dfqihb" else bool(value) if code == "?" else value
+
+    def take_lanes(self, k: int) -> Any:
+        if k == 1:
+            return self.take()
+        code = self.codes[self.index]
+        dtype, _ = _SLOT_VIEWS[code]
+        return np.array([self.take() for _ in range(k)], dtype=dtype)
+
+
+def _scalar(value: Any, param: Param, where: str) -> Any:
+    assert param.dtype is not None
+    if param.kind == "float":
+        if isinstance(value, (np.ndarray, list, tuple)):
+            raise TypeError(f"{where} is a {param.dtype} scalar; got {type(value).__name__}")
+        try:
+            return param.dtype.type(float(value))
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{where} is a {param.dtype} scalar; got {type(value).__name__}"
+            ) from None
+    try:
+        integer = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{where} is an integer ({param.dtype}); got {type(value).__name__}"
+        ) from None
+    if param.dtype == np.bool_:
+        return np.uint8(bool(integer))
+    info = np.iinfo(param.dtype)
+    if not info.min <= integer <= info.max:
+        raise ValueError(f"{where} is {param.dtype}; {integer} does not fit")
+    return integer
+
+
+def _lanes(value: Any, k: int, param: Param, where: str) -> list[Any]:
+    """k scalar values for a tangent or seed: a scalar when k == 1, else length-k."""
+    assert param.dtype is not None
+    if k == 1:
+        return [_scalar(value, param, where)]
+    lanes = np.asarray(value, dtype=np.float64)
+    if lanes.shape != (k,):
+        raise ValueError(f"{where} needs {k} values (width={k}); got shape {lanes.shape}")
+    return [param.dtype.type(v) for v in lanes]
+
+
+def _check_array(value: Any, param: Param, where: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{where} is an array; got {type(value).__name__} (pass a NumPy array)")
+    if param.dtype is not None and value.dtype != param.dtype:
+        raise ValueError(f"{where} needs dtype {param.dtype}; got {value.dtype}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{where} must be C-contiguous; pass np.ascontiguousarray(...) of it")
+    if not value.flags.writeable:
+        raise ValueError(f"{where} is read-only; the function may write it: pass a copy")
+    return value
+
+
+def _check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarray:
+    shape = primal.shape if k == 1 else (k, *primal.shape)
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"{where} must be a NumPy array of shape {shape}; got {type(value).__name__}"
+        )
+    if value.dtype != primal.dtype:
+        raise ValueError(f"{where} needs dtype {primal.dtype} (as its array); got {value.dtype}")
+    if value.shape != shape:
+        lane = f" (width={k})" if k > 1 else ""
+        raise ValueError(f"{where} needs shape {shape}{lane}; got {value.shape}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{where} must be C-contiguous")
+    if not value.flags.writeable:
+        raise ValueError(f"{where} must be writable: derivatives are accumulated into it")
+    if np.shares_memory(value, primal):
+        raise ValueError(f"{where} overlaps its array; give it memory of its own")
+    return value
+
+
+def autodiff(
+    f: Any,
+    mode: Mode,
+    *activities: Activity,
+    width: int = 1,
+    runtime_activity: bool = False,
+    strong_zero: bool = False,
+) -> Derivative:
+    """The derivative of ``f`` in ``mode`` with one activity per parameter, then one for
+    the return value (none if it returns nothing).
+
+    Reverse mode: call with ``x`` for Const/Active, ``x, dx`` for Duplicated(Only), then
+    the seed if the return is Active/ActiveOnly; returns ``(primal, *adjoints of Active
+    parameters)`` (primal ``None`` under ActiveOnly or for a function returning nothing).
+    Forward mode: ``x`` for Const, ``x, dx`` for Dual(Only); returns ``(y, dy)`` for a
+    Dual return, ``dy`` for DualOnly, ``y`` for Const, ``None`` with no return value.
+
+    Args:
+        width: batch size: each shadow, tangent and seed carries ``width`` values.
+        runtime_activity: let Enzyme decide at run time whether a value is active.
+            Needed when the same memory is sometimes active and sometimes constant
+            (e.g. a pointer that may alias a Const array); costs speed.
+        strong_zero: a zero derivative times inf/nan stays zero instead of nan.
+
+    Raises:
+        ActivityError: activities that do not fit the parameters or the mode.
+        EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
+    """
+    fn = _resolve(f)
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        raise ValueError(f"width must be a positive integer; got {width!r}")
+    params, ret = _check_activities(fn, mode, activities)
+    return Derivative(fn, mode, params, ret, _Options(width, runtime_activity, strong_zero))

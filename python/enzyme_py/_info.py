@@ -1,0 +1,42 @@
+"""``ez.info()`` and ``ez.has_autodiff()``: what this installation can do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enzyme_py import _state
+
+ENZYME_VERSION = "0.0.289"
+
+
+def has_autodiff() -> bool:
+    """True when derivatives can be built: the compiled core and the plugin loaded."""
+    return _state.native is not None
+
+
+def _offload_devices() -> list[dict[str, Any]] | str:
+    if _state.native is None:
+        return "unavailable without the compiled core"
+    try:
+        return list(_state.native.offload_devices())
+    except RuntimeError as exc:
+        return f"unavailable: {exc}"
+
+
+def info() -> dict[str, Any]:
+    """A description of this installation.
+
+    Keys: ``autodiff`` (bool), ``enzyme_version``, ``enzyme_plugin`` (path),
+    ``llvm_version``, ``offload_devices`` (list of dicts with name, platform, type,
+    memory; or a string saying why none can be listed), and ``reason`` (why AD is
+    unavailable, or None).
+    """
+    native = _state.native
+    return {
+        "autodiff": native is not None,
+        "enzyme_version": ENZYME_VERSION if native is not None else None,
+        "enzyme_plugin": native.plugin_path() if native is not None else None,
+        "llvm_version": native.llvm_version if native is not None else None,
+        "offload_devices": _offload_devices(),
+        "reason": _state.unavailable_reason,
+    }

@@ -1,0 +1,70 @@
+"""The stand-in used when AD is unavailable: every public name, each AD call an
+``EnzymeUnavailableError`` that says why and how to enable AD.
+
+It shares the vocabulary (modes, activities, exceptions) with the real package
+through ``enzyme_py.core``, so user code imports and type-checks the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from enzyme_py import _state
+from enzyme_py.core import EnzymeUnavailableError
+
+__all__ = [
+    "autodiff",
+    "c",
+    "cpp",
+    "grad",
+    "hessian",
+    "jacobian",
+    "jvp",
+    "llvm_ir",
+    "value_and_grad",
+    "vjp",
+]
+
+
+def _unavailable(what: str) -> NoReturn:
+    raise EnzymeUnavailableError(_state.unavailable_message(what))
+
+
+def autodiff(f: Any, mode: Any, *activities: Any, **options: Any) -> NoReturn:
+    _unavailable("ez.autodiff")
+
+
+def grad(f: Any, argnums: Any = 0) -> NoReturn:
+    _unavailable("ez.grad")
+
+
+def value_and_grad(f: Any, argnums: Any = 0) -> NoReturn:
+    _unavailable("ez.value_and_grad")
+
+
+def jvp(f: Any, primals: Any, tangents: Any) -> NoReturn:
+    _unavailable("ez.jvp")
+
+
+def vjp(f: Any, *primals: Any) -> NoReturn:
+    _unavailable("ez.vjp")
+
+
+def jacobian(f: Any, argnums: Any = 0) -> NoReturn:
+    _unavailable("ez.jacobian")
+
+
+def hessian(f: Any) -> NoReturn:
+    _unavailable("ez.hessian")
+
+
+def llvm_ir(text: str, name: str) -> NoReturn:
+    _unavailable("ez.llvm_ir")
+
+
+def c(source: str, flags: Any = None) -> NoReturn:
+    _unavailable("ez.c")
+
+
+def cpp(source: str, flags: Any = None) -> NoReturn:
+    _unavailable("ez.cpp")

@@ -1,0 +1,205 @@
+"""Frontends: turn user code into an LLVM 15 module and parameter descriptions.
+
+- ``llvm_ir(text, name)``: LLVM IR text, one function of it.
+- ``c(source)`` / ``cpp(source)``: C or C++ compiled by clang 15 to LLVM IR; the
+  non-static functions are attributes of the result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from enzyme_py import _state
+from enzyme_py._signature import Param, param_from_llvm_type
+from enzyme_py.core import CompileError, EnzymeUnavailableError
+
+__all__ = ["CModule", "IRFunction", "c", "cpp", "llvm_ir"]
+
+# Typed pointers let the parameter descriptions carry the pointee type
+# (double* is a float64 array); Enzyme works on either form.
+DEFAULT_C_FLAGS: tuple[str, ...] = (
+    "-O2",
+    "-fno-vectorize",
+    "-fno-slp-vectorize",
+    "-fno-unroll-loops",
+    "-Xclang",
+    "-no-opaque-pointers",
+)
+
+_EXTERNAL_LINKAGE = 0  # LLVMExternalLinkage
+
+
+def _native() -> Any:
+    if _state.native is None:
+        raise EnzymeUnavailableError(_state.unavailable_message("compiling a function"))
+    return _state.native
+
+
+@dataclass(frozen=True, eq=False)
+class IRFunction:
+    """One function of an LLVM module, ready to be given to ``autodiff``."""
+
+    module: Any = field(repr=False)  # enzyme_py._native.Module
+    name: str
+    params: tuple[Param, ...]
+    ret: Param | None  # None: returns nothing
+    source_name: str = ""  # the name the user knows it by (C name, Python name)
+
+    @property
+    def display_name(self) -> str:
+        return self.source_name or self.name
+
+    def ir(self) -> str:
+        """The module's LLVM IR, as the frontend produced it."""
+        return str(self.module.ir())
+
+
+def _describe(module: Any, info: dict[str, Any], source_name: str = "") -> IRFunction:
+    names = info["param_names"]
+    params = tuple(
+        param_from_llvm_type(t, n or f"arg{i}")
+        for i, (t, n) in enumerate(zip(info["params"], names, strict=True))
+    )
+    ret = None if info["ret"] == "void" else param_from_llvm_type(info["ret"], "return")
+    return IRFunction(module, info["name"], params, ret, source_name)
+
+
+def llvm_ir(text: str, name: str) -> IRFunction:
+    """Parse LLVM 15 IR ``text`` and take its function ``name``.
+
+    Raises CompileError if the IR does not parse or verify, and KeyError if it
+    defines no function of that name.
+    """
+    native = _native()
+    try:
+        module = native.Module(text)
+    except ValueError as exc:
+        raise CompileError(str(exc)) from None
+    for info in module.functions():
+        if info["name"] == name:
+            return _describe(module, info)
+    defined = ", ".join(sorted(i["name"] for i in module.functions())) or "none"
+    raise KeyError(f"the IR defines no function named '{name}' (it defines: {defined})")
+
+
+def _clang() -> str:
+    explicit = os.environ.get("ENZYME_PY_CLANG")
+    candidates = [explicit] if explicit else ["clang-15", "/usr/lib/llvm-15/bin/clang"]
+    for candidate in candidates:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    raise CompileError(
+        "clang 15 is needed to compile C/C++ for enzyme_py and was not found "
+        "(Debian: apt-get install clang-15; or set ENZYME_PY_CLANG to its path)"
+    )
+
+
+def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
+    clang = _clang()
+    chosen = list(DEFAULT_C_FLAGS if flags is None else flags)
+    std = ["-std=c11"] if language == "c" else ["-std=c++17"]
+    with tempfile.TemporaryDirectory(prefix="enzyme_py_") as tmp:
+        src = os.path.join(tmp, "source.c" if language == "c" else "source.cpp")
+        out = os.path.join(tmp, "source.ll")
+        with open(src, "w") as f:
+            f.write(source)
+        # Value names keep C parameter names in the IR, for error messages.
+        cmd = [
+            clang,
+            *std,
+            *chosen,
+            "-fno-discard-value-names",
+            "-S",
+            "-emit-llvm",
+            "-fPIC",
+            src,
+            "-o",
+            out,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
+        with open(out) as f:
+            return f.read()
+
+
+class CModule:
+    """A compiled C/C++ translation unit; its non-static functions are attributes."""
+
+    def __init__(self, ir_text: str, language: str):
+        native = _native()
+        try:
+            self._module = native.Module(ir_text)
+        except ValueError as exc:  # clang produced IR LLVM 15 rejects
+            raise CompileError(str(exc)) from None
+        self.language = language
+        self._functions: dict[str, IRFunction] = {}
+        for info in self._module.functions():
+            if info["linkage"] != _EXTERNAL_LINKAGE:
+                continue
+            symbol = info["name"]
+            self._functions[symbol] = _describe(self._module, info, symbol)
+        if language == "c++":
+            self._add_demangled_names()
+
+    def _add_demangled_names(self) -> None:
+        mangled = [s for s in self._functions if s.startswith("_Z")]
+        if not mangled:
+            return
+        filt = shutil.which("c++filt") or shutil.which("llvm-cxxfilt-15")
+        if not filt:
+            return
+        proc = subprocess.run([filt, *mangled], capture_output=True, text=True, check=False)
+        by_base: dict[str, list[str]] = {}
+        for symbol, plain in zip(mangled, proc.stdout.splitlines(), strict=False):
+            base = plain.split("(", 1)[0].rsplit("::", 1)[-1]
+            by_base.setdefault(base, []).append(symbol)
+        for base, symbols in by_base.items():
+            # Overloads stay reachable by their mangled names only.
+            if len(symbols) == 1 and base not in self._functions:
+                fn = self._functions[symbols[0]]
+                self._functions[base] = IRFunction(fn.module, fn.name, fn.params, fn.ret, base)
+
+    def functions(self) -> list[str]:
+        """Names of the functions that can be differentiated."""
+        return sorted(self._functions)
+
+    def ir(self) -> str:
+        return str(self._module.ir())
+
+    def __getattr__(self, name: str) -> IRFunction:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._functions[name]
+        except KeyError:
+            known = ", ".join(self.functions()) or "none"
+            raise AttributeError(
+                f"the {self.language.upper()} source defines no non-static function "
+                f"'{name}' (it defines: {known})"
+            ) from None
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self._functions]
+
+
+def c(source: str, flags: Sequence[str] | None = None) -> CModule:
+    """Compile C ``source`` with clang 15; functions are attributes of the result.
+
+    ``flags`` replaces the default optimisation flags (DEFAULT_C_FLAGS); include
+    paths and defines go there too. Raises CompileError with clang's diagnostics.
+    """
+    return CModule(_compile(source, "c", flags), "c")
+
+
+def cpp(source: str, flags: Sequence[str] | None = None) -> CModule:
+    """Compile C++ ``source`` with clang 15 (as ``c``). ``extern "C"`` names and
+    non-overloaded functions are reachable by their plain names."""
+    return CModule(_compile(source, "c++", flags), "c++")

@@ -1,0 +1,34 @@
+"""Test gating: AD tests carry the ``needs_enzyme`` marker and skip, with the
+reason, when this build has no AD (stub build, ENZYME_PY_DISABLE, no plugin)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import enzyme_py as ez
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ez.has_autodiff():
+        return
+    skip = pytest.mark.skip(reason=f"needs Enzyme: {ez.info()['reason']}")
+    for item in items:
+        if "needs_enzyme" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
+    """Run `code` in a fresh interpreter (for what must not share this process)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
