@@ -5,6 +5,7 @@ Decided once, at ``import enzyme_py``; every other module asks here.
 
 from __future__ import annotations
 
+import importlib.util
 from types import ModuleType
 
 from enzyme_py._plugin import HOW_TO_ENABLE, disabled_by_environment, find_plugin
@@ -13,10 +14,15 @@ from enzyme_py._plugin import HOW_TO_ENABLE, disabled_by_environment, find_plugi
 def _load() -> tuple[ModuleType | None, str | None]:
     if disabled_by_environment():
         return None, "AD is disabled by ENZYME_PY_DISABLE in the environment"
+    if importlib.util.find_spec("enzyme_py._native") is None:
+        return None, (
+            "this enzyme_py was built without AD (ENZYME_PY_AD=OFF, or LLVM 15 or the "
+            "Enzyme plugin was not found when it was built)"
+        )
     try:
         from enzyme_py import _native
-    except ImportError as exc:
-        return None, f"this enzyme_py was built without AD (no compiled core: {exc})"
+    except ImportError as exc:  # e.g. libLLVM-15.so.1 missing at run time
+        return None, f"enzyme_py's compiled core does not load: {exc}"
     try:
         plugin = find_plugin()
         _native.load(str(plugin))
