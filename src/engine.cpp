@@ -1,6 +1,13 @@
 #include "engine.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -307,8 +314,8 @@ Engine::~Engine() {
   // the context is left to the process teardown.
 }
 
-CompiledDerivative Engine::differentiate(const SourceModule &source,
-                                         const DerivativeRequest &req) {
+Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
+                       const std::string &entry_name) {
   const EnzymeApi &api = enzyme_api();
   const bool log = log_enabled();
   auto t0 = Clock::now();
@@ -374,16 +381,21 @@ CompiledDerivative Engine::differentiate(const SourceModule &source,
   }
   auto t_enzyme = Clock::now();
 
-  const std::string id = std::to_string(++counter_);
-  const std::string derivative_name = "__enzyme_py_derivative_" + id;
-  const std::string entry_name = "__enzyme_py_entry_" + id;
+  const std::string derivative_name = entry_name + "_derivative";
   LLVMSetValueName2(derivative, derivative_name.c_str(), derivative_name.size());
-  CompiledDerivative out;
+  LLVMSetLinkage(derivative, LLVMExternalLinkage);
+  Artifact out;
+  out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);
+  out.derivative_module = print_module(mod);
 
-  // Only the entry stays visible; everything else may be inlined and dropped.
+  // Only the entry stays visible; everything else may be inlined and dropped,
+  // and objects of several derivatives never clash in the JIT.
   for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
     if (!LLVMIsDeclaration(f)) LLVMSetLinkage(f, LLVMInternalLinkage);
+  }
+  for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g)) {
+    if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
   }
   LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx_), 0);
   LLVMTypeRef entry_type = LLVMFunctionType(LLVMVoidTypeInContext(ctx_), &i8p, 1, 0);
@@ -422,20 +434,162 @@ CompiledDerivative Engine::differentiate(const SourceModule &source,
   jit_->optimize(mod, req.passes);
   out.optimized_ir = print_module(mod);
   auto t_opt = Clock::now();
-  std::string object = jit_->emit_object(mod);
-  auto t_codegen = Clock::now();
-  out.entry = jit_->load(object, entry_name);
+  out.object = jit_->emit_object(mod);
   if (log) {
     std::fprintf(stderr,
                  "[enzyme_py] %s '%s' width=%u: enzyme %.1f ms, optimize %.1f ms, "
-                 "codegen %.1f ms, load %.1f ms\n",
+                 "codegen %.1f ms\n",
                  req.forward ? "forward" : "reverse", req.function.c_str(), req.width,
                  std::chrono::duration<double, std::milli>(t_enzyme - t0).count(),
                  std::chrono::duration<double, std::milli>(t_opt - t_enzyme).count(),
-                 std::chrono::duration<double, std::milli>(t_codegen - t_opt).count(),
-                 ms_since(t_codegen));
+                 ms_since(t_opt));
   }
   return out;
+}
+
+uint64_t Engine::load(const std::string &object, const std::string &entry_name) {
+  return jit_->load(object, entry_name);
+}
+
+namespace {
+
+// The child's answer travels through a memfd as length-prefixed fields.
+enum ChildStatus : uint64_t { kOk = 0, kEnzymeFailure = 1, kInvalidArgument = 2, kError = 3 };
+
+void put_field(std::string &buf, const std::string &field) {
+  uint64_t n = field.size();
+  buf.append(reinterpret_cast<const char *>(&n), sizeof n);
+  buf.append(field);
+}
+
+bool get_field(const std::string &buf, size_t &at, std::string &field) {
+  uint64_t n = 0;
+  if (at + sizeof n > buf.size()) return false;
+  std::memcpy(&n, buf.data() + at, sizeof n);
+  at += sizeof n;
+  if (n > buf.size() - at) return false;
+  field.assign(buf.data() + at, n);
+  at += n;
+  return true;
+}
+
+bool write_all(int fd, const std::string &data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string read_all(int fd) {
+  std::string data;
+  ::lseek(fd, 0, SEEK_SET);
+  char chunk[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    data.append(chunk, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string tail(const std::string &text, size_t max_chars) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t.size() <= max_chars ? t : "..." + t.substr(t.size() - max_chars);
+}
+
+}  // namespace
+
+Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequest &req,
+                                const std::string &entry_name) {
+  Fd result{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_result", 0))};
+  Fd errors{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_stderr", 0))};
+  if (result.fd < 0 || errors.fd < 0) {
+    throw std::runtime_error(std::string("memfd_create failed: ") + std::strerror(errno));
+  }
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    // The child: no Python, no destructors, no atexit handlers; only _exit.
+    ::dup2(errors.fd, STDERR_FILENO);
+    // For the test suite: prove that a crash in here cannot reach the caller.
+    if (const char *crash = std::getenv("ENZYME_PY_TEST_CRASH_IN_BUILD")) {
+      std::fprintf(stderr, "simulated crash: %s\n", crash);
+      std::abort();
+    }
+    std::string buf;
+    uint64_t status = kOk;
+    std::string message;
+    Artifact art;
+    try {
+      art = build(source, req, entry_name);
+    } catch (const EnzymeFailure &e) {
+      status = kEnzymeFailure;
+      message = e.what();
+    } catch (const std::invalid_argument &e) {
+      status = kInvalidArgument;
+      message = e.what();
+    } catch (const std::exception &e) {
+      status = kError;
+      message = e.what();
+    }
+    buf.append(reinterpret_cast<const char *>(&status), sizeof status);
+    if (status == kOk) {
+      for (const std::string *f : {&art.object, &art.entry_name, &art.in_slots, &art.out_slots,
+                                   &art.enzyme_ir, &art.derivative_module, &art.optimized_ir}) {
+        put_field(buf, *f);
+      }
+    } else {
+      put_field(buf, message);
+    }
+    ::_exit(write_all(result.fd, buf) ? 0 : 3);
+  }
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+  }
+  std::string child_stderr = read_all(errors.fd);
+  if (!child_stderr.empty() && log_enabled()) std::fputs(child_stderr.c_str(), stderr);
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    std::string how = WIFSIGNALED(wstatus)
+                          ? "was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
+                                (WTERMSIG(wstatus) == SIGABRT ? " (an assertion or abort)" : "")
+                          : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+    throw EnzymeFailure("Enzyme crashed while differentiating '" + req.function +
+                        "' (the isolated build process " + how + "); the process that "
+                        "asked lives on. Enzyme's last output:\n" + tail(child_stderr, 4000));
+  }
+  std::string buf = read_all(result.fd);
+  uint64_t status = kError;
+  size_t at = sizeof status;
+  if (buf.size() < sizeof status) throw std::runtime_error("the build process sent no result");
+  std::memcpy(&status, buf.data(), sizeof status);
+  if (status != kOk) {
+    std::string message;
+    get_field(buf, at, message);
+    if (status == kEnzymeFailure) throw EnzymeFailure(message);
+    if (status == kInvalidArgument) throw std::invalid_argument(message);
+    throw std::runtime_error(message);
+  }
+  Artifact art;
+  for (std::string *f : {&art.object, &art.entry_name, &art.in_slots, &art.out_slots,
+                         &art.enzyme_ir, &art.derivative_module, &art.optimized_ir}) {
+    if (!get_field(buf, at, *f)) throw std::runtime_error("the build process sent a truncated result");
+  }
+  return art;
 }
 
 }  // namespace enzyme_py

@@ -52,12 +52,17 @@ struct DerivativeRequest {
   std::string passes = "default<O2>";
 };
 
-struct CompiledDerivative {
-  uint64_t entry = 0;
-  std::string in_slots;   // codes of the entry's input slots, in order
-  std::string out_slots;  // codes of the slots the entry writes after them
-  std::string enzyme_ir;  // the derivative as Enzyme made it, before optimization
-  std::string optimized_ir;
+// What building one derivative produces: object code with one visible
+// symbol, the entry point, plus what the Python side needs to call it.
+struct Artifact {
+  std::string object;      // host object code
+  std::string entry_name;  // its only exported symbol
+  std::string in_slots;    // codes of the entry's input slots, in order
+  std::string out_slots;   // codes of the slots the entry writes after them
+  std::string enzyme_ir;   // the derivative function as Enzyme made it
+  std::string derivative_module;  // the whole module after Enzyme, before the
+                                  // entry point: input for higher-order AD
+  std::string optimized_ir;       // the final module
 };
 
 class Engine {
@@ -67,14 +72,21 @@ class Engine {
 
   LLVMContextRef context() const { return ctx_; }
   const HostJit &jit() const { return *jit_; }
-  CompiledDerivative differentiate(const SourceModule &source,
-                                   const DerivativeRequest &request);
+
+  // Ask Enzyme for the derivative and compile it, in this process.
+  Artifact build(const SourceModule &source, const DerivativeRequest &request,
+                 const std::string &entry_name);
+  // The same in a forked child, so that an abort inside Enzyme (its
+  // assertions are enabled) becomes an EnzymeFailure instead of killing
+  // the caller. Nothing the child does changes this process.
+  Artifact build_isolated(const SourceModule &source, const DerivativeRequest &request,
+                          const std::string &entry_name);
+  // Load an artifact's object code into the JIT; the entry's address.
+  uint64_t load(const std::string &object, const std::string &entry_name);
 
  private:
   LLVMContextRef ctx_ = nullptr;
-  capi::EnzymeLogicRef logic_ = nullptr;
   std::unique_ptr<HostJit> jit_;
-  uint64_t counter_ = 0;
 };
 
 }  // namespace enzyme_py

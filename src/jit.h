@@ -30,6 +30,7 @@ class HostJit {
 
   const std::string &triple() const { return triple_; }
   const std::string &cpu() const { return cpu_; }
+  const std::string &features() const { return features_; }
 
  private:
   LLVMOrcLLJITRef jit_ = nullptr;

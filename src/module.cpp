@@ -106,7 +106,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("plugin_path", []() { return enzyme_api().path; });
   m.def("host", []() {
     const HostJit &jit = the_engine().jit();
-    return py::make_tuple(jit.triple(), jit.cpu());
+    return py::make_tuple(jit.triple(), jit.cpu(), jit.features());
   });
   m.def("type_tree_string", &type_tree_string, py::arg("kind"), py::arg("pointee") = -1);
 
@@ -118,19 +118,12 @@ PYBIND11_MODULE(_native, m) {
       .def("ir", &SourceModule::ir)
       .def("functions", &module_functions);
 
-  py::class_<CompiledDerivative>(m, "Derivative")
-      .def_readonly("entry", &CompiledDerivative::entry)
-      .def_readonly("in_slots", &CompiledDerivative::in_slots)
-      .def_readonly("out_slots", &CompiledDerivative::out_slots)
-      .def_readonly("enzyme_ir", &CompiledDerivative::enzyme_ir)
-      .def_readonly("optimized_ir", &CompiledDerivative::optimized_ir);
-
   m.def(
-      "differentiate",
+      "build",
       [](const SourceModule &source, const std::string &function, bool forward,
          const std::vector<int> &args, int ret, bool return_primal, unsigned width,
          const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
-         const std::string &passes) {
+         const std::string &passes, const std::string &entry_name, bool isolate) {
         DerivativeRequest req;
         req.function = function;
         req.forward = forward;
@@ -142,13 +135,33 @@ PYBIND11_MODULE(_native, m) {
         req.runtime_activity = runtime_activity;
         req.strong_zero = strong_zero;
         req.passes = passes;
-        return the_engine().differentiate(source, req);
+        Engine &e = the_engine();
+        Artifact art = isolate ? e.build_isolated(source, req, entry_name)
+                               : e.build(source, req, entry_name);
+        py::dict out;
+        out["object"] = py::bytes(art.object);
+        out["entry_name"] = art.entry_name;
+        out["in_slots"] = art.in_slots;
+        out["out_slots"] = art.out_slots;
+        out["enzyme_ir"] = art.enzyme_ir;
+        out["derivative_module"] = art.derivative_module;
+        out["optimized_ir"] = art.optimized_ir;
+        return out;
       },
       py::arg("module"), py::arg("function"), py::arg("forward"), py::arg("args"),
       py::arg("ret"), py::arg("return_primal"), py::arg("width"), py::arg("pointee"),
-      py::arg("runtime_activity") = false, py::arg("strong_zero") = false,
-      py::arg("passes") = "default<O2>",
-      "Ask Enzyme for one derivative of `function` and JIT-compile it.");
+      py::arg("runtime_activity"), py::arg("strong_zero"), py::arg("passes"),
+      py::arg("entry_name"), py::arg("isolate"),
+      "Ask Enzyme for one derivative of `function`, optimize and compile it to object\n"
+      "code whose only exported symbol is `entry_name`; with `isolate`, in a forked child.");
+
+  m.def(
+      "load_object",
+      [](py::bytes object, const std::string &entry_name) {
+        return the_engine().load(std::string(object), entry_name);
+      },
+      py::arg("object"), py::arg("entry_name"),
+      "Load object code from `build` into the JIT; the address of its entry point.");
 
   m.def(
       "invoke",

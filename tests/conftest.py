@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 import enzyme_py as ez
+
+# Tests start from an empty derivative cache of their own (subprocesses inherit it).
+os.environ.setdefault("ENZYME_PY_CACHE_DIR", tempfile.mkdtemp(prefix="enzyme_py_test_cache_"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,6 +4,7 @@ A plugin of another Enzyme version, whose signatures differ, fails here.
 """
 
 import math
+import re
 
 import pytest
 
@@ -56,7 +57,9 @@ def test_create_primal_and_gradient():
     # CreateTypeAnalysis, FreeTypeAnalysis, FreeEnzymeLogic.
     f = ez.llvm_ir(SIN_IR, "f")
     df = ez.autodiff(f, ez.Reverse, ez.Active, ez.ActiveOnly)
-    assert "{ double } @__enzyme_py_derivative" in df.inspect_llvm()
+    assert re.search(
+        r"\{ double \} @__enzyme_py_entry_\w+_derivative\(double %x, double", df.inspect_llvm()
+    )
     assert df(2.0, 1.0) == (None, pytest.approx(df_analytic(2.0), rel=1e-15))
 
 
@@ -64,7 +67,7 @@ def test_create_forward_diff():
     # EnzymeCreateForwardDiff (20 parameters).
     f = ez.llvm_ir(SIN_IR, "f")
     df = ez.autodiff(f, ez.Forward, ez.Dual, ez.Dual)
-    assert "{ double, double } @__enzyme_py_derivative" in df.inspect_llvm()
+    assert re.search(r"\{ double, double \} @__enzyme_py_entry_\w+_derivative", df.inspect_llvm())
     y, dy = df(0.7, 1.0)
     assert y == pytest.approx(0.49 * math.sin(0.7), rel=1e-15)
     assert dy == pytest.approx(df_analytic(0.7), rel=1e-15)

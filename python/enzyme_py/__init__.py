@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from enzyme_py import _state, offload
 from enzyme_py._info import has_autodiff, info
+from enzyme_py._version import __version__
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -47,7 +48,6 @@ else:
         vjp,
     )
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Active",
@@ -65,6 +65,7 @@ __all__ = [
     "Forward",
     "Mode",
     "Reverse",
+    "__version__",
     "autodiff",
     "c",
     "cpp",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _state
+from enzyme_py import _build, _state
 from enzyme_py._signature import Param
 from enzyme_py.core import (
     Active,
@@ -188,28 +188,23 @@ class Derivative:
             ret_code, self._return_primal = _DFT_CONSTANT, False
         else:
             ret_code, self._return_primal = _DIFFE[ret], ret.primal_needed
-        native = _state.native
-        try:
-            self._compiled = native.differentiate(
-                fn.module,
-                fn.name,
-                forward,
-                [_DIFFE[a] for a in params],
-                ret_code,
-                self._return_primal,
-                options.width,
-                [p.enzyme_pointee for p in fn.params],
-                options.runtime_activity,
-                options.strong_zero,
-            )
-        except native.EnzymeFailure as exc:
-            raise EnzymeError(
-                f"{exc}\n(while differentiating '{fn.display_name}' in {mode.name} mode with "
-                f"activities {', '.join(a.name for a in (*params, *([ret] if ret else [])))})"
-            ) from None
-        self._entry = int(self._compiled.entry)
-        self._in_codes = str(self._compiled.in_slots)
-        self._out_codes = str(self._compiled.out_slots)
+        acts = ", ".join(a.name for a in (*params, *([ret] if ret else [])))
+        self._compiled = _build.derivative(
+            fn,
+            _build.Request(
+                forward=forward,
+                args=tuple(_DIFFE[a] for a in params),
+                ret=ret_code,
+                return_primal=self._return_primal,
+                width=options.width,
+                runtime_activity=options.runtime_activity,
+                strong_zero=options.strong_zero,
+            ),
+            f"'{fn.display_name}' in {mode.name} mode with activities {acts}",
+        )
+        self._entry = self._compiled.entry
+        self._in_codes = self._compiled.in_slots
+        self._out_codes = self._compiled.out_slots
         self._n_slots = len(self._in_codes) + len(self._out_codes)
         self._arity = sum(2 if a.shadow else 1 for a in params) + (
             1 if (not forward and ret in (Active, ActiveOnly)) else 0
@@ -314,7 +309,8 @@ class Derivative:
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
-        return str(self._compiled.optimized_ir if optimized else self._compiled.enzyme_ir)
+        art = self._compiled.artifact
+        return art.optimized_ir if optimized else art.enzyme_ir
 
     def __repr__(self) -> str:
         acts = ", ".join(a.name for a in self.activities)

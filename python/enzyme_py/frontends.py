@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, EnzymeUnavailableError
 
-__all__ = ["CModule", "IRFunction", "c", "cpp", "llvm_ir"]
+__all__ = ["CModule", "IRFunction", "SourceModule", "c", "cpp", "llvm_ir"]
 
 # Typed pointers let the parameter descriptions carry the pointee type
 # (double* is a float64 array); Enzyme works on either form.
@@ -41,11 +42,39 @@ def _native() -> Any:
     return _state.native
 
 
+class SourceModule:
+    """An LLVM module a frontend produced; derivatives are built from clones of it."""
+
+    def __init__(self, native_module: Any):
+        self.native = native_module
+        self._digest: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the module's IR text: what the derivative cache keys on."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.ir().encode()).hexdigest()
+        return self._digest
+
+    def ir(self) -> str:
+        return str(self.native.ir())
+
+    def functions(self) -> list[dict[str, Any]]:
+        return list(self.native.functions())
+
+
+def _parse(text: str) -> SourceModule:
+    try:
+        return SourceModule(_native().Module(text))
+    except ValueError as exc:  # not parseable or not valid LLVM 15 IR
+        raise CompileError(str(exc)) from None
+
+
 @dataclass(frozen=True, eq=False)
 class IRFunction:
     """One function of an LLVM module, ready to be given to ``autodiff``."""
 
-    module: Any = field(repr=False)  # enzyme_py._native.Module
+    module: SourceModule = field(repr=False)
     name: str
     params: tuple[Param, ...]
     ret: Param | None  # None: returns nothing
@@ -57,10 +86,10 @@ class IRFunction:
 
     def ir(self) -> str:
         """The module's LLVM IR, as the frontend produced it."""
-        return str(self.module.ir())
+        return self.module.ir()
 
 
-def _describe(module: Any, info: dict[str, Any], source_name: str = "") -> IRFunction:
+def _describe(module: SourceModule, info: dict[str, Any], source_name: str = "") -> IRFunction:
     names = info["param_names"]
     params = tuple(
         param_from_llvm_type(t, n or f"arg{i}")
@@ -76,11 +105,7 @@ def llvm_ir(text: str, name: str) -> IRFunction:
     Raises CompileError if the IR does not parse or verify, and KeyError if it
     defines no function of that name.
     """
-    native = _native()
-    try:
-        module = native.Module(text)
-    except ValueError as exc:
-        raise CompileError(str(exc)) from None
+    module = _parse(text)
     for info in module.functions():
         if info["name"] == name:
             return _describe(module, info)
@@ -105,11 +130,12 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
     clang = _clang()
     chosen = list(DEFAULT_C_FLAGS if flags is None else flags)
     std = ["-std=c11"] if language == "c" else ["-std=c++17"]
+    name = "source.c" if language == "c" else "source.cpp"
     with tempfile.TemporaryDirectory(prefix="enzyme_py_") as tmp:
-        src = os.path.join(tmp, "source.c" if language == "c" else "source.cpp")
-        out = os.path.join(tmp, "source.ll")
-        with open(src, "w") as f:
+        with open(os.path.join(tmp, name), "w") as f:
             f.write(source)
+        # Relative names, run inside tmp: the IR text (and so the derivative cache
+        # key) is the same for the same source in every process.
         # Value names keep C parameter names in the IR, for error messages.
         cmd = [
             clang,
@@ -119,14 +145,14 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
             "-S",
             "-emit-llvm",
             "-fPIC",
-            src,
+            name,
             "-o",
-            out,
+            "source.ll",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
-        with open(out) as f:
+        with open(os.path.join(tmp, "source.ll")) as f:
             return f.read()
 
 
@@ -134,11 +160,7 @@ class CModule:
     """A compiled C/C++ translation unit; its non-static functions are attributes."""
 
     def __init__(self, ir_text: str, language: str):
-        native = _native()
-        try:
-            self._module = native.Module(ir_text)
-        except ValueError as exc:  # clang produced IR LLVM 15 rejects
-            raise CompileError(str(exc)) from None
+        self._module = _parse(ir_text)
         self.language = language
         self._functions: dict[str, IRFunction] = {}
         for info in self._module.functions():
@@ -172,7 +194,7 @@ class CModule:
         return sorted(self._functions)
 
     def ir(self) -> str:
-        return str(self._module.ir())
+        return self._module.ir()
 
     def __getattr__(self, name: str) -> IRFunction:
         if name.startswith("__"):

@@ -1,0 +1,110 @@
+"""From a checked request to callable machine code: memory cache, disk cache, Enzyme.
+
+Enzyme runs in a forked child by default (``ENZYME_PY_ISOLATE=0`` runs it in this
+process): its assertions are enabled, and an abort there must not kill the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from enzyme_py import _cache, _state
+from enzyme_py._info import ENZYME_VERSION
+from enzyme_py._version import __version__
+from enzyme_py.core import EnzymeError
+from enzyme_py.frontends import IRFunction
+
+PASSES = "default<O2>"
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything Enzyme is asked, in the engine's terms (src/engine.h)."""
+
+    forward: bool
+    args: tuple[int, ...]  # CDIFFE_TYPE per parameter
+    ret: int  # CDIFFE_TYPE of the return value
+    return_primal: bool
+    width: int
+    runtime_activity: bool
+    strong_zero: bool
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A derivative loaded into the JIT: its entry point and slot layout."""
+
+    key: str
+    entry: int
+    in_slots: str
+    out_slots: str
+    artifact: _cache.Artifact
+
+
+_loaded: dict[str, Compiled] = {}
+_environment: list[str] = []
+
+
+def isolated() -> bool:
+    return os.environ.get("ENZYME_PY_ISOLATE", "1").strip() != "0"
+
+
+def _environment_parts() -> list[str]:
+    """Versions of everything that shapes the object code."""
+    if not _environment:
+        native = _state.native
+        plugin = native.plugin_path()
+        stat = os.stat(plugin)
+        _environment.extend(
+            [
+                __version__,
+                ENZYME_VERSION,
+                native.llvm_version,
+                plugin,
+                f"{stat.st_size}:{stat.st_mtime_ns}",
+                *native.host(),
+                PASSES,
+            ]
+        )
+    return _environment
+
+
+def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
+    """The compiled derivative for request, from the cheapest place that has it."""
+    key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
+    compiled = _loaded.get(key)
+    if compiled is not None:
+        return compiled
+    native = _state.native
+    start = time.perf_counter()
+    artifact = _cache.load(key)
+    source = "disk cache"
+    if artifact is None:
+        source = "Enzyme" + (" (isolated)" if isolated() else "")
+        try:
+            built = native.build(
+                fn.module.native,
+                fn.name,
+                request.forward,
+                list(request.args),
+                request.ret,
+                request.return_primal,
+                request.width,
+                [p.enzyme_pointee for p in fn.params],
+                request.runtime_activity,
+                request.strong_zero,
+                PASSES,
+                f"__enzyme_py_entry_{key[:32]}",
+                isolated(),
+            )
+        except native.EnzymeFailure as exc:
+            raise EnzymeError(f"{exc}\n(while differentiating {description})") from None
+        artifact = _cache.Artifact.from_native(built)
+        _cache.store(key, artifact)
+    entry = native.load_object(artifact.object, artifact.entry_name)
+    compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
+    _loaded[key] = compiled
+    _cache.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
+    return compiled
