@@ -116,6 +116,14 @@ PYBIND11_MODULE(_native, m) {
            }),
            py::arg("ir_text"))
       .def("ir", &SourceModule::ir)
+      .def(
+          "optimize",
+          [](SourceModule &self, const std::string &passes) {
+            const HostJit &jit = the_engine().jit();
+            jit.prepare(self.get());
+            jit.optimize(self.get(), passes);
+          },
+          py::arg("passes"), "Run an LLVM pass pipeline on the module in place.")
       .def("functions", &module_functions);
 
   m.def(

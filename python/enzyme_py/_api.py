@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _build, _state
+from enzyme_py import _build, _state, frontends
 from enzyme_py._signature import Param
 from enzyme_py.core import (
     Active,
@@ -63,6 +63,8 @@ _SLOT_VIEWS: dict[str, tuple[np.dtype, int]] = {
 def _resolve(f: Any) -> IRFunction:
     if isinstance(f, IRFunction):
         return f
+    if isinstance(f, Derivative):  # higher order: differentiate the derivative
+        return f.as_function()
     raise TypeError(
         f"autodiff cannot differentiate {f!r}: give a function from ez.llvm_ir(text, name), "
         "or an attribute of ez.c(source) / ez.cpp(source)"
@@ -145,12 +147,15 @@ def _check_param(fn: IRFunction, mode: Mode, i: int, param: Param, act: Activity
 
 
 def _check_return(fn: IRFunction, mode: Mode, ret: Param, act: Activity) -> None:
-    where = f"the return value ({ret.dtype}) of '{fn.display_name}'"
+    what = f"{ret.fields} x {ret.dtype}" if ret.kind == "struct" else str(ret.dtype)
+    where = f"the return value ({what}) of '{fn.display_name}'"
     if not act.allowed_in(mode):
         raise ActivityError(
             f"{act.name} is not allowed in {mode.name} mode ({where}); {_mode_hint(mode)}"
         )
     if act is Const:
+        return
+    if ret.kind == "struct" and mode is Forward:
         return
     if ret.kind != "float":
         raise ActivityError(f"{where} is not a float scalar; it can only be Const")
@@ -179,10 +184,12 @@ class Derivative:
         options: _Options,
     ):
         self.function = fn
+        self._as_function: IRFunction | None = None
         self.mode = mode
         self.activities = params
         self.return_activity = ret
         self.width = options.width
+        self._runtime_activity = options.runtime_activity
         forward = mode is Forward
         if ret is None:
             ret_code, self._return_primal = _DFT_CONSTANT, False
@@ -221,17 +228,15 @@ class Derivative:
                 n_in += k
         n_out = 0
         ret = self.return_activity
+        fields = self.function.ret.fields if self.function.ret is not None else 0
+        if self._return_primal:
+            n_out += fields
         if self.mode is Reverse:
             if ret in (Active, ActiveOnly):
                 n_in += k
-            if self._return_primal:
-                n_out += 1
             n_out += sum(k for a in self.activities if a is Active)
-        else:
-            if self._return_primal:
-                n_out += 1
-            if ret in (Dual, DualOnly):
-                n_out += k
+        elif ret in (Dual, DualOnly):
+            n_out += k * fields
         return n_in, n_out
 
     def _check_layout(self) -> None:
@@ -261,6 +266,13 @@ class Derivative:
                 keep_alive.append(array)
                 writer.put(array.ctypes.data)
                 if act.shadow:
+                    if self._runtime_activity and args[pos] is value:
+                        # Enzyme's runtime activity: a shadow that is its own primal
+                        # marks the array inactive for this call.
+                        for _ in range(k):
+                            writer.put(array.ctypes.data)
+                        pos += 1
+                        continue
                     shadow = _check_shadow(args[pos], array, k, f"the shadow of {where}")
                     pos += 1
                     keep_alive.append(shadow)
@@ -283,14 +295,23 @@ class Derivative:
 
     def _results(self, reader: _SlotReader) -> Any:
         k = self.width
-        primal = reader.take() if self._return_primal else None
+        ret = self.function.ret
+        fields = ret.fields if ret is not None and ret.kind == "struct" else 0
+        primal = None
+        if self._return_primal:
+            primal = tuple(reader.take() for _ in range(fields)) if fields else reader.take()
         if self.mode is Reverse:
             adjoints = [reader.take_lanes(k) for a in self.activities if a is Active]
             return (primal, *adjoints)
-        ret = self.return_activity
-        if ret in (Dual, DualOnly):
-            tangent = reader.take_lanes(k)
-            return (primal, tangent) if ret is Dual else tangent
+        if self.return_activity in (Dual, DualOnly):
+            if fields:  # lane-major: each lane holds every field
+                values = [reader.take() for _ in range(k * fields)]
+                tangent: Any = (
+                    tuple(values) if k == 1 else np.array(values).reshape(k, fields)
+                )
+            else:
+                tangent = reader.take_lanes(k)
+            return (primal, tangent) if self.return_activity is Dual else tangent
         return primal
 
     def _arity_message(self, got: int) -> str:
@@ -306,6 +327,23 @@ class Derivative:
             f"the {self.mode.name.lower()} derivative of '{fn.display_name}' takes "
             f"{self._arity} arguments ({', '.join(names)}); got {got}"
         )
+
+    def as_function(self) -> IRFunction:
+        """This derivative as a function to differentiate again (higher order).
+
+        Its parameters are the derivative's, in calling order (shadows after their
+        values, then the seed); a reverse derivative returns its adjoints by value.
+        """
+        if self._as_function is None:
+            module = frontends.parse_module(self._compiled.artifact.derivative_module)
+            # Enzyme differentiates its own raw output poorly (dead primal code,
+            # placeholder phis trip its assertions); it handles the optimized form.
+            module.native.optimize(_build.PASSES)
+            name = f"{self._compiled.artifact.entry_name}_derivative"
+            self._as_function = frontends.function_of(
+                module, name, f"{self.mode.name.lower()} derivative of {self.function.display_name}"
+            )
+        return self._as_function
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
@@ -444,9 +482,11 @@ def autodiff(
 
     Args:
         width: batch size: each shadow, tangent and seed carries ``width`` values.
-        runtime_activity: let Enzyme decide at run time whether a value is active.
-            Needed when the same memory is sometimes active and sometimes constant
-            (e.g. a pointer that may alias a Const array); costs speed.
+        runtime_activity: let Enzyme decide at run time whether memory is active.
+            Needed when activity is only known per call or per pointer (e.g. a pointer
+            that sometimes aliases a Const array). With it, passing an array as its
+            own shadow (``df(x, x, ...)``) marks that array inactive for the call;
+            without it that is refused. Costs a check per access.
         strong_zero: a zero derivative times inf/nan stays zero instead of nan.
 
     Raises:

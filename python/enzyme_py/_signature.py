@@ -33,13 +33,15 @@ class Param:
     """One parameter (or the return value) of a function.
 
     kind is "float" (a by-value float32/float64), "int" (a by-value integer or
-    bool), or "pointer" (an array passed by its data pointer). dtype is the
+    bool), "pointer" (an array passed by its data pointer), or "struct" (a
+    return value of several floats of one dtype, as derivatives return them). dtype is the
     scalar's dtype, or the pointee's for a pointer (None when unknown).
     """
 
     name: str
     kind: str
     dtype: np.dtype | None
+    fields: int = 1  # number of values of a "struct" (a derivative's result)
 
     @property
     def is_float(self) -> bool:
@@ -64,6 +66,7 @@ class Param:
 
 
 _POINTER = re.compile(r"^(.*?)\*$")
+_STRUCT = re.compile(r"^\{\s*(.*?)\s*\}$")
 
 
 def param_from_llvm_type(type_text: str, name: str) -> Param:
@@ -74,6 +77,12 @@ def param_from_llvm_type(type_text: str, name: str) -> Param:
         return Param(name, "float" if dtype.kind == "f" else "int", dtype)
     if text == "ptr" or text.startswith("ptr addrspace"):
         return Param(name, "pointer", None)
+    struct = _STRUCT.match(text)
+    if struct:
+        members = [m.strip() for m in struct.group(1).split(",") if m.strip()]
+        kinds = {_SCALARS.get(m) for m in members}
+        if len(kinds) == 1 and members and next(iter(kinds)) in (np.float64, np.float32):
+            return Param(name, "struct", _SCALARS[members[0]], len(members))
     pointer = _POINTER.match(text)
     if pointer:
         pointee = pointer.group(1).strip()

@@ -63,7 +63,7 @@ class SourceModule:
         return list(self.native.functions())
 
 
-def _parse(text: str) -> SourceModule:
+def parse_module(text: str) -> SourceModule:
     try:
         return SourceModule(_native().Module(text))
     except ValueError as exc:  # not parseable or not valid LLVM 15 IR
@@ -99,18 +99,22 @@ def _describe(module: SourceModule, info: dict[str, Any], source_name: str = "")
     return IRFunction(module, info["name"], params, ret, source_name)
 
 
+def function_of(module: SourceModule, name: str, source_name: str = "") -> IRFunction:
+    """Function ``name`` of ``module``; KeyError naming what the module defines."""
+    for info in module.functions():
+        if info["name"] == name:
+            return _describe(module, info, source_name)
+    defined = ", ".join(sorted(i["name"] for i in module.functions())) or "none"
+    raise KeyError(f"the IR defines no function named '{name}' (it defines: {defined})")
+
+
 def llvm_ir(text: str, name: str) -> IRFunction:
     """Parse LLVM 15 IR ``text`` and take its function ``name``.
 
     Raises CompileError if the IR does not parse or verify, and KeyError if it
     defines no function of that name.
     """
-    module = _parse(text)
-    for info in module.functions():
-        if info["name"] == name:
-            return _describe(module, info)
-    defined = ", ".join(sorted(i["name"] for i in module.functions())) or "none"
-    raise KeyError(f"the IR defines no function named '{name}' (it defines: {defined})")
+    return function_of(parse_module(text), name)
 
 
 def _clang() -> str:
@@ -160,7 +164,7 @@ class CModule:
     """A compiled C/C++ translation unit; its non-static functions are attributes."""
 
     def __init__(self, ir_text: str, language: str):
-        self._module = _parse(ir_text)
+        self._module = parse_module(ir_text)
         self.language = language
         self._functions: dict[str, IRFunction] = {}
         for info in self._module.functions():
