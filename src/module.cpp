@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "caller.h"
 #include "engine.h"
 #include "enzyme_plugin.h"
 #include "offload.h"
@@ -170,6 +171,8 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("object"), py::arg("entry_name"),
       "Load object code from `build` into the JIT; the address of its entry point.");
+
+  register_caller(m);
 
   m.def(
       "invoke",

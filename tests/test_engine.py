@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 import enzyme_py as ez
@@ -119,3 +120,43 @@ def test_log_reports_stages():
     assert proc.returncode == 0, proc.stderr
     assert "reverse 'sq' width=1: enzyme" in proc.stderr
     assert "optimize" in proc.stderr and "codegen" in proc.stderr
+
+
+def test_fast_and_checked_call_paths_agree():
+    m = ez.c(
+        "double wsum(const double *x, const double *w, double s, int n) {"
+        " double r = 0; for (int i = 0; i < n; ++i) r += s * w[i] * x[i] * x[i]; return r; }"
+    )
+    x, w = np.linspace(0, 1, 6), np.linspace(1, 2, 6)
+    cases = [
+        (
+            ez.autodiff(
+                m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.Active, ez.Const, ez.Active
+            ),
+            lambda: (x, np.zeros(6), w, 1.5, 6, 2.0),
+        ),
+        (
+            ez.autodiff(
+                m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.Active, ez.Const, ez.Active, width=2
+            ),
+            lambda: (x, np.zeros((2, 6)), w, 1.5, 6, [1.0, 2.0]),
+        ),
+        (
+            ez.autodiff(m.wsum, ez.Forward, ez.Dual, ez.Const, ez.Dual, ez.Const, ez.Dual),
+            lambda: (x, np.ones(6), w, 1.5, 0.5, 6),
+        ),
+        (
+            ez.autodiff(
+                m.wsum, ez.Forward, ez.Dual, ez.Const, ez.Dual, ez.Const, ez.DualOnly, width=3
+            ),
+            lambda: (x, np.ones((3, 6)), w, 1.5, [0.5, 1.0, 0.0], 6),
+        ),
+    ]
+    for df, make in cases:
+        assert df._fast is not None, df
+        fast_args, slow_args = make(), make()
+        fast = df(*fast_args)
+        slow = df._call_checked(slow_args)
+        np.testing.assert_equal(fast, slow)
+        for a, b in zip(fast_args, slow_args):
+            np.testing.assert_array_equal(a, b)  # shadows written identically

@@ -47,6 +47,17 @@ _DIFFE = {
     DualOnly: _DFT_DUP_NONEED,
 }
 
+# The slot code of each scalar dtype.
+_SLOT_CODE: dict[np.dtype, str] = {
+    np.dtype(np.float64): "d",
+    np.dtype(np.float32): "f",
+    np.dtype(np.int64): "q",
+    np.dtype(np.int32): "i",
+    np.dtype(np.int16): "h",
+    np.dtype(np.int8): "b",
+    np.dtype(np.bool_): "?",
+}
+
 # Slot codes of the engine's entry point -> (numpy view dtype, items per slot).
 _SLOT_VIEWS: dict[str, tuple[np.dtype, int]] = {
     "d": (np.dtype(np.float64), 1),
@@ -217,6 +228,7 @@ class Derivative:
             1 if (not forward and ret in (Active, ActiveOnly)) else 0
         )
         self._check_layout()
+        self._fast = self._fast_caller()
 
     # --- layout -------------------------------------------------------------
     def _expected_layout(self) -> tuple[int, int]:
@@ -248,7 +260,63 @@ class Derivative:
             )
 
     # --- calling ------------------------------------------------------------
+    def _fast_caller(self) -> Any:
+        """The native caller for this layout, or None if the plan does not match."""
+        native = _state.native
+        k = self.width
+        steps = []
+        codes = ""
+        fn = self.function
+        for param, act in zip(fn.params, self.activities, strict=True):
+            assert param.dtype is not None or param.kind == "pointer"
+            if param.kind == "pointer":
+                dtype = param.dtype.char if param.dtype is not None else ""
+                steps.append(native.ArgStep("a", "p", dtype, 1, False))
+                codes += "p"
+                if act.shadow:
+                    steps.append(native.ArgStep("h", "p", "", k, self._runtime_activity))
+                    codes += "p" * k
+                continue
+            code = _SLOT_CODE[param.dtype]
+            steps.append(native.ArgStep("s", code, "", 1, False))
+            codes += code
+            if act.shadow:
+                steps.append(native.ArgStep("l", code, "", k, False))
+                codes += code * k
+        ret = fn.ret
+        if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
+            assert ret is not None and ret.dtype is not None
+            steps.append(native.ArgStep("l", _SLOT_CODE[ret.dtype], "", k, False))
+            codes += _SLOT_CODE[ret.dtype] * k
+        if codes != self._in_codes:
+            return None
+        fields = ret.fields if ret is not None else 0
+        if self.mode is Reverse:
+            shape = "r"
+        else:
+            shape = {Dual: "p", DualOnly: "t", Const: "y", None: "n"}[self.return_activity]
+        return native.Caller(
+            self._entry,
+            self._in_codes,
+            self._out_codes,
+            steps,
+            shape,
+            fields if self._return_primal else 0,
+            [k for a in self.activities if a is Active],
+            fields,
+            k,
+            ret is not None and ret.kind == "struct",
+        )
+
     def __call__(self, *args: Any) -> Any:
+        if self._fast is not None:
+            try:
+                return self._fast(*args)
+            except _state.native.ArgumentsRejected:
+                pass  # the checked path below says what is wrong
+        return self._call_checked(args)
+
+    def _call_checked(self, args: tuple[Any, ...]) -> Any:
         if len(args) != self._arity:
             raise TypeError(self._arity_message(len(args)))
         slots = np.zeros(self._n_slots, dtype=np.uint64)

@@ -1,0 +1,290 @@
+#include "caller.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace py = pybind11;
+
+namespace enzyme_py {
+namespace {
+
+void put(uint64_t *slot, char code, double f, long long i) {
+  switch (code) {
+    case 'd': std::memcpy(slot, &f, sizeof f); break;
+    case 'f': { float v = static_cast<float>(f); std::memcpy(slot, &v, sizeof v); break; }
+    case 'q': { int64_t v = i; std::memcpy(slot, &v, sizeof v); break; }
+    case 'i': { int32_t v = static_cast<int32_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case 'h': { int16_t v = static_cast<int16_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case 'b': { int8_t v = static_cast<int8_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case '?': { uint8_t v = i != 0; std::memcpy(slot, &v, sizeof v); break; }
+    default: throw ArgumentsRejected();
+  }
+}
+
+double as_float(PyObject *obj) {
+  // Arrays and sequences are not scalars, even of size 1.
+  if (PyFloat_CheckExact(obj)) return PyFloat_AS_DOUBLE(obj);
+  if (PySequence_Check(obj) || PyObject_CheckBuffer(obj)) throw ArgumentsRejected();
+  double v = PyFloat_AsDouble(obj);
+  if (v == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw ArgumentsRejected();
+  }
+  return v;
+}
+
+long long as_int(PyObject *obj, char code) {
+  PyObject *index = PyNumber_Index(obj);
+  if (!index) {
+    PyErr_Clear();
+    throw ArgumentsRejected();
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+  Py_DECREF(index);
+  if (overflow || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    throw ArgumentsRejected();
+  }
+  long long lo = std::numeric_limits<long long>::min(), hi = std::numeric_limits<long long>::max();
+  switch (code) {
+    case 'i': lo = INT32_MIN; hi = INT32_MAX; break;
+    case 'h': lo = INT16_MIN; hi = INT16_MAX; break;
+    case 'b': lo = INT8_MIN; hi = INT8_MAX; break;
+    case '?': return v != 0;
+    default: break;
+  }
+  if (v < lo || v > hi) throw ArgumentsRejected();
+  return v;
+}
+
+bool native_order(const py::dtype &dt) {
+  char order = dt.byteorder();
+  return order == '=' || order == '|' || order == '<';
+}
+
+py::object scalar_object(char code, const uint64_t *slot) {
+  switch (code) {
+    case 'd': { double v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
+    case 'f': { float v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
+    case 'q': { int64_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case 'i': { int32_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case 'h': { int16_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case 'b': { int8_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case '?': { uint8_t v; std::memcpy(&v, slot, sizeof v); return py::bool_(v != 0); }
+    default: break;
+  }
+  uint64_t v;
+  std::memcpy(&v, slot, sizeof v);
+  return py::int_(v);
+}
+
+// k float values from consecutive slots, as a NumPy array of the slot type.
+py::array float_array(char code, const uint64_t *slots, std::vector<py::ssize_t> shape) {
+  py::ssize_t count = 1;
+  for (auto d : shape) count *= d;
+  if (code == 'f') {
+    py::array_t<float> out(shape);
+    float *dst = out.mutable_data();
+    for (py::ssize_t i = 0; i < count; ++i) std::memcpy(dst + i, slots + i, sizeof(float));
+    return std::move(out);
+  }
+  py::array_t<double> out(shape);
+  double *dst = out.mutable_data();
+  for (py::ssize_t i = 0; i < count; ++i) std::memcpy(dst + i, slots + i, sizeof(double));
+  return std::move(out);
+}
+
+}  // namespace
+
+Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
+               std::vector<ArgStep> steps, ResultPlan result)
+    : entry_(reinterpret_cast<void (*)(void *)>(entry)),
+      in_slots_(std::move(in_slots)),
+      out_slots_(std::move(out_slots)),
+      steps_(std::move(steps)),
+      result_(std::move(result)) {}
+
+py::object Caller::slot_value(const uint64_t *slots, size_t index) const {
+  return scalar_object(out_slots_[index], slots + in_slots_.size() + index);
+}
+
+py::object Caller::call(py::args args) const {
+  if (args.size() != steps_.size()) throw ArgumentsRejected();
+  const size_t n_slots = in_slots_.size() + out_slots_.size();
+  uint64_t small[32];
+  std::vector<uint64_t> large;
+  uint64_t *slots = small;
+  if (n_slots > 32) {
+    large.assign(n_slots, 0);
+    slots = large.data();
+  } else {
+    std::memset(small, 0, sizeof small);
+  }
+
+  size_t s = 0;  // next input slot
+  PyObject *last_array_obj = nullptr;
+  py::array last_array;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const ArgStep &step = steps_[i];
+    PyObject *obj = args[i].ptr();
+    switch (step.kind) {
+      case 's':
+        if (step.code == 'd' || step.code == 'f') {
+          put(slots + s++, step.code, as_float(obj), 0);
+        } else {
+          put(slots + s++, step.code, 0, as_int(obj, step.code));
+        }
+        break;
+      case 'a': {
+        if (!py::isinstance<py::array>(obj)) throw ArgumentsRejected();
+        auto a = py::reinterpret_borrow<py::array>(obj);
+        if (step.dtype && (a.dtype().char_() != step.dtype || !native_order(a.dtype()))) {
+          throw ArgumentsRejected();
+        }
+        if (!(a.flags() & py::array::c_style) || !a.writeable()) throw ArgumentsRejected();
+        uint64_t ptr = reinterpret_cast<uint64_t>(a.data());
+        std::memcpy(slots + s++, &ptr, sizeof ptr);
+        last_array_obj = obj;
+        last_array = a;
+        break;
+      }
+      case 'h': {
+        const uint64_t base = reinterpret_cast<uint64_t>(last_array.data());
+        if (step.self_shadow && obj == last_array_obj) {
+          for (int lane = 0; lane < step.lanes; ++lane) std::memcpy(slots + s++, &base, 8);
+          break;
+        }
+        if (!py::isinstance<py::array>(obj)) throw ArgumentsRejected();
+        auto h = py::reinterpret_borrow<py::array>(obj);
+        if (!h.dtype().equal(last_array.dtype()) || !(h.flags() & py::array::c_style) ||
+            !h.writeable()) {
+          throw ArgumentsRejected();
+        }
+        const py::ssize_t nd = last_array.ndim();
+        const py::ssize_t extra = step.lanes > 1 ? 1 : 0;
+        if (h.ndim() != nd + extra || (extra && h.shape(0) != step.lanes)) {
+          throw ArgumentsRejected();
+        }
+        for (py::ssize_t d = 0; d < nd; ++d) {
+          if (h.shape(d + extra) != last_array.shape(d)) throw ArgumentsRejected();
+        }
+        const uint64_t shadow = reinterpret_cast<uint64_t>(h.data());
+        const uint64_t bytes = static_cast<uint64_t>(last_array.nbytes());
+        const uint64_t shadow_bytes = static_cast<uint64_t>(h.nbytes());
+        if (bytes && shadow < base + bytes && base < shadow + shadow_bytes) {
+          throw ArgumentsRejected();  // overlaps its array
+        }
+        for (int lane = 0; lane < step.lanes; ++lane) {
+          uint64_t p = shadow + lane * bytes;
+          std::memcpy(slots + s++, &p, sizeof p);
+        }
+        break;
+      }
+      case 'l': {
+        if (step.lanes == 1) {
+          put(slots + s++, step.code, as_float(obj), 0);
+          break;
+        }
+        if (!PyList_Check(obj) && !PyTuple_Check(obj) && !py::isinstance<py::array>(obj)) {
+          throw ArgumentsRejected();
+        }
+        py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+        if (static_cast<int>(py::len(seq)) != step.lanes) throw ArgumentsRejected();
+        for (int lane = 0; lane < step.lanes; ++lane) {
+          py::object item = seq[lane];
+          put(slots + s++, step.code, as_float(item.ptr()), 0);
+        }
+        break;
+      }
+      default:
+        throw ArgumentsRejected();
+    }
+  }
+  if (s != in_slots_.size()) throw ArgumentsRejected();
+
+  {
+    py::gil_scoped_release release;
+    entry_(slots);
+  }
+
+  const uint64_t *out = slots + in_slots_.size();
+  size_t o = 0;
+  py::object primal = py::none();
+  if (result_.primal_fields == 1) {
+    primal = slot_value(slots, o++);
+  } else if (result_.primal_fields > 1) {
+    py::tuple t(result_.primal_fields);
+    for (int f = 0; f < result_.primal_fields; ++f) t[f] = slot_value(slots, o++);
+    primal = std::move(t);
+  }
+  switch (result_.shape) {
+    case 'r': {
+      py::tuple t(1 + result_.adjoints.size());
+      t[0] = primal;
+      for (size_t a = 0; a < result_.adjoints.size(); ++a) {
+        int lanes = result_.adjoints[a];
+        if (lanes == 1) {
+          t[1 + a] = slot_value(slots, o++);
+        } else {
+          t[1 + a] = float_array(out_slots_[o], out + o, {lanes});
+          o += lanes;
+        }
+      }
+      return std::move(t);
+    }
+    case 'p':
+    case 't': {
+      py::object tangent;
+      const int fields = result_.tangent_fields, lanes = result_.tangent_lanes;
+      if (result_.tangent_struct && lanes == 1) {
+        py::tuple t(fields);
+        for (int f = 0; f < fields; ++f) t[f] = slot_value(slots, o++);
+        tangent = std::move(t);
+      } else if (result_.tangent_struct) {
+        tangent = float_array(out_slots_[o], out + o, {lanes, fields});
+      } else if (lanes == 1) {
+        tangent = slot_value(slots, o++);
+      } else {
+        tangent = float_array(out_slots_[o], out + o, {lanes});
+      }
+      if (result_.shape == 't') return tangent;
+      return py::make_tuple(primal, tangent);
+    }
+    case 'y':
+      return primal;
+    default:
+      return py::none();
+  }
+}
+
+void register_caller(py::module_ &m) {
+  py::register_exception<ArgumentsRejected>(m, "ArgumentsRejected", PyExc_Exception);
+  py::class_<ArgStep>(m, "ArgStep")
+      .def(py::init([](const std::string &kind, const std::string &code,
+                       const std::string &dtype, int lanes, bool self_shadow) {
+             return ArgStep{kind.at(0), code.empty() ? '\0' : code[0],
+                            dtype.empty() ? '\0' : dtype[0], lanes, self_shadow};
+           }),
+           py::arg("kind"), py::arg("code"), py::arg("dtype"), py::arg("lanes"),
+           py::arg("self_shadow"));
+  py::class_<Caller>(m, "Caller")
+      .def(py::init([](uint64_t entry, std::string in_slots, std::string out_slots,
+                       std::vector<ArgStep> steps, const std::string &shape,
+                       int primal_fields, std::vector<int> adjoints, int tangent_fields,
+                       int tangent_lanes, bool tangent_struct) {
+             return Caller(entry, std::move(in_slots), std::move(out_slots), std::move(steps),
+                           ResultPlan{shape.at(0), primal_fields, std::move(adjoints),
+                                      tangent_fields, tangent_lanes, tangent_struct});
+           }),
+           py::arg("entry"), py::arg("in_slots"), py::arg("out_slots"), py::arg("steps"),
+           py::arg("shape"), py::arg("primal_fields"), py::arg("adjoints"),
+           py::arg("tangent_fields"), py::arg("tangent_lanes"), py::arg("tangent_struct"))
+      .def("__call__", &Caller::call);
+}
+
+}  // namespace enzyme_py
