@@ -158,5 +158,5 @@ def test_fast_and_checked_call_paths_agree():
         fast = df(*fast_args)
         slow = df._call_checked(slow_args)
         np.testing.assert_equal(fast, slow)
-        for a, b in zip(fast_args, slow_args):
+        for a, b in zip(fast_args, slow_args, strict=True):
             np.testing.assert_array_equal(a, b)  # shadows written identically
