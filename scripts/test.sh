@@ -27,5 +27,5 @@ ENZYME_PY_AD=OFF .venv-stub/bin/python -m pip install --quiet ".[test]"
 .venv-stub/bin/python -m pytest -q tests
 
 echo "[test] ruff"
-.venv/bin/ruff check python tests examples
+.venv/bin/ruff check python tests examples benchmarks
 echo "[test] all passed"

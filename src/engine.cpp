@@ -27,6 +27,9 @@ namespace {
 // Errors reported by Enzyme or LLVM while the engine works. Differentiation
 // runs with the GIL held, so one process-wide list is enough.
 std::vector<std::string> pending_errors;
+// In the isolated build child, errors are also written to stderr as they come:
+// Enzyme sometimes exit()s right after reporting, and the parent reads stderr.
+bool echo_errors = false;
 
 bool log_enabled() {
   const char *v = std::getenv("ENZYME_PY_LOG");
@@ -64,6 +67,7 @@ LLVMValueRef on_enzyme_error(const char *message, LLVMValueRef, capi::ErrorType 
   }
   pending_errors.push_back(std::string(error_kind_name(kind)) + ": " +
                            (message ? message : ""));
+  if (echo_errors) std::fprintf(stderr, "%s\n", pending_errors.back().c_str());
   return nullptr;
 }
 
@@ -74,6 +78,7 @@ void on_diagnostic(LLVMDiagnosticInfoRef info, void *) {
   char *text = LLVMGetDiagInfoDescription(info);
   pending_errors.push_back(text ? text : "LLVM error");
   LLVMDisposeMessage(text);
+  if (echo_errors) std::fprintf(stderr, "%s\n", pending_errors.back().c_str());
 }
 
 std::string take_errors() {
@@ -525,6 +530,7 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
   if (pid == 0) {
     // The child: no Python, no destructors, no atexit handlers; only _exit.
     ::dup2(errors.fd, STDERR_FILENO);
+    echo_errors = true;
     // For the test suite: prove that a crash in here cannot reach the caller.
     if (const char *crash = std::getenv("ENZYME_PY_TEST_CRASH_IN_BUILD")) {
       std::fprintf(stderr, "simulated crash: %s\n", crash);
@@ -567,7 +573,8 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     std::string how = WIFSIGNALED(wstatus)
                           ? "was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
                                 (WTERMSIG(wstatus) == SIGABRT ? " (an assertion or abort)" : "")
-                          : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
+                          : "exited with status " + std::to_string(WEXITSTATUS(wstatus)) +
+                                " (Enzyme gave up)";
     throw EnzymeFailure("Enzyme crashed while differentiating '" + req.function +
                         "' (the isolated build process " + how + "); the process that "
                         "asked lives on. Enzyme's last output:\n" + tail(child_stderr, 4000));

@@ -72,6 +72,7 @@ class Engine {
 
   LLVMContextRef context() const { return ctx_; }
   const HostJit &jit() const { return *jit_; }
+  HostJit &jit() { return *jit_; }
 
   // Ask Enzyme for the derivative and compile it, in this process.
   Artifact build(const SourceModule &source, const DerivativeRequest &request,

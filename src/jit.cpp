@@ -95,6 +95,18 @@ std::string HostJit::emit_object(LLVMModuleRef mod) const {
   return object;
 }
 
+void HostJit::define_symbol(const std::string &name, uint64_t address) {
+  if (!defined_.insert(name).second) return;
+  LLVMOrcCSymbolMapPair pair;
+  pair.Name = LLVMOrcLLJITMangleAndIntern(jit_, name.c_str());
+  pair.Sym.Address = address;
+  pair.Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported;
+  pair.Sym.Flags.TargetFlags = 0;
+  LLVMOrcMaterializationUnitRef unit = LLVMOrcAbsoluteSymbols(&pair, 1);
+  check(LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit_), unit),
+        "defining a symbol for the JIT");
+}
+
 uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
   LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
       object.data(), object.size(), symbol.c_str());

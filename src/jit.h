@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include <llvm-c/LLJIT.h>
@@ -25,6 +26,10 @@ class HostJit {
   void optimize(LLVMModuleRef mod, const std::string &passes) const;
   // Host object code for `mod`.
   std::string emit_object(LLVMModuleRef mod) const;
+  // Make `name` resolve to `address` in code loaded later (e.g. Numba's
+  // runtime functions, which live in extension modules loaded RTLD_LOCAL).
+  // A name defined before keeps its first address.
+  void define_symbol(const std::string &name, uint64_t address);
   // Load object code into the JIT and return the address of `symbol` in it.
   uint64_t load(const std::string &object, const std::string &symbol);
 
@@ -36,6 +41,7 @@ class HostJit {
   LLVMOrcLLJITRef jit_ = nullptr;
   LLVMTargetMachineRef machine_ = nullptr;
   std::string triple_, cpu_, features_, data_layout_;
+  std::set<std::string> defined_;
 };
 
 // Throws std::runtime_error with LLVM's message, consuming `err`.

@@ -7,6 +7,7 @@
 
 #include <llvm/Config/llvm-config.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -109,6 +110,13 @@ PYBIND11_MODULE(_native, m) {
     const HostJit &jit = the_engine().jit();
     return py::make_tuple(jit.triple(), jit.cpu(), jit.features());
   });
+  m.def(
+      "define_symbols",
+      [](const std::map<std::string, uint64_t> &symbols) {
+        HostJit &jit = the_engine().jit();
+        for (const auto &[name, address] : symbols) jit.define_symbol(name, address);
+      },
+      py::arg("symbols"), "Make each name resolve to its address in code loaded later.");
   m.def("type_tree_string", &type_tree_string, py::arg("kind"), py::arg("pointee") = -1);
 
   py::class_<SourceModule>(m, "Module")

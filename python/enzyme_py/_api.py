@@ -32,6 +32,7 @@ from enzyme_py.core import (
     Reverse,
 )
 from enzyme_py.frontends import IRFunction
+from enzyme_py.frontends import numba as numba_frontend
 
 __all__ = ["Derivative", "autodiff"]
 
@@ -77,8 +78,8 @@ def _resolve(f: Any) -> IRFunction:
     if isinstance(f, Derivative):  # higher order: differentiate the derivative
         return f.as_function()
     raise TypeError(
-        f"autodiff cannot differentiate {f!r}: give a function from ez.llvm_ir(text, name), "
-        "or an attribute of ez.c(source) / ez.cpp(source)"
+        f"autodiff cannot differentiate {f!r}: give a Numba @njit function, a function "
+        "from ez.llvm_ir(text, name), or an attribute of ez.c(source) / ez.cpp(source)"
     )
 
 
@@ -374,9 +375,7 @@ class Derivative:
         if self.return_activity in (Dual, DualOnly):
             if fields:  # lane-major: each lane holds every field
                 values = [reader.take() for _ in range(k * fields)]
-                tangent: Any = (
-                    tuple(values) if k == 1 else np.array(values).reshape(k, fields)
-                )
+                tangent: Any = tuple(values) if k == 1 else np.array(values).reshape(k, fields)
             else:
                 tangent = reader.take_lanes(k)
             return (primal, tangent) if self.return_activity is Dual else tangent
@@ -538,7 +537,8 @@ def autodiff(
     width: int = 1,
     runtime_activity: bool = False,
     strong_zero: bool = False,
-) -> Derivative:
+    sig: Any = None,
+) -> Any:
     """The derivative of ``f`` in ``mode`` with one activity per parameter, then one for
     the return value (none if it returns nothing).
 
@@ -556,13 +556,25 @@ def autodiff(
             own shadow (``df(x, x, ...)``) marks that array inactive for the call;
             without it that is refused. Costs a check per access.
         strong_zero: a zero derivative times inf/nan stays zero instead of nan.
+        sig: for a Numba dispatcher, the signature to differentiate (a Numba signature
+            or its string). Without it, the dispatcher's only compiled signature, or one
+            derivative per argument types, made at the first call with those types.
 
     Raises:
         ActivityError: activities that do not fit the parameters or the mode.
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
     """
-    fn = _resolve(f)
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise ValueError(f"width must be a positive integer; got {width!r}")
+    options = _Options(width, runtime_activity, strong_zero)
+    if numba_frontend.is_dispatcher(f):
+        from enzyme_py._numba_derivative import NumbaDerivative
+
+        if mode is not Reverse and mode is not Forward:
+            raise ActivityError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
+        return NumbaDerivative(f, mode, tuple(activities), options, sig)
+    if sig is not None:
+        raise TypeError("sig= applies to Numba dispatchers only")
+    fn = _resolve(f)
     params, ret = _check_activities(fn, mode, activities)
-    return Derivative(fn, mode, params, ret, _Options(width, runtime_activity, strong_zero))
+    return Derivative(fn, mode, params, ret, options)

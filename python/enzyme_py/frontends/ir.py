@@ -1,4 +1,4 @@
-"""Frontends: turn user code into an LLVM 15 module and parameter descriptions.
+"""LLVM IR and C/C++ (through clang 15) as sources of functions to differentiate.
 
 - ``llvm_ir(text, name)``: LLVM IR text, one function of it.
 - ``c(source)`` / ``cpp(source)``: C or C++ compiled by clang 15 to LLVM IR; the

@@ -1,0 +1,1 @@
+"""Benchmarks of enzyme_py (run the scripts here directly; see README.md)."""

@@ -1,0 +1,262 @@
+"""Numba ``@njit`` dispatchers as functions to differentiate.
+
+Numba compiles each signature to a function with its own ABI: a status code as the
+return value, the result written through a pointer, an exception-info pointer, and
+every array expanded into seven fields (meminfo, parent, nitems, itemsize, data,
+shape..., strides...). For each signature enzyme_py takes the IR of Numba's
+library and adds a wrapper in plain terms, which is what Enzyme differentiates:
+
+    RET wrapper(<array: T* data, i64 shape...> | <scalar>, ..., i64* errors)
+
+Arrays are passed C-contiguous, without a meminfo (Numba's reference counting
+sees null and does nothing), and ``errors`` receives Numba's status code and its
+exception-info pointer, so a Numba exception is raised again in Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from enzyme_py import _state
+from enzyme_py._signature import Param
+from enzyme_py.frontends.ir import IRFunction, function_of, parse_module
+
+__all__ = ["NumbaSignature", "is_dispatcher", "specialize"]
+
+WRAPPER = "__enzyme_py_numba_wrapper"
+_ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
+_RETCODE_OK = 0
+_RETCODE_USEREXC = 1
+
+
+def is_dispatcher(f: Any) -> bool:
+    """True for a Numba ``@njit`` dispatcher (without importing Numba if it is absent)."""
+    module = type(f).__module__
+    if not module.startswith("numba"):
+        return False
+    from numba.core.dispatcher import Dispatcher
+
+    return isinstance(f, Dispatcher)
+
+
+@dataclass(frozen=True)
+class NumbaParam:
+    """One Python-level parameter of a Numba function.
+
+    ``param`` describes it as the engine sees its main value (an array is its data
+    pointer); ``ndim`` is the rank of an array parameter (0 for scalars).
+    """
+
+    param: Param
+    ndim: int
+    numba_type: Any
+
+    @property
+    def is_array(self) -> bool:
+        return self.param.kind == "pointer"
+
+
+@dataclass(frozen=True)
+class NumbaSignature:
+    """One specialisation of a dispatcher, ready for the engine."""
+
+    name: str  # the Python function's name
+    numba_signature: tuple[Any, ...]
+    params: tuple[NumbaParam, ...]
+    ret: Param | None
+    wrapper: IRFunction  # params: per NumbaParam its value (+ shape...), then errors
+
+
+_runtime_symbols_defined = False
+
+
+def _define_runtime_symbols() -> None:
+    """Numba's runtime (NRT) and helper functions live in extension modules loaded
+    privately; tell the JIT where they are, under the names Numba's IR uses."""
+    global _runtime_symbols_defined
+    if _runtime_symbols_defined:
+        return
+    from numba import _helperlib
+    from numba.core.runtime import _nrt_python
+
+    symbols = {f"NRT_{k}": int(v) for k, v in _nrt_python.c_helpers.items()}
+    symbols.update({f"numba_{k}": int(v) for k, v in _helperlib.c_helpers.items()})
+    _state.native.define_symbols(symbols)
+    _runtime_symbols_defined = True
+
+
+def _scalar_param(numba_type: Any, name: str) -> Param:
+    from numba.core import types
+
+    if isinstance(numba_type, types.Boolean):
+        return Param(name, "int", np.dtype(np.bool_))
+    if isinstance(numba_type, (types.Float, types.Integer)):
+        return Param(
+            name,
+            "float" if isinstance(numba_type, types.Float) else "int",
+            np.dtype(str(numba_type)),
+        )
+    raise TypeError(
+        f"parameter '{name}' has Numba type {numba_type}, which enzyme_py cannot pass yet "
+        "(supported: float and integer scalars, booleans, C-contiguous arrays)"
+    )
+
+
+def _llvm_scalar(ctx: Any, numba_type: Any) -> str:
+    (ty,) = ctx.get_arg_packer([numba_type]).argument_types
+    return str(ty)
+
+
+def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
+    """Compile ``dispatcher`` for ``signature`` and wrap it for the engine."""
+    from numba.core import types
+
+    name = dispatcher.py_func.__name__
+    dispatcher.compile(signature)
+    cres = dispatcher.overloads[tuple(signature)]
+    ctx = cres.target_context
+    fndesc = cres.fndesc
+    names = list(inspect.signature(dispatcher.py_func).parameters)
+    fnty = ctx.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
+    retptr_type = str(fnty.args[0])
+    excinfo_type = str(fnty.args[1])
+
+    params: list[NumbaParam] = []
+    wrapper_params: list[str] = []
+    call_args: list[str] = []
+    body: list[str] = []
+    for i, (arg_name, numba_type) in enumerate(zip(names, fndesc.argtypes, strict=True)):
+        v = f"a{i}"
+        if isinstance(numba_type, types.Array):
+            if numba_type.layout == "F":
+                raise TypeError(
+                    f"parameter '{arg_name}' of '{name}' is a Fortran-ordered array; enzyme_py "
+                    "passes C-contiguous arrays: use np.ascontiguousarray"
+                )
+            fields = ctx.data_model_manager[numba_type]._fields
+            if tuple(fields) != _ARRAY_FIELDS:
+                raise TypeError(f"unexpected Numba array layout {fields}")
+            dtype = np.dtype(str(numba_type.dtype))
+            if dtype.kind not in "fiub":
+                raise TypeError(
+                    f"parameter '{arg_name}' of '{name}' is an array of {numba_type.dtype}; "
+                    "enzyme_py passes arrays of floats, integers and booleans"
+                )
+            elem = str(ctx.get_data_type(numba_type.dtype))
+            nd = numba_type.ndim
+            params.append(NumbaParam(Param(arg_name, "pointer", dtype), nd, numba_type))
+            wrapper_params.append(f"{elem}* %{v}")
+            wrapper_params.extend(f"i64 %{v}.shape{d}" for d in range(nd))
+            # C-contiguous strides, innermost first; nitems the product of the shape.
+            body.append(f"  %{v}.stride{nd - 1} = add i64 0, {dtype.itemsize}")
+            for d in range(nd - 2, -1, -1):
+                body.append(f"  %{v}.stride{d} = mul i64 %{v}.stride{d + 1}, %{v}.shape{d + 1}")
+            body.append(f"  %{v}.n0 = add i64 0, 1")
+            for d in range(nd):
+                body.append(f"  %{v}.n{d + 1} = mul i64 %{v}.n{d}, %{v}.shape{d}")
+            call_args += [
+                "i8* null",
+                "i8* null",
+                f"i64 %{v}.n{nd}",
+                f"i64 {dtype.itemsize}",
+                f"{elem}* %{v}",
+                *(f"i64 %{v}.shape{d}" for d in range(nd)),
+                *(f"i64 %{v}.stride{d}" for d in range(nd)),
+            ]
+        else:
+            param = _scalar_param(numba_type, arg_name)
+            params.append(NumbaParam(param, 0, numba_type))
+            llvm_type = _llvm_scalar(ctx, numba_type)
+            wrapper_params.append(f"{llvm_type} %{v}")
+            call_args.append(f"{llvm_type} %{v}")
+
+    restype = fndesc.restype
+    if isinstance(restype, types.NoneType):
+        ret_llvm = "void"
+    elif isinstance(restype, (types.Float, types.Integer, types.Boolean)):
+        ret_llvm = retptr_type[:-1]  # the pointee of the result pointer
+    else:
+        raise TypeError(
+            f"'{name}' returns {restype}; enzyme_py differentiates Numba functions that "
+            "return a float or integer scalar, or nothing (write arrays into an output "
+            "parameter instead)"
+        )
+    ret_param = None if ret_llvm == "void" else _scalar_param(restype, "return")
+    slot_type = retptr_type[:-1]
+    excinfo_pointee = excinfo_type[:-1]
+    wrapper_params.append("i64* %errors")
+    lines = [
+        f"define {ret_llvm} @{WRAPPER}({', '.join(wrapper_params)}) {{",
+        "entry:",
+        f"  %result = alloca {slot_type}",
+        f"  store {slot_type} zeroinitializer, {slot_type}* %result",
+        f"  %excinfo = alloca {excinfo_pointee}",
+        f"  store {excinfo_pointee} null, {excinfo_type} %excinfo",
+        *body,
+        f"  %status = call i32 @{fndesc.mangled_name}({retptr_type} %result, "
+        f"{excinfo_type} %excinfo, {', '.join(call_args)})",
+        "  %status64 = sext i32 %status to i64",
+        "  store i64 %status64, i64* %errors",
+        f"  %exc = load {excinfo_pointee}, {excinfo_type} %excinfo",
+        f"  %excaddr = ptrtoint {excinfo_pointee} %exc to i64",
+        "  %errors1 = getelementptr i64, i64* %errors, i64 1",
+        "  store i64 %excaddr, i64* %errors1",
+    ]
+    if ret_llvm == "void":
+        lines.append("  ret void")
+    else:
+        lines += [f"  %value = load {ret_llvm}, {ret_llvm}* %result", f"  ret {ret_llvm} %value"]
+    lines.append("}")
+
+    _define_runtime_symbols()
+    module = parse_module(cres.library.get_llvm_str() + "\n" + "\n".join(lines) + "\n")
+    wrapper = function_of(module, WRAPPER, name)
+    # The wrapper's parameters carry the Python names (shapes: name.shapeN).
+    renamed = []
+    index = 0
+    for p in params:
+        renamed.append(p.param)
+        index += 1
+        for d in range(p.ndim):
+            renamed.append(Param(f"{p.param.name}.shape{d}", "int", np.dtype(np.int64)))
+            index += 1
+    # No pointee type: it holds an integer status and an exception-info pointer.
+    renamed.append(Param("errors", "pointer", None))
+    wrapper = IRFunction(module, wrapper.name, tuple(renamed), wrapper.ret, name)
+    return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper)
+
+
+class _ExcInfo(ctypes.Structure):
+    _fields_ = [
+        ("pickled", ctypes.c_void_p),
+        ("size", ctypes.c_int32),
+        ("hash", ctypes.c_void_p),
+        ("fn", ctypes.c_void_p),
+        ("alloc", ctypes.c_int32),
+    ]
+
+
+def raise_numba_error(errors: np.ndarray, name: str) -> None:
+    """Raise the Python exception a Numba function reported through ``errors``."""
+    status, address = int(errors[0]), int(errors[1])
+    if status == _RETCODE_OK:
+        return
+    if status == _RETCODE_USEREXC and address:
+        info = _ExcInfo.from_address(address)
+        if info.pickled and info.size > 0:
+            try:
+                exc_class, exc_args, *_ = pickle.loads(ctypes.string_at(info.pickled, info.size))
+            except Exception:
+                exc_class = None
+            if isinstance(exc_class, type) and issubclass(exc_class, BaseException):
+                args = exc_args if isinstance(exc_args, tuple) else (exc_args,)
+                raise exc_class(*args)
+    raise RuntimeError(
+        f"the Numba function '{name}' failed with status {status} inside its derivative"
+    )

@@ -1,0 +1,75 @@
+"""The examples and the benchmark script run to completion (structure only, never timings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.needs_enzyme
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ),
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("example", ["quickstart.py", "c_kernel.py"])
+def test_example_runs(example):
+    proc = run_script(str(ROOT / "examples" / example))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout
+
+
+def test_compile_and_call_benchmark_quick(tmp_path):
+    script = ROOT / "benchmarks" / "compile_and_call.py"
+    proc = run_script(str(script), "--quick", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| call |" in proc.stdout
+
+    result_file = tmp_path / "compile_and_call.json"
+    assert result_file.is_file()
+    assert (tmp_path / "compile_and_call.md").is_file()
+    results = json.loads(result_file.read_text())
+
+    assert {"environment", "compile", "call", "quick", "compile_trials"} <= results.keys()
+    assert results["quick"] is True
+    env = results["environment"]
+    for key in ("date", "processor", "machine", "cpu_count", "python", "numpy"):
+        assert key in env
+    assert env["enzyme_version"]
+
+    assert set(results["compile"]) == {
+        "c_compile",
+        "first_request_empty_disk_cache",
+        "same_request_same_process",
+        "new_process_filled_disk_cache",
+        "first_request_empty_disk_cache_in_process",
+    }
+    assert set(results["call"]) == {
+        "python_lambda",
+        "numpy_sin_scalar",
+        "df_scalar",
+        "numpy_dot_n4",
+        "ddot_n4",
+    }
+    for section in ("compile", "call"):
+        for row in results[section].values():
+            assert {"median_s", "min_s", "samples_s", "description"} <= row.keys()
+            assert isinstance(row["median_s"], float)
+            assert row["samples_s"]
+    for row in results["call"].values():
+        assert row["repeat"] >= 5
