@@ -1,5 +1,7 @@
 #include "caller.h"
 
+#include "arena.h"
+
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -107,14 +109,18 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
       in_slots_(std::move(in_slots)),
       out_slots_(std::move(out_slots)),
       steps_(std::move(steps)),
-      result_(std::move(result)) {}
+      result_(std::move(result)) {
+  arity_ = 0;
+  for (const ArgStep &step : steps_) arity_ += (step.kind != 'S' && step.kind != 'E');
+}
 
 py::object Caller::slot_value(const uint64_t *slots, size_t index) const {
   return scalar_object(out_slots_[index], slots + in_slots_.size() + index);
 }
 
 py::object Caller::call(py::args args) const {
-  if (args.size() != steps_.size()) throw ArgumentsRejected();
+  if (args.size() != arity_) throw ArgumentsRejected();
+  int64_t errors[2] = {0, 0};
   const size_t n_slots = in_slots_.size() + out_slots_.size();
   uint64_t small[32];
   std::vector<uint64_t> large;
@@ -129,9 +135,22 @@ py::object Caller::call(py::args args) const {
   size_t s = 0;  // next input slot
   PyObject *last_array_obj = nullptr;
   py::array last_array;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const ArgStep &step = steps_[i];
-    PyObject *obj = args[i].ptr();
+  size_t next_arg = 0;
+  for (const ArgStep &step : steps_) {
+    if (step.kind == 'S') {
+      PyObject *source = args[step.source].ptr();
+      if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
+      auto a = py::reinterpret_borrow<py::array>(source);
+      if (step.lanes >= a.ndim()) throw ArgumentsRejected();
+      put(slots + s++, step.code, 0, static_cast<long long>(a.shape(step.lanes)));
+      continue;
+    }
+    if (step.kind == 'E') {
+      uint64_t p = reinterpret_cast<uint64_t>(&errors[0]);
+      std::memcpy(slots + s++, &p, sizeof p);
+      continue;
+    }
+    PyObject *obj = args[next_arg++].ptr();
     switch (step.kind) {
       case 's':
         if (step.code == 'd' || step.code == 'f') {
@@ -210,7 +229,9 @@ py::object Caller::call(py::args args) const {
   {
     py::gil_scoped_release release;
     entry_(slots);
+    arena_release();
   }
+  if (errors[0] != 0) throw CalleeFailed(errors[0], errors[1]);
 
   const uint64_t *out = slots + in_slots_.size();
   size_t o = 0;
@@ -264,14 +285,15 @@ py::object Caller::call(py::args args) const {
 
 void register_caller(py::module_ &m) {
   py::register_exception<ArgumentsRejected>(m, "ArgumentsRejected", PyExc_Exception);
+  py::register_exception<CalleeFailed>(m, "CalleeFailed", PyExc_Exception);
   py::class_<ArgStep>(m, "ArgStep")
       .def(py::init([](const std::string &kind, const std::string &code,
-                       const std::string &dtype, int lanes, bool self_shadow) {
+                       const std::string &dtype, int lanes, bool self_shadow, int source) {
              return ArgStep{kind.at(0), code.empty() ? '\0' : code[0],
-                            dtype.empty() ? '\0' : dtype[0], lanes, self_shadow};
+                            dtype.empty() ? '\0' : dtype[0], lanes, self_shadow, source};
            }),
            py::arg("kind"), py::arg("code"), py::arg("dtype"), py::arg("lanes"),
-           py::arg("self_shadow"));
+           py::arg("self_shadow"), py::arg("source") = -1);
   py::class_<Caller>(m, "Caller")
       .def(py::init([](uint64_t entry, std::string in_slots, std::string out_slots,
                        std::vector<ArgStep> steps, const std::string &shape,

@@ -20,13 +20,23 @@ struct ArgumentsRejected : std::runtime_error {
   ArgumentsRejected() : std::runtime_error("arguments rejected by the fast path") {}
 };
 
-// One Python argument, in calling order.
+// The called code reported an error through its `errors` parameter
+// (status, detail); Python turns it into the frontend's exception.
+struct CalleeFailed : std::runtime_error {
+  CalleeFailed(int64_t status, int64_t detail)
+      : std::runtime_error(std::to_string(status) + " " + std::to_string(detail)) {}
+};
+
+// One parameter of the entry point, in order. Most take the next Python
+// argument; 'S' and 'E' fill hidden parameters without one.
 struct ArgStep {
-  char kind;        // 's' scalar, 'a' array, 'h' shadow of the last array, 'l' lanes
+  char kind;        // 's' scalar, 'a' array, 'h' shadow of the last array, 'l' lanes,
+                    // 'S' a dimension of an earlier array argument, 'E' errors buffer
   char code;        // slot code of the value ('d', 'f', 'q', 'i', 'h', 'b', '?', 'p')
   char dtype;       // for arrays: required NumPy dtype char, or 0 for any
-  int lanes;        // shadows and lanes: the width
+  int lanes;        // shadows and lanes: the width; 'S': the dimension
   bool self_shadow; // runtime activity: an array may be its own shadow
+  int source;       // 'S': index of the Python argument holding the array
 };
 
 // How the output slots become the Python result.
@@ -49,6 +59,7 @@ class Caller {
   pybind11::object slot_value(const uint64_t *slots, size_t index) const;
 
   void (*entry_)(void *);
+  size_t arity_;  // Python arguments taken
   std::string in_slots_, out_slots_;
   std::vector<ArgStep> steps_;
   ResultPlan result_;

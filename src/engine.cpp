@@ -19,6 +19,7 @@
 #include <llvm-c/Analysis.h>
 #include <llvm-c/IRReader.h>
 
+#include "arena.h"
 #include "enzyme_plugin.h"
 
 namespace enzyme_py {
@@ -266,6 +267,27 @@ struct ModuleOwner {
   }
 };
 
+// The shadow of a temporary from a registered allocation function: the same
+// call again (the arena zeroes what it hands out).
+LLVMValueRef shadow_allocation(LLVMBuilderRef b, LLVMValueRef call, size_t num_args,
+                               LLVMValueRef *args, void *) {
+  return LLVMBuildCall2(b, LLVMGetCalledFunctionType(call), LLVMGetCalledValue(call), args,
+                        static_cast<unsigned>(num_args), "shadow_alloc");
+}
+
+// Enzyme's release of such a shadow: left to the arena, released after the call.
+LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
+  LLVMModuleRef mod =
+      LLVMGetGlobalParent(LLVMGetBasicBlockParent(LLVMGetInsertBlock(b)));
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
+  LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(ctx), &i8p, 1, 0);
+  LLVMValueRef keep = LLVMGetNamedFunction(mod, kArenaKeep);
+  if (!keep) keep = LLVMAddFunction(mod, kArenaKeep, type);
+  LLVMValueRef arg = LLVMBuildPointerCast(b, to_free, i8p, "");
+  return LLVMBuildCall2(b, type, keep, &arg, 1, "");
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -306,12 +328,19 @@ Engine::Engine(const std::string &plugin_path) {
   // (computeMinCache), which would abort the interpreter; caching without it
   // gives the same derivatives.
   if (void *mincut = api.option("EnzymeMinCutCache")) api.SetCLBool(mincut, 0);
+  for (const auto &[name, address] : arena_symbols()) {
+    if (name == kArenaKeep) continue;
+    std::string n = name;
+    api.RegisterAllocationHandler(n.data(), &shadow_allocation, &shadow_release);
+  }
   ctx_ = LLVMContextCreate();
   // Typed pointers (LLVM 15 still reads them): parameter types then say what a
   // pointer points at, and Numba and `clang -no-opaque-pointers` emit them.
   LLVMContextSetOpaquePointers(ctx_, 0);
   LLVMContextSetDiagnosticHandler(ctx_, &on_diagnostic, nullptr);
   jit_ = std::make_unique<HostJit>();
+  // Before any other definition of these names (Numba's own are defined later).
+  for (const auto &[name, address] : arena_symbols()) jit_->define_symbol(name, address);
 }
 
 Engine::~Engine() {

@@ -133,6 +133,16 @@ using EnzymeCreateForwardDiff_t = LLVMValueRef (*)(
     uint8_t *overwritten_args, size_t overwritten_args_size,
     EnzymeAugmentedReturnPtr augmented);
 
+// --- allocation functions ------------------------------------------------------
+// Emits the shadow of a call to a registered allocation function, at B.
+using CustomShadowAlloc = LLVMValueRef (*)(LLVMBuilderRef B, LLVMValueRef call,
+                                           size_t numArgs, LLVMValueRef *args,
+                                           void *gutils);
+// Emits the release of a shadow allocation; may be null (never released by Enzyme).
+using CustomShadowFree = LLVMValueRef (*)(LLVMBuilderRef B, LLVMValueRef toFree);
+using EnzymeRegisterAllocationHandler_t = void (*)(char *name, CustomShadowAlloc,
+                                                   CustomShadowFree);
+
 // --- options and hooks -------------------------------------------------------
 // cl::opt objects are exported as data symbols; these take their address.
 using EnzymeSetCLBool_t = void (*)(void *option, uint8_t value);

@@ -28,6 +28,7 @@ struct EnzymeApi {
   capi::EnzymeStringFree_t StringFree = nullptr;
   capi::EnzymeCreatePrimalAndGradient_t CreatePrimalAndGradient = nullptr;
   capi::EnzymeCreateForwardDiff_t CreateForwardDiff = nullptr;
+  capi::EnzymeRegisterAllocationHandler_t RegisterAllocationHandler = nullptr;
   capi::EnzymeSetCLBool_t SetCLBool = nullptr;
   capi::EnzymeSetCLInteger_t SetCLInteger = nullptr;
 

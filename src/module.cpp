@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "arena.h"
 #include "caller.h"
 #include "engine.h"
 #include "enzyme_plugin.h"
@@ -193,6 +194,7 @@ PYBIND11_MODULE(_native, m) {
         void *data = info.ptr;
         py::gil_scoped_release release;
         fn(data);
+        arena_release();
       },
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,7 @@ _SLOT_VIEWS: dict[str, tuple[np.dtype, int]] = {
 def _resolve(f: Any) -> IRFunction:
     if isinstance(f, IRFunction):
         return f
-    if isinstance(f, Derivative):  # higher order: differentiate the derivative
+    if isinstance(f, Derivative) or hasattr(f, "as_function"):  # higher order
         return f.as_function()
     raise TypeError(
         f"autodiff cannot differentiate {f!r}: give a Numba @njit function, a function "
@@ -86,10 +86,15 @@ def _resolve(f: Any) -> IRFunction:
 def _check_activities(
     fn: IRFunction, mode: Mode, activities: Sequence[Any]
 ) -> tuple[tuple[Activity, ...], Activity | None]:
-    """Validate the activities against fn's parameters; (per parameter, return)."""
+    """Validate the activities against fn's parameters.
+
+    One activity per visible parameter, then one for the return value. Returns the
+    activity of every parameter (hidden ones Const) and the return's.
+    """
     if mode is not Reverse and mode is not Forward:
         raise ActivityError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
-    n = len(fn.params)
+    visible = fn.visible_params
+    n = len(visible)
     expected = n + (0 if fn.ret is None else 1)
     if len(activities) != expected:
         ret_text = (
@@ -104,18 +109,19 @@ def _check_activities(
         )
     for i, act in enumerate(activities):
         if not isinstance(act, Activity):
-            what = fn.params[i].describe(i) if i < n else "the return value"
+            what = visible[i][1].describe(i) if i < n else "the return value"
             raise ActivityError(
                 f"the activity of {what} of '{fn.display_name}' is {act!r}, not an "
                 "enzyme_py activity (ez.Const, ez.Active, ez.Duplicated, ez.Dual, ...)"
             )
-    params = tuple(activities[:n])
-    for i, (param, act) in enumerate(zip(fn.params, params, strict=True)):
-        _check_param(fn, mode, i, param, act)
+    full: list[Activity] = [Const] * len(fn.params)
+    for position, ((index, param), act) in enumerate(zip(visible, activities, strict=False)):
+        _check_param(fn, mode, position, param, act)
+        full[index] = act
     ret = activities[n] if fn.ret is not None else None
     if ret is not None and fn.ret is not None:
         _check_return(fn, mode, fn.ret, ret)
-    return params, ret
+    return tuple(full), ret
 
 
 def _mode_hint(mode: Mode) -> str:
@@ -225,9 +231,9 @@ class Derivative:
         self._in_codes = self._compiled.in_slots
         self._out_codes = self._compiled.out_slots
         self._n_slots = len(self._in_codes) + len(self._out_codes)
-        self._arity = sum(2 if a.shadow else 1 for a in params) + (
-            1 if (not forward and ret in (Active, ActiveOnly)) else 0
-        )
+        self._arity = sum(
+            2 if a.shadow else 1 for p, a in zip(fn.params, params, strict=True) if p.hidden is None
+        ) + (1 if (not forward and ret in (Active, ActiveOnly)) else 0)
         self._check_layout()
         self._fast = self._fast_caller()
 
@@ -268,7 +274,20 @@ class Derivative:
         steps = []
         codes = ""
         fn = self.function
-        for param, act in zip(fn.params, self.activities, strict=True):
+        arg_of_param: dict[int, int] = {}  # parameter index -> Python argument index
+        next_arg = 0
+        for i, (param, act) in enumerate(zip(fn.params, self.activities, strict=True)):
+            if param.hidden is not None:
+                what, source, dim = param.hidden
+                if what == "shape":
+                    steps.append(native.ArgStep("S", "q", "", dim, False, arg_of_param[source]))
+                    codes += "q"
+                else:
+                    steps.append(native.ArgStep("E", "p", "", 1, False))
+                    codes += "p"
+                continue
+            arg_of_param[i] = next_arg
+            next_arg += 2 if act.shadow else 1
             assert param.dtype is not None or param.kind == "pointer"
             if param.kind == "pointer":
                 dtype = param.dtype.char if param.dtype is not None else ""
@@ -315,7 +334,15 @@ class Derivative:
                 return self._fast(*args)
             except _state.native.ArgumentsRejected:
                 pass  # the checked path below says what is wrong
+            except _state.native.CalleeFailed as exc:
+                status, detail = (int(v) for v in str(exc).split())
+                self._raise_callee_error(status, detail)
         return self._call_checked(args)
+
+    def _raise_callee_error(self, status: int, detail: int) -> None:
+        if self.function.on_error is not None:
+            self.function.on_error(status, detail)
+        raise RuntimeError(f"'{self.function.display_name}' failed with status {status}")
 
     def _call_checked(self, args: tuple[Any, ...]) -> Any:
         if len(args) != self._arity:
@@ -323,15 +350,24 @@ class Derivative:
         slots = np.zeros(self._n_slots, dtype=np.uint64)
         writer = _SlotWriter(slots, self._in_codes)
         keep_alive: list[np.ndarray] = []
+        arrays: dict[int, np.ndarray] = {}
+        errors = np.zeros(2, dtype=np.int64)
         k = self.width
         pos = 0
+        visible = 0
         fn = self.function
         for i, (param, act) in enumerate(zip(fn.params, self.activities, strict=True)):
-            where = f"{param.describe(i)} of '{fn.display_name}'"
+            if param.hidden is not None:
+                what, source, dim = param.hidden
+                writer.put(arrays[source].shape[dim] if what == "shape" else errors.ctypes.data)
+                continue
+            where = f"{param.describe(visible)} of '{fn.display_name}'"
+            visible += 1
             value = args[pos]
             pos += 1
             if param.kind == "pointer":
                 array = _check_array(value, param, where)
+                arrays[i] = array
                 keep_alive.append(array)
                 writer.put(array.ctypes.data)
                 if act.shadow:
@@ -360,6 +396,8 @@ class Derivative:
                 writer.put(s)
         _state.native.invoke(self._entry, slots)
         del keep_alive
+        if errors[0] != 0:
+            self._raise_callee_error(int(errors[0]), int(errors[1]))
         return self._results(_SlotReader(slots, self._out_codes, len(self._in_codes)))
 
     def _results(self, reader: _SlotReader) -> Any:
@@ -385,6 +423,8 @@ class Derivative:
         fn = self.function
         names: list[str] = []
         for param, act in zip(fn.params, self.activities, strict=True):
+            if param.hidden is not None:
+                continue
             names.append(param.name)
             if act.shadow:
                 names.append(("d" if self.mode is Reverse else "t") + param.name)
@@ -402,15 +442,51 @@ class Derivative:
         values, then the seed); a reverse derivative returns its adjoints by value.
         """
         if self._as_function is None:
+            if self.width != 1:
+                raise ActivityError("only derivatives of width 1 can be differentiated again")
             module = frontends.parse_module(self._compiled.artifact.derivative_module)
             # Enzyme differentiates its own raw output poorly (dead primal code,
             # placeholder phis trip its assertions); it handles the optimized form.
             module.native.optimize(_build.PASSES)
             name = f"{self._compiled.artifact.entry_name}_derivative"
-            self._as_function = frontends.function_of(
-                module, name, f"{self.mode.name.lower()} derivative of {self.function.display_name}"
+            llvm_fn = frontends.function_of(module, name)
+            self._as_function = IRFunction(
+                module,
+                name,
+                self._derivative_params(),
+                llvm_fn.ret,
+                f"{self.mode.name.lower()} derivative of {self.function.display_name}",
+                self.function.on_error,
             )
+            if len(self._as_function.params) != len(llvm_fn.params):
+                raise EnzymeError(
+                    f"the derivative of '{self.function.display_name}' has "
+                    f"{len(llvm_fn.params)} parameters, {len(self._as_function.params)} "
+                    "were expected; this is a bug in enzyme_py"
+                )
         return self._as_function
+
+    def _derivative_params(self) -> tuple[Param, ...]:
+        """The derivative's parameters: each value, its shadow, then the seed."""
+        fn = self.function
+        index: dict[int, int] = {}
+        params: list[Param] = []
+        for i, (p, act) in enumerate(zip(fn.params, self.activities, strict=True)):
+            index[i] = len(params)
+            params.append(p)
+            if act.shadow:
+                prefix = "d" if self.mode is Reverse else "t"
+                params.append(Param(prefix + p.name, p.kind, p.dtype))
+        if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
+            assert fn.ret is not None
+            params.append(Param("seed", "float", fn.ret.dtype))
+        # Hidden shapes follow their array to its new position.
+        return tuple(
+            replace(p, hidden=(p.hidden[0], index[p.hidden[1]], p.hidden[2]))
+            if p.hidden is not None and p.hidden[0] == "shape"
+            else p
+            for p in params
+        )
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""

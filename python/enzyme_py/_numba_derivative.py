@@ -1,9 +1,9 @@
 """Derivatives of Numba dispatchers: one engine derivative per Numba signature.
 
-The user calls with Python-level arguments (``x, dx, n, seed``); each array is
-passed to the engine's wrapper as its data pointer followed by its shape, and a
-small ``errors`` array receives Numba's status, raised again here as the
-exception Numba reported.
+Each specialisation is an ordinary ``Derivative`` of the frontend's wrapper, whose
+hidden parameters (array shapes, the errors buffer) enzyme_py fills in; this class
+picks the specialisation from the ``sig=`` given, the dispatcher's only signature,
+or the types of the arguments of each call.
 """
 
 from __future__ import annotations
@@ -11,12 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import numpy as np
-
 from enzyme_py import _api
-from enzyme_py.core import Active, ActiveOnly, Activity, ActivityError, Const, Mode, Reverse
+from enzyme_py.core import ActivityError, Mode
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.frontends.ir import IRFunction
 
 
 def _signature_of(dispatcher: Any, sig: Any) -> tuple[Any, ...] | None:
@@ -45,41 +42,37 @@ class NumbaDerivative:
         self.activities = activities
         self.options = options
         self.name = dispatcher.py_func.__name__
-        self._by_types: dict[tuple[Any, ...], tuple[numba_frontend.NumbaSignature, Any]] = {}
         self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
+        self._by_types: dict[tuple[Any, ...], _api.Derivative] = {}
         signature = _signature_of(dispatcher, sig)
         if signature is not None:
-            self._specialize(signature)
-        else:
-            # Activities can be checked against the parameter count already.
+            self.specialize(signature)
+        elif len(activities) not in (self._n_params, self._n_params + 1):
             n = self._n_params
-            if len(activities) not in (n, n + 1):
-                raise ActivityError(
-                    f"'{self.name}' has {n} parameters, so autodiff needs {n} activities "
-                    f"(one more if it returns a value); got {len(activities)}"
-                )
+            raise ActivityError(
+                f"'{self.name}' has {n} parameters, so autodiff needs {n} activities "
+                f"(one more if it returns a value); got {len(activities)}"
+            )
 
-    def _specialize(self, signature: tuple[Any, ...]) -> tuple[Any, Any]:
+    def specialize(self, signature: tuple[Any, ...]) -> _api.Derivative:
+        """The derivative for Numba argument types ``signature`` (compiled once)."""
         found = self._by_types.get(signature)
-        if found is not None:
-            return found
-        spec = numba_frontend.specialize(self.dispatcher, signature)
-        user_fn = IRFunction(
-            spec.wrapper.module,
-            spec.wrapper.name,
-            tuple(p.param for p in spec.params),
-            spec.ret,
-            self.name,
-        )
-        params, ret = _api._check_activities(user_fn, self.mode, self.activities)
-        wrapper_acts: list[Activity] = []
-        for p, act in zip(spec.params, params, strict=True):
-            wrapper_acts.append(act)
-            wrapper_acts.extend([Const] * p.ndim)
-        wrapper_acts.append(Const)  # errors
-        inner = _api.Derivative(spec.wrapper, self.mode, tuple(wrapper_acts), ret, self.options)
-        self._by_types[signature] = (spec, inner)
-        return spec, inner
+        if found is None:
+            spec = numba_frontend.specialize(self.dispatcher, signature)
+            params, ret = _api._check_activities(spec.wrapper, self.mode, self.activities)
+            found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            self._by_types[signature] = found
+        return found
+
+    def for_arguments(self, args: tuple[Any, ...]) -> _api.Derivative:
+        """The derivative for the types of these call arguments."""
+        if len(self._by_types) == 1 and self._fixed:
+            return next(iter(self._by_types.values()))
+        return self.specialize(self._types_of(args))
+
+    @property
+    def _fixed(self) -> bool:
+        return len(self.dispatcher.signatures) == 1 or len(self._by_types) == 1
 
     def _types_of(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Numba types of the primal arguments (shadows and seed skipped)."""
@@ -96,59 +89,24 @@ class NumbaDerivative:
         return tuple(types)
 
     def __call__(self, *args: Any) -> Any:
-        if len(self._by_types) == 1:
-            spec, inner = next(iter(self._by_types.values()))
-        else:
-            spec, inner = self._specialize(self._types_of(args))
-        expected = _arity(spec, self.activities, self.mode)
-        if len(args) != expected:
-            raise TypeError(
-                f"the {self.mode.name.lower()} derivative of '{self.name}' takes {expected} "
-                f"arguments; got {len(args)}"
+        return self.for_arguments(args)(*args)
+
+    def only(self) -> _api.Derivative:
+        """The single specialisation (for higher order and inspection)."""
+        if len(self._by_types) != 1:
+            raise ActivityError(
+                f"the derivative of '{self.name}' has {len(self._by_types)} specialisations; "
+                "give autodiff a sig= (or call it once) to pick one"
             )
-        call: list[Any] = []
-        pos = 0
-        for p, act in zip(spec.params, self.activities, strict=False):
-            value = args[pos]
-            call.append(value)
-            pos += 1
-            if act.shadow:
-                call.append(args[pos])
-                pos += 1
-            if p.is_array:
-                call.extend(_shape_of(value, p, self.name))
-        errors = np.zeros(2, dtype=np.int64)
-        call.append(errors)
-        call.extend(args[pos:])  # the seed of an Active return
-        result = inner(*call)
-        numba_frontend.raise_numba_error(errors, self.name)
-        return result
+        return next(iter(self._by_types.values()))
+
+    def as_function(self) -> Any:
+        return self.only().as_function()
 
     def inspect_llvm(self, optimized: bool = False) -> str:
-        """The IR of the derivative of the only (or first) specialisation."""
-        if not self._by_types:
-            raise RuntimeError(f"'{self.name}' has not been specialised yet: call it first")
-        _, inner = next(iter(self._by_types.values()))
-        return str(inner.inspect_llvm(optimized))
+        """The IR of the derivative of the single specialisation."""
+        return self.only().inspect_llvm(optimized)
 
     def __repr__(self) -> str:
         acts = ", ".join(a.name for a in self.activities)
         return f"<enzyme_py derivative of Numba function '{self.name}' {self.mode.name}({acts})>"
-
-
-def _shape_of(value: Any, p: numba_frontend.NumbaParam, name: str) -> tuple[int, ...]:
-    where = f"parameter '{p.param.name}' of '{name}'"
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{where} is an array; got {type(value).__name__}")
-    if value.ndim != p.ndim:
-        raise ValueError(f"{where} needs a {p.ndim}-D array; got {value.ndim}-D")
-    return tuple(int(s) for s in value.shape)
-
-
-def _arity(spec: numba_frontend.NumbaSignature, activities: tuple[Any, ...], mode: Mode) -> int:
-    n = len(spec.params)
-    count = sum(2 if a.shadow else 1 for a in activities[:n])
-    seeded = len(activities) > n and activities[n] in (Active, ActiveOnly)
-    if mode is Reverse and spec.ret is not None and seeded:
-        count += 1
-    return count

@@ -42,6 +42,10 @@ class Param:
     kind: str
     dtype: np.dtype | None
     fields: int = 1  # number of values of a "struct" (a derivative's result)
+    # Filled by enzyme_py, not passed by the caller: ("shape", i, d) is dimension d
+    # of the array that is parameter i; ("errors", 0, 0) a buffer for the callee's
+    # status (a frontend's error protocol).
+    hidden: tuple[str, int, int] | None = None
 
     @property
     def is_float(self) -> bool:

@@ -1,111 +1,291 @@
-"""JAX-named helpers built on ``autodiff``: ``grad`` and ``value_and_grad``.
+"""JAX-named helpers on top of ``autodiff``, for Numba, C and IR functions alike.
 
-``jvp``, ``vjp``, ``jacobian`` and ``hessian`` keep their JAX names and signatures
-and are not implemented yet; they raise NotImplementedError.
+Activities are chosen from the arguments of each call, as JAX does: with respect to
+the arguments in ``argnums``, a float array is Duplicated (reverse) or Dual (forward),
+a float scalar Active or Dual; every other argument is Const. Derivatives are built
+once per combination of activities and reused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from enzyme_py._api import Derivative, _resolve, autodiff
-from enzyme_py.core import Active, ActiveOnly, Activity, ActivityError, Const, Duplicated, Reverse
+from enzyme_py._api import Derivative, autodiff
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    Const,
+    Dual,
+    Duplicated,
+    Forward,
+    Mode,
+    Reverse,
+)
 
 __all__ = ["grad", "hessian", "jacobian", "jvp", "value_and_grad", "vjp"]
 
+Argnums = int | Sequence[int]
 
-def _argnums_tuple(argnums: int | tuple[int, ...], n: int, name: str) -> tuple[int, ...]:
+# Columns of a Jacobian or Hessian computed per batched call.
+_BATCH = 8
+
+
+def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for a in nums:
         if not isinstance(a, int) or not -n <= a < n:
-            raise ValueError(
-                f"argnums {argnums!r} is out of range for '{name}' with {n} parameters"
-            )
+            raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
     return tuple(a % n for a in nums)
 
 
-def _reverse_of(
-    f: Any, argnums: int | tuple[int, ...], ret: Activity
-) -> tuple[Derivative, tuple[int, ...]]:
-    fn = _resolve(f)
-    nums = _argnums_tuple(argnums, len(fn.params), fn.display_name)
-    acts: list[Activity] = []
-    for i, p in enumerate(fn.params):
-        if i not in nums:
-            acts.append(Const)
-        elif p.kind == "float":
-            acts.append(Active)
-        elif p.kind == "pointer":
-            acts.append(Duplicated)
-        else:
-            raise ActivityError(
-                f"argnums selects {p.describe(i)} of '{fn.display_name}', an integer: "
-                "integer arguments cannot be differentiated"
+def _is_float_scalar(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
+
+
+def _activity(value: Any, i: int, mode: Mode) -> Activity:
+    """The activity that differentiates argument i, from its value."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "f":
+            raise TypeError(
+                f"argument {i} is an array of {value.dtype}; only float arrays can be "
+                "differentiated (leave it out of argnums)"
             )
-    if fn.ret is None or fn.ret.kind != "float":
-        raise ActivityError(f"grad needs '{fn.display_name}' to return a float scalar")
-    return autodiff(fn, Reverse, *acts, ret), nums
+        return Duplicated if mode is Reverse else Dual
+    if _is_float_scalar(value):
+        return Active if mode is Reverse else Dual
+    raise TypeError(
+        f"argument {i} is {type(value).__name__}; only float scalars and float arrays can "
+        "be differentiated (pass a float, or leave it out of argnums)"
+    )
 
 
-def _gradient_call(df: Derivative, nums: tuple[int, ...], args: tuple[Any, ...]) -> tuple[Any, Any]:
+class _Derivatives:
+    """``autodiff(f, mode, *activities, ret, width=...)``, made once per combination."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self._made: dict[tuple[Any, ...], Any] = {}
+
+    def get(
+        self, mode: Mode, acts: Sequence[Activity], ret: Activity | None, width: int = 1
+    ) -> Any:
+        key = (mode, tuple(acts), ret, width)
+        df = self._made.get(key)
+        if df is None:
+            df = autodiff(self.f, mode, *acts, *([] if ret is None else [ret]), width=width)
+            self._made[key] = df
+        return df
+
+
+def _reverse_call(
+    derivatives: _Derivatives, args: Sequence[Any], nums: tuple[int, ...], ret: Activity
+) -> tuple[Any, tuple[Any, ...]]:
+    """The primal (or None) and the gradient with respect to each of nums."""
+    acts = [_activity(a, i, Reverse) if i in nums else Const for i, a in enumerate(args)]
+    df = derivatives.get(Reverse, acts, ret)
     call: list[Any] = []
     shadows: dict[int, np.ndarray] = {}
-    for i, (a, act) in enumerate(zip(args, df.activities, strict=True)):
+    for i, (a, act) in enumerate(zip(args, acts, strict=True)):
         call.append(a)
         if act is Duplicated:
             shadows[i] = np.zeros_like(a)
             call.append(shadows[i])
     primal, *adjoints = df(*call, 1.0)
-    it = iter(adjoints)
-    grads = {i: (shadows[i] if i in shadows else next(it)) for i in sorted(nums)}
+    active = iter(adjoints)
+    grads = {i: shadows[i] if i in shadows else next(active) for i in sorted(nums)}
     return primal, tuple(grads[i] for i in nums)
 
 
-def grad(f: Any, argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
+def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments in ``argnums``.
 
-    Float scalars are differentiated as Active, arrays as Duplicated (a zeroed shadow
-    is allocated per call), everything else is Const. Returns one gradient for an
-    int ``argnums``, a tuple for a tuple.
+    Returns a function of the same arguments; it returns one gradient (an array like
+    the argument, or a float) for an int ``argnums``, a tuple for a sequence.
+    The primal value is not computed (``ActiveOnly``).
     """
-    df, nums = _reverse_of(f, argnums, ActiveOnly)
+    derivatives = _Derivatives(f)
 
     def gradient(*args: Any) -> Any:
-        _, grads = _gradient_call(df, nums, args)
+        _, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), ActiveOnly)
         return grads[0] if isinstance(argnums, int) else grads
 
     return gradient
 
 
-def value_and_grad(f: Any, argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
-    """Like ``grad``, returning ``(f(*args), gradient)``."""
-    df, nums = _reverse_of(f, argnums, Active)
+def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
+    """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass."""
+    derivatives = _Derivatives(f)
 
     def value_and_gradient(*args: Any) -> Any:
-        value, grads = _gradient_call(df, nums, args)
+        value, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), Active)
         return value, (grads[0] if isinstance(argnums, int) else grads)
 
     return value_and_gradient
 
 
-def _not_yet(name: str) -> NotImplementedError:
-    return NotImplementedError(f"ez.{name} is not implemented yet; use ez.autodiff directly")
+def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """``(f(*primals), directional derivative along tangents)`` by forward mode.
+
+    ``tangents`` has one entry per primal: an array like a float array, a float for a
+    float scalar, or None (the argument is Const; integers always are).
+    """
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    acts: list[Activity] = []
+    call: list[Any] = []
+    for i, (p, t) in enumerate(zip(primals, tangents, strict=True)):
+        differentiate = t is not None and (isinstance(p, np.ndarray) or _is_float_scalar(p))
+        act = _activity(p, i, Forward) if differentiate else Const
+        acts.append(act)
+        call.append(p)
+        if act is Dual:
+            call.append(np.asarray(t, dtype=p.dtype) if isinstance(p, np.ndarray) else float(t))
+    y, dy = autodiff(f, Forward, *acts, Dual)(*call)
+    return y, dy
 
 
-def jvp(f: Any, primals: Any, tangents: Any) -> Any:
-    raise _not_yet("jvp")
+def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+    """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
+    the pullback for float arrays and scalars, None for the others."""
+    derivatives = _Derivatives(f)
+    nums = tuple(
+        i
+        for i, p in enumerate(primals)
+        if (isinstance(p, np.ndarray) and p.dtype.kind == "f") or _is_float_scalar(p)
+    )
+    value = derivatives.get(Forward, [Const] * len(primals), Const)(*primals)
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        acts = [_activity(p, i, Reverse) if i in nums else Const for i, p in enumerate(primals)]
+        df = derivatives.get(Reverse, acts, ActiveOnly)
+        call: list[Any] = []
+        shadows: dict[int, np.ndarray] = {}
+        for i, (p, act) in enumerate(zip(primals, acts, strict=True)):
+            call.append(p)
+            if act is Duplicated:
+                shadows[i] = np.zeros_like(p)
+                call.append(shadows[i])
+        _, *adjoints = df(*call, float(cotangent))
+        active = iter(adjoints)
+        return tuple(
+            shadows[i] if i in shadows else next(active) if i in nums else None
+            for i in range(len(primals))
+        )
+
+    return value, vjp_fn
 
 
-def vjp(f: Any, *primals: Any) -> Any:
-    raise _not_yet("vjp")
+def _batches(n: int) -> list[tuple[int, int]]:
+    return [(start, min(start + _BATCH, n)) for start in range(0, n, _BATCH)]
 
 
-def jacobian(f: Any, argnums: int | tuple[int, ...] = 0) -> Any:
-    raise _not_yet("jacobian")
+def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..., Any]:
+    """The Jacobian of ``f`` with respect to argument ``argnums``.
+
+    With ``output=None``, ``f`` returns a float scalar and the Jacobian is its gradient
+    (shaped like the argument). With ``output=j``, ``f`` writes its result into the
+    array argument j (f: R^n -> R^m written as ``f(x, out)``): the Jacobian has shape
+    ``out.shape + x.shape``, computed by batched forward mode (columns in batches).
+    """
+    if output is None:
+        return grad(f, argnums)
+    derivatives = _Derivatives(f)
+
+    def jacobian_of(*args: Any) -> np.ndarray:
+        i, j = _argnums(argnums, len(args))[0], _argnums(output, len(args))[0]
+        x, out = args[i], args[j]
+        if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray):
+            raise TypeError("jacobian with output= needs array arguments at argnums and output")
+        n = x.size
+        columns = np.empty((out.size, n), dtype=out.dtype)
+        for start, stop in _batches(n):
+            width = stop - start
+            acts = [Dual if k in (i, j) else Const for k in range(len(args))]
+            df = derivatives.get(Forward, acts, None if _returns_nothing(f, args) else Const, width)
+            seeds = np.zeros((width, n), dtype=x.dtype)
+            seeds[np.arange(width), np.arange(start, stop)] = 1.0
+            tangent_out = np.zeros((width, *out.shape), dtype=out.dtype)
+            call: list[Any] = []
+            for k, a in enumerate(args):
+                call.append(a)
+                if k == i:
+                    call.append(
+                        seeds.reshape(width, *x.shape) if width > 1 else seeds[0].reshape(x.shape)
+                    )
+                elif k == j:
+                    call.append(tangent_out if width > 1 else tangent_out[0])
+            df(*call)
+            columns[:, start:stop] = tangent_out.reshape(width, -1).T
+        return columns.reshape(*out.shape, *x.shape)
+
+    return jacobian_of
 
 
-def hessian(f: Any) -> Any:
-    raise _not_yet("hessian")
+def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
+    """Whether f returns no value (from its compiled signature)."""
+    from enzyme_py.frontends import numba as numba_frontend
+
+    if numba_frontend.is_dispatcher(f):
+        types = tuple(f.typeof_pyval(a) for a in args)
+        f.compile(types)
+        from numba.core import types as nbtypes
+
+        return isinstance(f.overloads[types].signature.return_type, nbtypes.NoneType)
+    from enzyme_py._api import _resolve
+
+    return _resolve(f).ret is None
+
+
+def hessian(f: Any, argnums: int = 0) -> Callable[..., np.ndarray]:
+    """The Hessian of scalar-valued ``f`` with respect to the 1-D float array argument
+    ``argnums``: shape (n, n), by forward mode over reverse mode, columns in batches."""
+    derivatives = _Derivatives(f)
+
+    def hessian_of(*args: Any) -> np.ndarray:
+        i = _argnums(argnums, len(args))[0]
+        x = args[i]
+        if not isinstance(x, np.ndarray) or x.ndim != 1 or x.dtype.kind != "f":
+            raise TypeError(f"hessian needs argument {i} to be a 1-D float array")
+        acts = [Duplicated if k == i else Const for k in range(len(args))]
+        reverse = derivatives.get(Reverse, acts, ActiveOnly)
+        reverse_args: list[Any] = []
+        for k, a in enumerate(args):
+            reverse_args.append(a)
+            if k == i:
+                reverse_args.append(np.zeros_like(x))
+        if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
+            reverse = reverse.for_arguments((*reverse_args, 1.0))
+        n = x.size
+        h = np.empty((n, n), dtype=x.dtype)
+        for start, stop in _batches(n):
+            width = stop - start
+            # Parameters of the reverse derivative: each argument, x's shadow, the seed.
+            fwd_acts: list[Activity] = []
+            for k in range(len(args)):
+                fwd_acts.append(Dual if k == i else Const)
+                if k == i:
+                    fwd_acts.append(Dual)
+            fwd_acts.append(Const)  # the seed
+            fwd = autodiff(reverse, Forward, *fwd_acts, width=width)  # cached by the engine
+            seeds = np.zeros((width, n), dtype=x.dtype)
+            seeds[np.arange(width), np.arange(start, stop)] = 1.0
+            hv = np.zeros((width, n), dtype=x.dtype)
+            call: list[Any] = []
+            for k, a in enumerate(args):
+                call.append(a)
+                if k == i:
+                    call += [
+                        seeds if width > 1 else seeds[0],
+                        np.zeros_like(x),
+                        hv if width > 1 else hv[0],
+                    ]
+            call.append(1.0)
+            fwd(*call)
+            h[:, start:stop] = hv.T
+        return h
+
+    return hessian_of

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,14 @@ class IRFunction:
     params: tuple[Param, ...]
     ret: Param | None  # None: returns nothing
     source_name: str = ""  # the name the user knows it by (C name, Python name)
+    # Raises the frontend's exception for what the callee wrote into its hidden
+    # ("errors") parameter: called with (status, detail) when status is not 0.
+    on_error: Callable[[int, int], None] | None = None
+
+    @property
+    def visible_params(self) -> list[tuple[int, Param]]:
+        """(index, param) of the parameters a caller passes (hidden ones left out)."""
+        return [(i, p) for i, p in enumerate(self.params) if p.hidden is None]
 
     @property
     def display_name(self) -> str:

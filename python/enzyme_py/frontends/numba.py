@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import pickle
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,6 @@ __all__ = ["NumbaSignature", "is_dispatcher", "specialize"]
 
 WRAPPER = "__enzyme_py_numba_wrapper"
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
-_RETCODE_OK = 0
 _RETCODE_USEREXC = 1
 
 
@@ -70,7 +70,7 @@ class NumbaSignature:
     numba_signature: tuple[Any, ...]
     params: tuple[NumbaParam, ...]
     ret: Param | None
-    wrapper: IRFunction  # params: per NumbaParam its value (+ shape...), then errors
+    wrapper: IRFunction  # per NumbaParam its value (+ hidden shape...), hidden errors
 
 
 _runtime_symbols_defined = False
@@ -215,21 +215,43 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     lines.append("}")
 
     _define_runtime_symbols()
-    module = parse_module(cres.library.get_llvm_str() + "\n" + "\n".join(lines) + "\n")
-    wrapper = function_of(module, WRAPPER, name)
-    # The wrapper's parameters carry the Python names (shapes: name.shapeN).
-    renamed = []
-    index = 0
+    numba_ir = _without_reference_counting(cres.library.get_llvm_str())
+    module = parse_module(numba_ir + "\n" + "\n".join(lines) + "\n")
+    llvm_fn = function_of(module, WRAPPER, name)
+    # The wrapper's parameters: each Python parameter (arrays followed by their
+    # shapes, which enzyme_py fills in), then the errors buffer.
+    wrapper_params: list[Param] = []
     for p in params:
-        renamed.append(p.param)
-        index += 1
-        for d in range(p.ndim):
-            renamed.append(Param(f"{p.param.name}.shape{d}", "int", np.dtype(np.int64)))
-            index += 1
-    # No pointee type: it holds an integer status and an exception-info pointer.
-    renamed.append(Param("errors", "pointer", None))
-    wrapper = IRFunction(module, wrapper.name, tuple(renamed), wrapper.ret, name)
+        index = len(wrapper_params)
+        wrapper_params.append(p.param)
+        wrapper_params.extend(
+            Param(f"{p.param.name}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
+            for d in range(p.ndim)
+        )
+    wrapper_params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
+    if len(wrapper_params) != len(llvm_fn.params):
+        raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
+
+    def on_error(status: int, detail: int) -> None:
+        raise_numba_error(status, detail, name)
+
+    wrapper = IRFunction(module, WRAPPER, tuple(wrapper_params), ret_param, name, on_error)
     return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper)
+
+
+_REFCOUNT_FUNCTION = re.compile(
+    r"^(define [^\n]*@NRT_(?:incref|decref)\([^\n]*\{)\n.*?\n\}$", re.MULTILINE | re.DOTALL
+)
+
+
+def _without_reference_counting(ir: str) -> str:
+    """Numba's NRT_incref/NRT_decref made no-ops.
+
+    Inside a derivative, arrays from Python come without a MemInfo and temporaries
+    live in enzyme_py's arena (released after each call), so nothing needs counting;
+    and Enzyme cannot differentiate through the atomic counter updates.
+    """
+    return _REFCOUNT_FUNCTION.sub(lambda m: m.group(1) + "\n  ret void\n}", ir)
 
 
 class _ExcInfo(ctypes.Structure):
@@ -242,17 +264,15 @@ class _ExcInfo(ctypes.Structure):
     ]
 
 
-def raise_numba_error(errors: np.ndarray, name: str) -> None:
-    """Raise the Python exception a Numba function reported through ``errors``."""
-    status, address = int(errors[0]), int(errors[1])
-    if status == _RETCODE_OK:
-        return
+def raise_numba_error(status: int, address: int, name: str) -> None:
+    """Raise the Python exception a Numba function reported (its status and the
+    address of its exception info)."""
     if status == _RETCODE_USEREXC and address:
         info = _ExcInfo.from_address(address)
         if info.pickled and info.size > 0:
             try:
                 exc_class, exc_args, *_ = pickle.loads(ctypes.string_at(info.pickled, info.size))
-            except Exception:
+            except Exception:  # not unpicklable here: the generic error below
                 exc_class = None
             if isinstance(exc_class, type) and issubclass(exc_class, BaseException):
                 args = exc_args if isinstance(exc_args, tuple) else (exc_args,)

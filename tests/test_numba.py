@@ -1,0 +1,213 @@
+"""Numba @njit functions: what differentiates, checked against independent references."""
+
+import math
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from reference import fd_gradient, fd_scalar
+
+numba = pytest.importorskip("numba")
+pytestmark = pytest.mark.needs_enzyme
+njit = numba.njit
+
+
+@njit
+def weighted_sin(x, s, n):
+    t = 0.0
+    for i in range(n):
+        t += s * math.sin(x[i]) * x[i]
+    return t
+
+
+@njit
+def scalar_mix(a, b, k, flag):
+    r = a * a * b
+    if flag:
+        r = r + math.exp(b)
+    if k > 2:
+        return r * k  # early return
+    return r - math.tanh(a) + math.sqrt(b) + math.log(b) + abs(a) ** 1.5 + min(a, b) + max(a, b)
+
+
+@njit
+def rank3(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            for k in range(x.shape[2]):
+                s += math.cos(x[i, j, k]) * (i + 1)
+    return s
+
+
+@njit
+def helper(v):
+    return v * v
+
+
+@njit
+def calls_helper(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += helper(x[i]) + np.sin(x[i]) ** 2 + np.exp(-x[i]) + np.power(x[i], 3)
+    return s
+
+
+@njit
+def temporaries(x):
+    y = np.empty_like(x)
+    z = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        y[i] = math.sin(x[i])
+        z[i] = y[i] * x[i]
+    return y.sum() + (z * z).sum()
+
+
+@njit
+def write_output(x, out):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = x[i, j] ** 2 + math.exp(x[i, j])
+
+
+@njit
+def float32_sum(x):
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+@njit(boundscheck=True)
+def picks(x, i):
+    return x[i] * 2.0
+
+
+@njit
+def divide(a, b):
+    return a / b
+
+
+def test_array_scalar_int_params():
+    x = np.linspace(0, 1, 7)
+    dx = np.zeros(7)
+    df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Active, ez.Const, ez.Active)
+    value, ds = df(x, dx, 2.0, 7, 1.0)
+    assert value == pytest.approx(2.0 * np.sum(np.sin(x) * x), rel=1e-14)
+    assert ds == pytest.approx(np.sum(np.sin(x) * x), rel=1e-14)
+    np.testing.assert_allclose(dx, 2.0 * (np.cos(x) * x + np.sin(x)), rtol=1e-13)
+
+
+@pytest.mark.parametrize(("k", "flag"), [(1, True), (1, False), (3, True)])
+def test_branches_early_return_and_math(k, flag):
+    a, b = 0.7, 1.3
+    df = ez.autodiff(scalar_mix, ez.Reverse, ez.Active, ez.Active, ez.Const, ez.Const, ez.Active)
+    value, da, db = df(a, b, k, flag, 1.0)
+    f = scalar_mix.py_func
+    assert value == pytest.approx(f(a, b, k, flag), rel=1e-14)
+    assert da == pytest.approx(fd_scalar(lambda t: f(t, b, k, flag), a), rel=1e-7)
+    assert db == pytest.approx(fd_scalar(lambda t: f(a, t, k, flag), b), rel=1e-7)
+
+
+def test_forward_mode_scalars():
+    df = ez.autodiff(scalar_mix, ez.Forward, ez.Dual, ez.Const, ez.Const, ez.Const, ez.Dual)
+    y, dy = df(0.7, 1.0, 1.3, 1, True)
+    f = scalar_mix.py_func
+    assert y == pytest.approx(f(0.7, 1.3, 1, True))
+    assert dy == pytest.approx(fd_scalar(lambda t: f(t, 1.3, 1, True), 0.7), rel=1e-7)
+
+
+def test_rank3_arrays():
+    x = np.random.default_rng(1).normal(size=(2, 3, 4))
+    dx = np.zeros_like(x)
+    (value,) = ez.autodiff(rank3, ez.Reverse, ez.Duplicated, ez.Active)(x, dx, 1.0)
+    weights = np.arange(1, 3)[:, None, None]
+    assert value == pytest.approx(np.sum(np.cos(x) * weights), rel=1e-13)
+    np.testing.assert_allclose(dx, -np.sin(x) * weights, rtol=1e-13)
+
+
+def test_calls_between_njit_functions_and_ufuncs():
+    x = np.linspace(0.2, 1.5, 6)
+    g = ez.grad(calls_helper)(x)
+    expected = 2 * x + 2 * np.sin(x) * np.cos(x) - np.exp(-x) + 3 * x**2
+    np.testing.assert_allclose(g, expected, rtol=1e-13)
+
+
+def test_temporaries_inside_the_function():
+    x = np.linspace(0.1, 1.0, 5)
+    dx = np.zeros(5)
+    (value,) = ez.autodiff(temporaries, ez.Reverse, ez.Duplicated, ez.Active)(x, dx, 1.0)
+    assert value == pytest.approx(temporaries.py_func(x), rel=1e-14)
+    np.testing.assert_allclose(dx, fd_gradient(temporaries.py_func, x), rtol=1e-6, atol=1e-9)
+    for _ in range(3):  # temporaries are released after each call
+        dx[:] = 0
+        ez.autodiff(temporaries, ez.Reverse, ez.Duplicated, ez.Active)(x, dx, 1.0)
+    np.testing.assert_allclose(dx, fd_gradient(temporaries.py_func, x), rtol=1e-6, atol=1e-9)
+
+
+def test_output_arrays_reverse_and_forward():
+    x = np.random.default_rng(2).random((3, 4))
+    out, dout, dx = np.zeros_like(x), np.ones_like(x), np.zeros_like(x)
+    dw = ez.autodiff(write_output, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    assert dw(x, dx, out, dout) == (None,)
+    np.testing.assert_allclose(out, x**2 + np.exp(x), rtol=1e-15)
+    np.testing.assert_allclose(dx, 2 * x + np.exp(x), rtol=1e-14)
+    tx = np.random.default_rng(3).random((3, 4))
+    out, tout = np.zeros_like(x), np.zeros_like(x)
+    assert ez.autodiff(write_output, ez.Forward, ez.Dual, ez.Dual)(x, tx, out, tout) is None
+    np.testing.assert_allclose(tout, (2 * x + np.exp(x)) * tx, rtol=1e-14)
+
+
+def test_float32():
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    dx = np.zeros_like(x)
+    (value,) = ez.autodiff(float32_sum, ez.Reverse, ez.Duplicated, ez.Active)(x, dx, 1.0)
+    assert value == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)), rel=1e-6)
+    np.testing.assert_allclose(dx, 2 * x, rtol=1e-6)
+    assert dx.dtype == np.float32
+
+
+def test_signature_from_sig_and_lazily_per_types():
+    @njit
+    def sq(x):
+        return x * x
+
+    lazy = ez.autodiff(sq, ez.Reverse, ez.Active, ez.Active)
+    assert lazy(3.0, 1.0) == (9.0, 6.0)
+    assert lazy(np.float32(2.0), 1.0) == (4.0, 4.0)  # a second specialisation
+    typed = ez.autodiff(sq, ez.Reverse, ez.Active, ez.Active, sig="float64(float64)")
+    assert typed(1.5, 2.0) == (2.25, 6.0)
+
+
+def test_numba_exceptions_surface_as_python_exceptions():
+    dp = ez.autodiff(picks, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    x, dx = np.ones(3), np.zeros(3)
+    assert dp(x, dx, 1, 1.0) == (2.0,)
+    np.testing.assert_array_equal(dx, [0.0, 2.0, 0.0])
+    with pytest.raises(IndexError, match="index is out of bounds"):
+        dp(x, dx, 7, 1.0)
+    dd = ez.autodiff(divide, ez.Reverse, ez.Active, ez.Active, ez.Active)
+    assert dd(1.0, 2.0, 1.0) == (0.5, 0.5, -0.25)
+    with pytest.raises(ZeroDivisionError, match="division by zero"):
+        dd(1.0, 0.0, 1.0)
+
+
+def test_activity_errors_name_python_parameters():
+    with pytest.raises(
+        ez.ActivityError, match=r"parameter 2 \('n'\) of 'weighted_sin' is an integer"
+    ):
+        ez.autodiff(
+            weighted_sin,
+            ez.Reverse,
+            ez.Duplicated,
+            ez.Active,
+            ez.Active,
+            ez.Active,
+            sig="float64(float64[::1], float64, int64)",
+        )
+    df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Active, ez.Const, ez.Active)
+    with pytest.raises(ValueError, match="shadow of parameter 0 \\('x'\\)"):
+        df(np.ones(3), np.zeros(4), 1.0, 3, 1.0)
+    with pytest.raises(TypeError, match=r"takes 5 arguments \(x, dx, s, n, seed\); got 4"):
+        df(np.ones(3), np.zeros(3), 1.0, 3)
