@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+
 from reference import fd_gradient, fd_scalar
 
 numba = pytest.importorskip("numba")

@@ -1,0 +1,160 @@
+"""grad, value_and_grad, jvp, vjp, jacobian and hessian for Numba, C and IR functions."""
+
+import math
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+from reference import fd_gradient
+
+numba = pytest.importorskip("numba")
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit
+def rosen(x):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+@numba.njit
+def scaled(x, a, n):
+    s = 0.0
+    for i in range(n):
+        s += a * math.sin(x[i]) ** 2
+    return s
+
+
+@numba.njit
+def mapping(x, out):
+    for i in range(out.shape[0]):
+        out[i] = math.sin(x[i]) * x[(i + 1) % x.shape[0]]
+
+
+C = (
+    ez.c(
+        """
+    #include <math.h>
+    double rosen(const double *x, int n) {
+        double s = 0.0;
+        for (int i = 0; i + 1 < n; ++i)
+            s += 100.0 * pow(x[i + 1] - x[i] * x[i], 2) + pow(1.0 - x[i], 2);
+        return s;
+    }
+    void mapping(const double *x, double *out, int n) {
+        for (int i = 0; i < n; ++i) out[i] = sin(x[i]) * x[(i + 1) % n];
+    }
+    """
+    )
+    if ez.has_autodiff()
+    else None
+)
+
+
+def rosen_np(x):
+    return float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2))
+
+
+def rosen_grad(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1])
+    g[1:] += 200 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def rosen_hess(x):
+    n = len(x)
+    h = np.zeros((n, n))
+    for i in range(n - 1):
+        h[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        h[i, i + 1] = h[i + 1, i] = -400 * x[i]
+        h[i + 1, i + 1] += 200
+    return h
+
+
+X = np.array([0.5, 1.2, -0.3, 0.8, 1.1, -0.7, 0.2, 0.9, 1.4, -1.0, 0.3])
+
+
+@pytest.fixture(params=["numba", "c"])
+def rosen_fn(request):
+    if request.param == "numba":
+        return rosen, (X,)
+    return C.rosen, (X, len(X))
+
+
+def test_grad_and_value_and_grad(rosen_fn):
+    f, args = rosen_fn
+    np.testing.assert_allclose(ez.grad(f)(*args), rosen_grad(X), rtol=1e-13)
+    value, g = ez.value_and_grad(f)(*args)
+    assert value == pytest.approx(rosen_np(X), rel=1e-14)
+    np.testing.assert_allclose(g, rosen_grad(X), rtol=1e-13)
+
+
+def test_hessian_larger_than_one_batch(rosen_fn):
+    f, args = rosen_fn
+    h = ez.hessian(f)(*args)
+    assert h.shape == (len(X), len(X))
+    np.testing.assert_allclose(h, rosen_hess(X), rtol=1e-12, atol=1e-12)
+
+
+def test_jvp_and_vjp(rosen_fn):
+    f, args = rosen_fn
+    v = np.linspace(-1, 1, len(X))
+    tangents = (v,) + (None,) * (len(args) - 1)
+    y, dy = ez.jvp(f, args, tangents)
+    assert y == pytest.approx(rosen_np(X), rel=1e-14)
+    assert dy == pytest.approx(float(rosen_grad(X) @ v), rel=1e-12)
+    value, pullback = ez.vjp(f, *args)
+    assert value == pytest.approx(rosen_np(X), rel=1e-14)
+    back = pullback(3.0)
+    np.testing.assert_allclose(back[0], 3.0 * rosen_grad(X), rtol=1e-13)
+    assert all(b is None for b in back[1:])  # integer arguments have no cotangent
+
+
+def test_argnums_tuple_with_scalar():
+    x = np.linspace(0.1, 1.0, 5)
+    gx, ga = ez.grad(scaled, argnums=(0, 1))(x, 2.5, 5)
+    np.testing.assert_allclose(gx, 2.5 * 2 * np.sin(x) * np.cos(x), rtol=1e-13)
+    assert ga == pytest.approx(float(np.sum(np.sin(x) ** 2)), rel=1e-14)
+    assert ez.grad(scaled, argnums=1)(x, 2.5, 5) == pytest.approx(ga, rel=1e-14)
+    with pytest.raises(TypeError, match="argument 2 is int; only float scalars"):
+        ez.grad(scaled, argnums=2)(x, 2.5, 5)
+    with pytest.raises(ValueError, match="argnums 5 is out of range"):
+        ez.grad(scaled, argnums=5)(x, 2.5, 5)
+
+
+def test_jacobian_of_output_function():
+    x = np.linspace(0.3, 1.7, 11)  # more columns than one batch
+
+    def numeric(z):
+        out = np.zeros_like(z)
+        mapping.py_func(z, out)
+        return out
+
+    expected = np.column_stack(
+        [fd_gradient(lambda z, r=r: numeric(z)[r], x) for r in range(len(x))]
+    ).T
+    j_numba = ez.jacobian(mapping, 0, output=1)(x, np.zeros_like(x))
+    assert j_numba.shape == (11, 11)
+    np.testing.assert_allclose(j_numba, expected, rtol=1e-6, atol=1e-8)
+    j_c = ez.jacobian(C.mapping, 0, output=1)(x, np.zeros_like(x), len(x))
+    np.testing.assert_allclose(j_c, j_numba, rtol=1e-14)
+
+
+def test_jacobian_of_scalar_function_is_its_gradient(rosen_fn):
+    f, args = rosen_fn
+    np.testing.assert_allclose(ez.jacobian(f)(*args), rosen_grad(X), rtol=1e-13)
+
+
+def test_grad_of_ir_scalar_function():
+    f = ez.llvm_ir(
+        "declare double @exp(double)\n"
+        "define double @f(double %x) {\n %e = call double @exp(double %x)\n"
+        " %r = fmul double %e, %x\n ret double %r\n}",
+        "f",
+    )
+    assert ez.grad(f)(0.5) == pytest.approx(math.exp(0.5) * 1.5, rel=1e-15)
