@@ -104,12 +104,13 @@ py::array float_array(char code, const uint64_t *slots, std::vector<py::ssize_t>
 }  // namespace
 
 Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
-               std::vector<ArgStep> steps, ResultPlan result)
+               std::vector<ArgStep> steps, ResultPlan result, bool disjoint)
     : entry_(reinterpret_cast<void (*)(void *)>(entry)),
       in_slots_(std::move(in_slots)),
       out_slots_(std::move(out_slots)),
       steps_(std::move(steps)),
       result_(std::move(result)) {
+  disjoint_ = disjoint;
   arity_ = 0;
   for (const ArgStep &step : steps_) arity_ += (step.kind != 'S' && step.kind != 'E');
 }
@@ -135,6 +136,16 @@ py::object Caller::call(py::args args) const {
   size_t s = 0;  // next input slot
   PyObject *last_array_obj = nullptr;
   py::array last_array;
+  // Byte ranges of the arrays passed, for the disjointness promise.
+  uint64_t ranges[64][2];
+  size_t n_ranges = 0;
+  auto note_range = [&](uint64_t begin, uint64_t bytes) {
+    if (!disjoint_ || bytes == 0) return;
+    if (n_ranges == 64) throw ArgumentsRejected();
+    ranges[n_ranges][0] = begin;
+    ranges[n_ranges][1] = begin + bytes;
+    ++n_ranges;
+  };
   size_t next_arg = 0;
   for (const ArgStep &step : steps_) {
     if (step.kind == 'S') {
@@ -168,6 +179,7 @@ py::object Caller::call(py::args args) const {
         if (!(a.flags() & py::array::c_style) || !a.writeable()) throw ArgumentsRejected();
         uint64_t ptr = reinterpret_cast<uint64_t>(a.data());
         std::memcpy(slots + s++, &ptr, sizeof ptr);
+        note_range(ptr, static_cast<uint64_t>(a.nbytes()));
         last_array_obj = obj;
         last_array = a;
         break;
@@ -202,6 +214,7 @@ py::object Caller::call(py::args args) const {
           uint64_t p = shadow + lane * bytes;
           std::memcpy(slots + s++, &p, sizeof p);
         }
+        note_range(shadow, shadow_bytes);
         break;
       }
       case 'l': {
@@ -225,6 +238,11 @@ py::object Caller::call(py::args args) const {
     }
   }
   if (s != in_slots_.size()) throw ArgumentsRejected();
+  for (size_t i = 0; i < n_ranges; ++i) {
+    for (size_t j = i + 1; j < n_ranges; ++j) {
+      if (ranges[i][0] < ranges[j][1] && ranges[j][0] < ranges[i][1]) throw ArgumentsRejected();
+    }
+  }
 
   {
     py::gil_scoped_release release;
@@ -298,14 +316,16 @@ void register_caller(py::module_ &m) {
       .def(py::init([](uint64_t entry, std::string in_slots, std::string out_slots,
                        std::vector<ArgStep> steps, const std::string &shape,
                        int primal_fields, std::vector<int> adjoints, int tangent_fields,
-                       int tangent_lanes, bool tangent_struct) {
+                       int tangent_lanes, bool tangent_struct, bool disjoint) {
              return Caller(entry, std::move(in_slots), std::move(out_slots), std::move(steps),
                            ResultPlan{shape.at(0), primal_fields, std::move(adjoints),
-                                      tangent_fields, tangent_lanes, tangent_struct});
+                                      tangent_fields, tangent_lanes, tangent_struct},
+                           disjoint);
            }),
            py::arg("entry"), py::arg("in_slots"), py::arg("out_slots"), py::arg("steps"),
            py::arg("shape"), py::arg("primal_fields"), py::arg("adjoints"),
-           py::arg("tangent_fields"), py::arg("tangent_lanes"), py::arg("tangent_struct"))
+           py::arg("tangent_fields"), py::arg("tangent_lanes"), py::arg("tangent_struct"),
+           py::arg("disjoint"))
       .def("__call__", &Caller::call);
 }
 

@@ -51,8 +51,10 @@ struct ResultPlan {
 
 class Caller {
  public:
+  // `disjoint`: the code was built assuming its arrays do not overlap; calls
+  // whose arrays do are rejected (the Python side then uses a safe build).
   Caller(uint64_t entry, std::string in_slots, std::string out_slots,
-         std::vector<ArgStep> steps, ResultPlan result);
+         std::vector<ArgStep> steps, ResultPlan result, bool disjoint);
   pybind11::object call(pybind11::args args) const;
 
  private:
@@ -60,6 +62,7 @@ class Caller {
 
   void (*entry_)(void *);
   size_t arity_;  // Python arguments taken
+  bool disjoint_;
   std::string in_slots_, out_slots_;
   std::vector<ArgStep> steps_;
   ResultPlan result_;

@@ -325,9 +325,9 @@ Engine::Engine(const std::string &plugin_path) {
   const EnzymeApi &api = load_enzyme_plugin(plugin_path);
   *api.CustomErrorHandler = &on_enzyme_error;
   // Enzyme v0.0.289 can fail an internal assertion in its min-cut caching
-  // (computeMinCache), which would abort the interpreter; caching without it
-  // gives the same derivatives.
-  if (void *mincut = api.option("EnzymeMinCutCache")) api.SetCLBool(mincut, 0);
+  // (computeMinCache), which would abort the interpreter: off in this process.
+  // Isolated builds turn it on in their child (DerivativeRequest::mincut).
+  set_mincut(false);
   for (const auto &[name, address] : arena_symbols()) {
     if (name == kArenaKeep) continue;
     std::string n = name;
@@ -341,6 +341,11 @@ Engine::Engine(const std::string &plugin_path) {
   jit_ = std::make_unique<HostJit>();
   // Before any other definition of these names (Numba's own are defined later).
   for (const auto &[name, address] : arena_symbols()) jit_->define_symbol(name, address);
+}
+
+void Engine::set_mincut(bool on) {
+  const EnzymeApi &api = enzyme_api();
+  if (void *mincut = api.option("EnzymeMinCutCache")) api.SetCLBool(mincut, on ? 1 : 0);
 }
 
 Engine::~Engine() {
@@ -560,6 +565,7 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     // The child: no Python, no destructors, no atexit handlers; only _exit.
     ::dup2(errors.fd, STDERR_FILENO);
     echo_errors = true;
+    set_mincut(req.mincut);
     // For the test suite: prove that a crash in here cannot reach the caller.
     if (const char *crash = std::getenv("ENZYME_PY_TEST_CRASH_IN_BUILD")) {
       std::fprintf(stderr, "simulated crash: %s\n", crash);

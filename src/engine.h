@@ -50,6 +50,9 @@ struct DerivativeRequest {
   bool runtime_activity = false;
   bool strong_zero = false;
   std::string passes = "default<O2>";
+  // Enzyme's min-cut caching (smaller tapes). Only honoured by build_isolated:
+  // it can abort, so it is never turned on in the caller's process.
+  bool mincut = false;
 };
 
 // What building one derivative produces: object code with one visible
@@ -84,6 +87,7 @@ class Engine {
                           const std::string &entry_name);
   // Load an artifact's object code into the JIT; the entry's address.
   uint64_t load(const std::string &object, const std::string &entry_name);
+  void set_mincut(bool on);
 
  private:
   LLVMContextRef ctx_ = nullptr;

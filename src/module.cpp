@@ -141,7 +141,8 @@ PYBIND11_MODULE(_native, m) {
       [](const SourceModule &source, const std::string &function, bool forward,
          const std::vector<int> &args, int ret, bool return_primal, unsigned width,
          const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
-         const std::string &passes, const std::string &entry_name, bool isolate) {
+         const std::string &passes, const std::string &entry_name, bool isolate,
+         bool mincut) {
         DerivativeRequest req;
         req.function = function;
         req.forward = forward;
@@ -153,6 +154,7 @@ PYBIND11_MODULE(_native, m) {
         req.runtime_activity = runtime_activity;
         req.strong_zero = strong_zero;
         req.passes = passes;
+        req.mincut = mincut;
         Engine &e = the_engine();
         Artifact art = isolate ? e.build_isolated(source, req, entry_name)
                                : e.build(source, req, entry_name);
@@ -169,9 +171,10 @@ PYBIND11_MODULE(_native, m) {
       py::arg("module"), py::arg("function"), py::arg("forward"), py::arg("args"),
       py::arg("ret"), py::arg("return_primal"), py::arg("width"), py::arg("pointee"),
       py::arg("runtime_activity"), py::arg("strong_zero"), py::arg("passes"),
-      py::arg("entry_name"), py::arg("isolate"),
+      py::arg("entry_name"), py::arg("isolate"), py::arg("mincut") = false,
       "Ask Enzyme for one derivative of `function`, optimize and compile it to object\n"
-      "code whose only exported symbol is `entry_name`; with `isolate`, in a forked child.");
+      "code whose only exported symbol is `entry_name`; with `isolate`, in a forked child\n"
+      "(where `mincut` turns on Enzyme's min-cut caching).");
 
   m.def(
       "load_object",

@@ -207,7 +207,9 @@ class Derivative:
         self.activities = params
         self.return_activity = ret
         self.width = options.width
+        self._options = options
         self._runtime_activity = options.runtime_activity
+        self._alias_safe: Derivative | None = None
         forward = mode is Forward
         if ret is None:
             ret_code, self._return_primal = _DFT_CONSTANT, False
@@ -326,6 +328,7 @@ class Derivative:
             fields,
             k,
             ret is not None and ret.kind == "struct",
+            fn.alias_safe is not None,
         )
 
     def __call__(self, *args: Any) -> Any:
@@ -338,6 +341,19 @@ class Derivative:
                 status, detail = (int(v) for v in str(exc).split())
                 self._raise_callee_error(status, detail)
         return self._call_checked(args)
+
+    def _alias_safe_derivative(self) -> Derivative:
+        """The same derivative without the promise that arrays do not overlap."""
+        if self._alias_safe is None:
+            assert self.function.alias_safe is not None
+            self._alias_safe = Derivative(
+                self.function.alias_safe(),
+                self.mode,
+                self.activities,
+                self.return_activity,
+                self._options,
+            )
+        return self._alias_safe
 
     def _raise_callee_error(self, status: int, detail: int) -> None:
         if self.function.on_error is not None:
@@ -394,6 +410,8 @@ class Derivative:
             assert fn.ret is not None
             for s in _lanes(args[pos], k, fn.ret, f"the seed of '{fn.display_name}'"):
                 writer.put(s)
+        if fn.alias_safe is not None and _overlapping(keep_alive):
+            return self._alias_safe_derivative()._call_checked(args)
         _state.native.invoke(self._entry, slots)
         del keep_alive
         if errors[0] != 0:
@@ -536,6 +554,12 @@ class _SlotReader:
         code = self.codes[self.index]
         dtype, _ = _SLOT_VIEWS[code]
         return np.array([self.take() for _ in range(k)], dtype=dtype)
+
+
+def _overlapping(arrays: list[np.ndarray]) -> bool:
+    """Whether any two of the arrays passed share bytes (the same array twice does)."""
+    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a.nbytes)
+    return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
 
 
 def _scalar(value: Any, param: Param, where: str) -> Any:

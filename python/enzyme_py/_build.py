@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from enzyme_py import _cache, _state
 from enzyme_py._info import ENZYME_VERSION
@@ -71,6 +72,27 @@ def _environment_parts() -> list[str]:
     return _environment
 
 
+def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> dict[str, Any]:
+    return dict(
+        _state.native.build(
+            fn.module.native,
+            fn.name,
+            request.forward,
+            list(request.args),
+            request.ret,
+            request.return_primal,
+            request.width,
+            [p.enzyme_pointee for p in fn.params],
+            request.runtime_activity,
+            request.strong_zero,
+            PASSES,
+            f"__enzyme_py_entry_{key[:32]}",
+            isolated(),
+            mincut,
+        )
+    )
+
+
 def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     """The compiled derivative for request, from the cheapest place that has it."""
     key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
@@ -84,23 +106,16 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     if artifact is None:
         source = "Enzyme" + (" (isolated)" if isolated() else "")
         try:
-            built = native.build(
-                fn.module.native,
-                fn.name,
-                request.forward,
-                list(request.args),
-                request.ret,
-                request.return_primal,
-                request.width,
-                [p.enzyme_pointee for p in fn.params],
-                request.runtime_activity,
-                request.strong_zero,
-                PASSES,
-                f"__enzyme_py_entry_{key[:32]}",
-                isolated(),
-            )
+            built = _native_build(fn, request, key, mincut=isolated())
         except native.EnzymeFailure as exc:
-            raise EnzymeError(f"{exc}\n(while differentiating {description})") from None
+            if not (isolated() and "Enzyme crashed" in str(exc)):
+                raise EnzymeError(f"{exc}\n(while differentiating {description})") from None
+            # Min-cut caching (smaller tapes) is what crashes most often: retry without.
+            _cache.log(f"{description}: retrying without min-cut caching")
+            try:
+                built = _native_build(fn, request, key, mincut=False)
+            except native.EnzymeFailure as again:
+                raise EnzymeError(f"{again}\n(while differentiating {description})") from None
         artifact = _cache.Artifact.from_native(built)
         _cache.store(key, artifact)
     entry = native.load_object(artifact.object, artifact.entry_name)

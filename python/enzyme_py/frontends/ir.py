@@ -82,6 +82,10 @@ class IRFunction:
     # Raises the frontend's exception for what the callee wrote into its hidden
     # ("errors") parameter: called with (status, detail) when status is not 0.
     on_error: Callable[[int, int], None] | None = None
+    # Set when the function promises that its array arguments do not overlap
+    # (noalias): makes the same function without that promise, for calls whose
+    # arrays do overlap.
+    alias_safe: Callable[[], IRFunction] | None = None
 
     @property
     def visible_params(self) -> list[tuple[int, Param]]:

@@ -128,7 +128,7 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     excinfo_type = str(fnty.args[1])
 
     params: list[NumbaParam] = []
-    wrapper_params: list[str] = []
+    signature_text: list[str] = []
     call_args: list[str] = []
     body: list[str] = []
     for i, (arg_name, numba_type) in enumerate(zip(names, fndesc.argtypes, strict=True)):
@@ -151,8 +151,8 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
             elem = str(ctx.get_data_type(numba_type.dtype))
             nd = numba_type.ndim
             params.append(NumbaParam(Param(arg_name, "pointer", dtype), nd, numba_type))
-            wrapper_params.append(f"{elem}* %{v}")
-            wrapper_params.extend(f"i64 %{v}.shape{d}" for d in range(nd))
+            signature_text.append(f"{elem}* {NOALIAS} %{v}")
+            signature_text.extend(f"i64 %{v}.shape{d}" for d in range(nd))
             # C-contiguous strides, innermost first; nitems the product of the shape.
             body.append(f"  %{v}.stride{nd - 1} = add i64 0, {dtype.itemsize}")
             for d in range(nd - 2, -1, -1):
@@ -173,7 +173,7 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
             param = _scalar_param(numba_type, arg_name)
             params.append(NumbaParam(param, 0, numba_type))
             llvm_type = _llvm_scalar(ctx, numba_type)
-            wrapper_params.append(f"{llvm_type} %{v}")
+            signature_text.append(f"{llvm_type} %{v}")
             call_args.append(f"{llvm_type} %{v}")
 
     restype = fndesc.restype
@@ -190,9 +190,9 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     ret_param = None if ret_llvm == "void" else _scalar_param(restype, "return")
     slot_type = retptr_type[:-1]
     excinfo_pointee = excinfo_type[:-1]
-    wrapper_params.append("i64* %errors")
+    signature_text.append("i64* %errors")
     lines = [
-        f"define {ret_llvm} @{WRAPPER}({', '.join(wrapper_params)}) {{",
+        f"define {ret_llvm} @{WRAPPER}({', '.join(signature_text)}) {{",
         "entry:",
         f"  %result = alloca {slot_type}",
         f"  store {slot_type} zeroinitializer, {slot_type}* %result",
@@ -215,8 +215,17 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     lines.append("}")
 
     _define_runtime_symbols()
-    numba_ir = _without_reference_counting(cres.library.get_llvm_str())
-    module = parse_module(numba_ir + "\n" + "\n".join(lines) + "\n")
+    numba_ir = _with_inactive_excinfo(_without_reference_counting(cres.library.get_llvm_str()))
+    wrapper_text = "\n".join(lines)
+    array_names = [p.param.name for p in params if p.is_array]
+    fast_text = (
+        _with_noalias(numba_ir, fndesc.mangled_name, array_names)
+        + "\n"
+        + wrapper_text.replace(NOALIAS, "noalias")
+        + "\n"
+    )
+    safe_text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "") + "\n"
+    module = parse_module(fast_text)
     llvm_fn = function_of(module, WRAPPER, name)
     # The wrapper's parameters: each Python parameter (arrays followed by their
     # shapes, which enzyme_py fills in), then the errors buffer.
@@ -235,13 +244,49 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     def on_error(status: int, detail: int) -> None:
         raise_numba_error(status, detail, name)
 
-    wrapper = IRFunction(module, WRAPPER, tuple(wrapper_params), ret_param, name, on_error)
+    def alias_safe() -> IRFunction:
+        return IRFunction(
+            parse_module(safe_text), WRAPPER, tuple(wrapper_params), ret_param, name, on_error
+        )
+
+    wrapper = IRFunction(
+        module, WRAPPER, tuple(wrapper_params), ret_param, name, on_error, alias_safe
+    )
     return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper)
+
+
+NOALIAS = "<noalias>"
+
+
+def _with_noalias(ir: str, function: str, arrays: list[str]) -> str:
+    """Numba's function with its array data pointers marked ``noalias``.
+
+    Numba marks none, and without it Enzyme must assume that writing any array may
+    change any other, and caches every value it reads. enzyme_py keeps the promise
+    true: arrays that overlap in a call go to the derivative built without it.
+    """
+    start = ir.index(f"define i32 @{function}(")
+    end = ir.index("\n", start)
+    line = ir[start:end]
+    for name in arrays:
+        line = line.replace(f" %arg.{name}.4,", f" noalias %arg.{name}.4,")
+        line = line.replace(f" %arg.{name}.4)", f" noalias %arg.{name}.4)")
+    return ir[:start] + line + ir[end:]
 
 
 _REFCOUNT_FUNCTION = re.compile(
     r"^(define [^\n]*@NRT_(?:incref|decref)\([^\n]*\{)\n.*?\n\}$", re.MULTILINE | re.DOTALL
 )
+
+
+_EXCINFO_PARAM = re.compile(r"^(define [^\n]*?) (%excinfo)([,)])", re.MULTILINE)
+
+
+def _with_inactive_excinfo(ir: str) -> str:
+    """Every Numba function's exception-info parameter marked ``enzyme_inactive``:
+    it only ever holds pointers to constant exception records, but Enzyme cannot
+    tell, and stores to it would otherwise mix activities."""
+    return _EXCINFO_PARAM.sub(r'\1 "enzyme_inactive" \2\3', ir)
 
 
 def _without_reference_counting(ir: str) -> str:
