@@ -27,7 +27,7 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     )
 
 
-@pytest.mark.parametrize("example", ["quickstart.py", "c_kernel.py"])
+@pytest.mark.parametrize("example", ["quickstart.py", "c_kernel.py", "fit_scipy.py"])
 def test_example_runs(example):
     proc = run_script(str(ROOT / "examples" / example))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -73,3 +73,17 @@ def test_compile_and_call_benchmark_quick(tmp_path):
             assert row["samples_s"]
     for row in results["call"].values():
         assert row["repeat"] >= 5
+
+
+def test_numba_gradients_benchmark_quick(tmp_path):
+    proc = run_script(
+        str(ROOT / "benchmarks" / "numba_gradients.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "numba_gradients.json").read_text())
+    assert results["meta"]["quick"] is True
+    kernels = [row["kernel"] for row in results["rows"]]
+    assert kernels[0].startswith("Rosenbrock") and kernels[1].startswith("GMM")
+    for row in results["rows"]:
+        assert row["fd_rel_error"] < 1e-5  # each gradient agrees with finite differences
+        assert row["primal_s"] > 0 and row["gradient_s"] > 0
