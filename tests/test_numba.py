@@ -268,3 +268,34 @@ def test_gmm_gradient_against_finite_differences():
             return kernels.gmm_objective.py_func(*call)
 
         np.testing.assert_allclose(g, fd_gradient(f, args[which].copy()), rtol=1e-6, atol=1e-6)
+
+
+@njit
+def matmul_sum(a, b):
+    return (a @ b).sum()
+
+
+def test_blas_call_gives_enzyme_error_with_advice():
+    a = np.ones((3, 3))
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(matmul_sum)(a, a.copy())
+    text = str(info.value)
+    assert "'matmul_sum'" in text and "numba_xxgemm" in text
+    assert "What to do:" in text and "Write the product as loops" in text
+
+
+def test_ctypes_call_gives_enzyme_error_with_advice():
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    c_sin = libm.sin
+    c_sin.restype, c_sin.argtypes = ctypes.c_double, [ctypes.c_double]
+
+    @njit
+    def via_ctypes(x):
+        return c_sin(x) * x
+
+    assert via_ctypes(1.0) == pytest.approx(math.sin(1.0))
+    with pytest.raises(ez.EnzymeError, match=r"(?s)'via_ctypes'.*calls a ctypes or cffi function"):
+        ez.grad(via_ctypes)(1.0)

@@ -7,6 +7,7 @@ process): its assertions are enabled, and an abort there must not kill the calle
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,44 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> d
     )
 
 
+_NO_RULE = re.compile(
+    r"No (?:augmented forward pass|reverse pass|forward mode derivative)"
+    r"(?: found)? for (\S+)"
+)
+
+
+def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
+    """EnzymeError with Enzyme's words, the user's names, and what to do instead."""
+    message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
+    hints = []
+    missing = sorted(set(_NO_RULE.findall(message)))
+    blas = [m for m in missing if m.startswith("numba_xx") or "blas" in m]
+    if blas:
+        hints.append(
+            f"'{fn.display_name}' calls BLAS/LAPACK through Numba's helper library "
+            f"({', '.join(blas)}: np.dot, @, np.linalg on arrays), which Enzyme cannot "
+            "see into. Write the product as loops in the @njit function."
+        )
+    others = [m for m in missing if m not in blas]
+    if others:
+        are = "is an external function" if len(others) == 1 else "are external functions"
+        hints.append(
+            f"{', '.join(others)} {are} without a derivative Enzyme knows: give enzyme_py "
+            "its source (C through ez.c, or an @njit function) instead of a compiled "
+            "library or ctypes/cffi call."
+        )
+    if "numba.dynamic.globals" in message:
+        hints.append(
+            f"'{fn.display_name}' calls a ctypes or cffi function (Numba keeps its address "
+            "in a global), whose code Enzyme cannot see: write that function with @njit "
+            "or compile its C source with ez.c."
+        )
+    text = f"{message}\n(while differentiating {description})"
+    if hints:
+        text += "\nWhat to do: " + " ".join(hints)
+    return EnzymeError(text)
+
+
 def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     """The compiled derivative for request, from the cheapest place that has it."""
     key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
@@ -109,13 +148,13 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
             built = _native_build(fn, request, key, mincut=isolated())
         except native.EnzymeFailure as exc:
             if not (isolated() and "Enzyme crashed" in str(exc)):
-                raise EnzymeError(f"{exc}\n(while differentiating {description})") from None
+                raise _enzyme_error(str(exc), fn, description) from None
             # Min-cut caching (smaller tapes) is what crashes most often: retry without.
             _cache.log(f"{description}: retrying without min-cut caching")
             try:
                 built = _native_build(fn, request, key, mincut=False)
             except native.EnzymeFailure as again:
-                raise EnzymeError(f"{again}\n(while differentiating {description})") from None
+                raise _enzyme_error(str(again), fn, description) from None
         artifact = _cache.Artifact.from_native(built)
         _cache.store(key, artifact)
     entry = native.load_object(artifact.object, artifact.entry_name)
