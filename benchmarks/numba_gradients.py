@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import enzyme_py as ez  # noqa: E402
-from benchmarks import kernels  # noqa: E402
+import enzyme_py as ez
+from benchmarks import kernels
 
 
 def median_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -47,8 +47,13 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
     return float(np.median(times))
 
 
-def fd_check(f: Callable[..., float], args: list[Any], grads: list[np.ndarray],
-             which: list[int], samples: int = 3) -> float:
+def fd_check(
+    f: Callable[..., float],
+    args: list[Any],
+    grads: list[np.ndarray],
+    which: list[int],
+    samples: int = 3,
+) -> float:
     """Worst relative error of the gradient against central differences."""
     worst = 0.0
     rng = np.random.default_rng(1)
@@ -74,8 +79,13 @@ def bench_rosenbrock(n: int, repeats: int) -> dict[str, Any]:
     primal = median_time(lambda: kernels.rosenbrock(x), repeats)
     gradient = median_time(lambda: grad(x), repeats)
     error = fd_check(kernels.rosenbrock, [x], [grad(x)], [0])
-    return {"kernel": f"Rosenbrock n={n}", "primal_s": primal, "gradient_s": gradient,
-            "ratio": gradient / primal, "fd_rel_error": error}
+    return {
+        "kernel": f"Rosenbrock n={n}",
+        "primal_s": primal,
+        "gradient_s": gradient,
+        "ratio": gradient / primal,
+        "fd_rel_error": error,
+    }
 
 
 def bench_gmm(d: int, k: int, n: int, repeats: int) -> dict[str, Any]:
@@ -84,8 +94,13 @@ def bench_gmm(d: int, k: int, n: int, repeats: int) -> dict[str, Any]:
     primal = median_time(lambda: kernels.gmm_objective(*args), repeats)
     gradient = median_time(lambda: grad(*args), repeats)
     error = fd_check(kernels.gmm_objective, args, list(grad(*args)), [0, 1, 2])
-    return {"kernel": f"GMM d={d} k={k} n={n}", "primal_s": primal, "gradient_s": gradient,
-            "ratio": gradient / primal, "fd_rel_error": error}
+    return {
+        "kernel": f"GMM d={d} k={k} n={n}",
+        "primal_s": primal,
+        "gradient_s": gradient,
+        "ratio": gradient / primal,
+        "fd_rel_error": error,
+    }
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:

@@ -301,7 +301,15 @@ py::object Caller::call(py::args args) const {
   }
 }
 
+// For compiled callers (Numba): call an entry point, then release the arena.
+extern "C" void enzyme_py_call(uint64_t entry, uint64_t slots) {
+  reinterpret_cast<void (*)(void *)>(entry)(reinterpret_cast<void *>(slots));
+  arena_release();
+}
+
 void register_caller(py::module_ &m) {
+  m.def("call_address", []() { return reinterpret_cast<uint64_t>(&enzyme_py_call); },
+        "Address of `void enzyme_py_call(uint64 entry, uint64 slots)`, for compiled callers.");
   py::register_exception<ArgumentsRejected>(m, "ArgumentsRejected", PyExc_Exception);
   py::register_exception<CalleeFailed>(m, "CalleeFailed", PyExc_Exception);
   py::class_<ArgStep>(m, "ArgStep")

@@ -299,3 +299,35 @@ def test_ctypes_call_gives_enzyme_error_with_advice():
     assert via_ctypes(1.0) == pytest.approx(math.sin(1.0))
     with pytest.raises(ez.EnzymeError, match=r"(?s)'via_ctypes'.*calls a ctypes or cffi function"):
         ez.grad(via_ctypes)(1.0)
+
+
+def test_derivative_callable_from_njit_code():
+    df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Active, ez.Const, ez.Active)
+    x = np.linspace(0.1, 1.2, 6)
+    dx_py = np.zeros(6)
+    expected = df(x, dx_py, 2.0, 6, 1.0)
+    inner = df.njit()
+
+    @njit
+    def optimizer_step(x, s, lr):
+        dx = np.zeros_like(x)
+        value, ds = inner(x, dx, s, x.shape[0], 1.0)
+        x2 = x - lr * dx
+        return value, ds, dx, x2
+
+    value, ds, dx, x2 = optimizer_step(x, 2.0, 0.1)
+    assert (value, ds) == pytest.approx(expected)
+    np.testing.assert_allclose(dx, dx_py, rtol=1e-15)
+    np.testing.assert_allclose(x2, x - 0.1 * dx_py, rtol=1e-15)
+    with pytest.raises(ValueError, match="shadow of x has the wrong shape"):
+        inner(x, np.zeros(3), 2.0, 6, 1.0)
+
+
+def test_njit_caller_uses_the_alias_safe_build_for_overlapping_arrays():
+    df = ez.autodiff(axpy_sum, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated, ez.Active)
+    z = np.linspace(0.5, 1.5, 6)
+    w1, w2 = z.copy(), z.copy()
+    (python_result,) = df(2.0, w1, np.zeros(6), w1, np.zeros(6), 1.0)
+    (njit_result,) = df.njit()(2.0, w2, np.zeros(6), w2, np.zeros(6), 1.0)
+    assert njit_result == pytest.approx(python_result, rel=1e-15)
+    np.testing.assert_allclose(w1, w2)

@@ -210,6 +210,7 @@ class Derivative:
         self._options = options
         self._runtime_activity = options.runtime_activity
         self._alias_safe: Derivative | None = None
+        self._njit: Any = None
         forward = mode is Forward
         if ret is None:
             ret_code, self._return_primal = _DFT_CONSTANT, False
@@ -505,6 +506,15 @@ class Derivative:
             else p
             for p in params
         )
+
+    def njit(self) -> Any:
+        """This derivative as an ``@numba.njit`` function (same arguments and results),
+        to call from inside other Numba code. Made once and kept."""
+        if self._njit is None:
+            from enzyme_py._njit_call import compile_njit
+
+            self._njit = compile_njit(self)
+        return self._njit
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""

@@ -103,6 +103,10 @@ class NumbaDerivative:
     def as_function(self) -> Any:
         return self.only().as_function()
 
+    def njit(self) -> Any:
+        """The single specialisation as an ``@numba.njit`` function (see Derivative.njit)."""
+        return self.only().njit()
+
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The IR of the derivative of the single specialisation."""
         return self.only().inspect_llvm(optimized)
