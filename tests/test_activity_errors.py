@@ -5,6 +5,8 @@ import pytest
 
 import enzyme_py as ez
 
+from conftest import run_python
+
 pytestmark = pytest.mark.needs_enzyme
 
 SOURCE = r"""
@@ -186,3 +188,35 @@ def test_scalar_argument_errors(m, ddot):
         dpoly("a", 2, 1.0)
     with pytest.raises(ValueError, match=r"seed of 'poly' needs 2 values \(width=2\)"):
         ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=2)(1.0, 2, 1.0)
+
+
+def test_bad_inputs_never_crash_the_interpreter():
+    # Run in a fresh interpreter: a crash would show as a failing return code.
+    code = r"""
+import numpy as np, enzyme_py as ez
+m = ez.c('double dot(const double *a, const double *b, int n) {'
+         ' double s = 0; for (int i = 0; i < n; ++i) s += a[i] * b[i]; return s; }')
+df = ez.autodiff(m.dot, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+class Weird:
+    def __float__(self): raise RuntimeError("no")
+    def __index__(self): raise RuntimeError("no")
+bad_values = [None, "x", b"x", [1.0], (1.0,), {}, Weird(), object(), np.float64("nan"),
+              np.zeros(0), np.zeros((2, 2)), np.zeros(4, np.complex128), np.zeros(4, object),
+              np.zeros(4)[::-1], np.zeros(4).astype(">f8"), 2**70, -1]
+good = [np.ones(4), np.zeros(4), np.ones(4), 4, 1.0]
+errors = 0
+for position in range(len(good)):
+    for bad in bad_values:
+        args = list(good)
+        args[position] = bad
+        args[1] = np.zeros(4)
+        try:
+            df(*args)
+        except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
+            errors += 1
+print("survived", errors)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("survived")
+    assert int(proc.stdout.split()[1]) > 60  # nearly every bad input is refused
