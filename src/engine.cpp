@@ -470,6 +470,24 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   }
   LLVMDisposeMessage(verify_error);
 
+  // Enzyme can leave in-memory IR that verifies and prints correctly yet
+  // crashes LLVM's InstCombine (seen on Numba's GMM). Optimizing what the
+  // printed text parses back to is immune to that.
+  {
+    std::string text = print_module(mod);
+    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+        text.data(), text.size(), "derivative");
+    LLVMModuleRef reparsed = nullptr;
+    char *parse_error = nullptr;
+    if (LLVMParseIRInContext(ctx_, buffer, &reparsed, &parse_error)) {
+      std::string why = parse_error ? parse_error : "";
+      LLVMDisposeMessage(parse_error);
+      throw EnzymeFailure("the derivative of '" + req.function +
+                          "' does not parse back: " + why);
+    }
+    LLVMDisposeModule(work.mod);
+    work.mod = mod = reparsed;
+  }
   jit_->optimize(mod, req.passes);
   out.optimized_ir = print_module(mod);
   auto t_opt = Clock::now();
@@ -564,6 +582,8 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
   if (pid == 0) {
     // The child: no Python, no destructors, no atexit handlers; only _exit.
     ::dup2(errors.fd, STDERR_FILENO);
+    // A crash here ends the child plainly: no Python faulthandler report.
+    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) ::signal(sig, SIG_DFL);
     echo_errors = true;
     set_mincut(req.mincut);
     // For the test suite: prove that a crash in here cannot reach the caller.

@@ -12,7 +12,7 @@ import inspect
 from typing import Any
 
 from enzyme_py import _api
-from enzyme_py.core import ActivityError, Mode
+from enzyme_py.core import ActivityError, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
 
 
@@ -60,7 +60,13 @@ class NumbaDerivative:
         if found is None:
             spec = numba_frontend.specialize(self.dispatcher, signature)
             params, ret = _api._check_activities(spec.wrapper, self.mode, self.activities)
-            found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            try:
+                found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            except EnzymeError:
+                # Numba's fully optimised code can be easier to analyse (types that
+                # only show after its optimisation); slower derivatives, but some.
+                spec = numba_frontend.specialize(self.dispatcher, signature, numba_optimized=True)
+                found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
             self._by_types[signature] = found
         return found
 

@@ -113,13 +113,57 @@ def _llvm_scalar(ctx: Any, numba_type: Any) -> str:
     return str(ty)
 
 
-def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
-    """Compile ``dispatcher`` for ``signature`` and wrap it for the engine."""
+def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """A compile of ``dispatcher``'s function for differentiation: its own code
+    without Numba's full module optimisation (loop unrolling and vectorisation make
+    Enzyme cache far more); the derivative is optimised after Enzyme.
+
+    A private clone of the dispatcher compiles it, after the original has compiled
+    the signature, so that every callee keeps its normal, fully optimised compile.
+    """
+    import numba
+    from numba.core import codegen
+    from numba.core.compiler_lock import global_compiler_lock
+
+    dispatcher.compile(signature)
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
+    clone = numba.njit(**options)(dispatcher.py_func)
+    library_class = codegen.CPUCodeLibrary
+    full = library_class._optimize_final_module
+
+    def inline_only(self: Any) -> None:
+        # Numba's first stage (opt=0: inlining, for its refcount pruning) only.
+        pm = self._codegen._module_pass_manager(
+            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
+        )
+        pm.run(self._final_module)
+
+    with global_compiler_lock:
+        library_class._optimize_final_module = inline_only
+        try:
+            clone.compile(signature)
+        finally:
+            library_class._optimize_final_module = full
+    return clone.overloads[tuple(signature)]
+
+
+def specialize(
+    dispatcher: Any, signature: tuple[Any, ...], numba_optimized: bool = False
+) -> NumbaSignature:
+    """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
+
+    By default from a compile without Numba's full module optimisation (see
+    ``_ad_compile``); ``numba_optimized=True`` takes the dispatcher's own compile,
+    for what Enzyme cannot analyse in the unoptimised form.
+    """
     from numba.core import types
 
     name = dispatcher.py_func.__name__
-    dispatcher.compile(signature)
-    cres = dispatcher.overloads[tuple(signature)]
+    if numba_optimized:
+        dispatcher.compile(signature)
+        cres = dispatcher.overloads[tuple(signature)]
+    else:
+        cres = _ad_compile(dispatcher, signature)
     ctx = cres.target_context
     fndesc = cres.fndesc
     names = list(inspect.signature(dispatcher.py_func).parameters)
@@ -196,14 +240,13 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
         "entry:",
         f"  %result = alloca {slot_type}",
         f"  store {slot_type} zeroinitializer, {slot_type}* %result",
-        f"  %excinfo = alloca {excinfo_pointee}",
-        f"  store {excinfo_pointee} null, {excinfo_type} %excinfo",
+        f"  store {excinfo_pointee} null, {excinfo_type} @__enzyme_py_excinfo",
         *body,
         f"  %status = call i32 @{fndesc.mangled_name}({retptr_type} %result, "
-        f"{excinfo_type} %excinfo, {', '.join(call_args)})",
+        f"{excinfo_type} @__enzyme_py_excinfo, {', '.join(call_args)})",
         "  %status64 = sext i32 %status to i64",
         "  store i64 %status64, i64* %errors",
-        f"  %exc = load {excinfo_pointee}, {excinfo_type} %excinfo",
+        f"  %exc = load {excinfo_pointee}, {excinfo_type} @__enzyme_py_excinfo",
         f"  %excaddr = ptrtoint {excinfo_pointee} %exc to i64",
         "  %errors1 = getelementptr i64, i64* %errors, i64 1",
         "  store i64 %excaddr, i64* %errors1",
@@ -213,9 +256,12 @@ def specialize(dispatcher: Any, signature: tuple[Any, ...]) -> NumbaSignature:
     else:
         lines += [f"  %value = load {ret_llvm}, {ret_llvm}* %result", f"  ret {ret_llvm} %value"]
     lines.append("}")
+    lines.append(
+        f"@__enzyme_py_excinfo = internal global {excinfo_pointee} null, !enzyme_inactive !{{}}"
+    )
 
     _define_runtime_symbols()
-    numba_ir = _with_inactive_excinfo(_without_reference_counting(cres.library.get_llvm_str()))
+    numba_ir = _without_reference_counting(cres.library.get_llvm_str())
     wrapper_text = "\n".join(lines)
     array_names = [p.param.name for p in params if p.is_array]
     fast_text = (
@@ -277,16 +323,6 @@ def _with_noalias(ir: str, function: str, arrays: list[str]) -> str:
 _REFCOUNT_FUNCTION = re.compile(
     r"^(define [^\n]*@NRT_(?:incref|decref)\([^\n]*\{)\n.*?\n\}$", re.MULTILINE | re.DOTALL
 )
-
-
-_EXCINFO_PARAM = re.compile(r"^(define [^\n]*?) (%excinfo)([,)])", re.MULTILINE)
-
-
-def _with_inactive_excinfo(ir: str) -> str:
-    """Every Numba function's exception-info parameter marked ``enzyme_inactive``:
-    it only ever holds pointers to constant exception records, but Enzyme cannot
-    tell, and stores to it would otherwise mix activities."""
-    return _EXCINFO_PARAM.sub(r'\1 "enzyme_inactive" \2\3', ir)
 
 
 def _without_reference_counting(ir: str) -> str:
