@@ -476,6 +476,7 @@ class Derivative:
                 llvm_fn.ret,
                 f"{self.mode.name.lower()} derivative of {self.function.display_name}",
                 self.function.on_error,
+                origin=("derivative", self),
             )
             if len(self._as_function.params) != len(llvm_fn.params):
                 raise EnzymeError(
@@ -505,6 +506,19 @@ class Derivative:
             if p.hidden is not None and p.hidden[0] == "shape"
             else p
             for p in params
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as what is needed to build it again; in the new process the
+        # disk cache usually serves the compiled code.
+        if self.function.origin is None:
+            raise TypeError(
+                f"the derivative of '{self.function.display_name}' cannot be pickled: its "
+                "function was not made by ez.llvm_ir, ez.c, ez.cpp or a Numba dispatcher"
+            )
+        return (
+            _rebuild_derivative,
+            (self.function.origin, self.mode, self.activities, self.return_activity, self._options),
         )
 
     def njit(self) -> Any:
@@ -564,6 +578,16 @@ class _SlotReader:
         code = self.codes[self.index]
         dtype, _ = _SLOT_VIEWS[code]
         return np.array([self.take() for _ in range(k)], dtype=dtype)
+
+
+def _rebuild_derivative(
+    origin: tuple[Any, ...],
+    mode: Mode,
+    activities: tuple[Activity, ...],
+    ret: Activity | None,
+    options: _Options,
+) -> Derivative:
+    return Derivative(frontends.rebuild_function(origin), mode, activities, ret, options)
 
 
 def _overlapping(arrays: list[np.ndarray]) -> bool:

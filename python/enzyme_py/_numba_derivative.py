@@ -41,6 +41,7 @@ class NumbaDerivative:
         self.mode = mode
         self.activities = activities
         self.options = options
+        self._sig = sig
         self.name = dispatcher.py_func.__name__
         self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
         self._by_types: dict[tuple[Any, ...], _api.Derivative] = {}
@@ -108,6 +109,13 @@ class NumbaDerivative:
 
     def as_function(self) -> Any:
         return self.only().as_function()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Numba dispatchers pickle themselves; the derivative is rebuilt from them.
+        return (
+            NumbaDerivative,
+            (self.dispatcher, self.mode, self.activities, self.options, self._sig),
+        )
 
     def njit(self) -> Any:
         """The single specialisation as an ``@numba.njit`` function (see Derivative.njit)."""

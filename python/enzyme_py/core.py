@@ -38,6 +38,10 @@ class Mode:
     def __repr__(self) -> str:
         return f"enzyme_py.{self.name}"
 
+    def __reduce__(self) -> str:
+        # The module-level singleton, so that `mode is ez.Reverse` survives pickling.
+        return self.name
+
 
 Reverse = Mode("Reverse")
 Forward = Mode("Forward")
@@ -61,6 +65,10 @@ class Activity:
 
     def __repr__(self) -> str:
         return f"enzyme_py.{self.name}"
+
+    def __reduce__(self) -> str:
+        # The module-level singleton, so that `act is ez.Const` survives pickling.
+        return self.name
 
     def allowed_in(self, mode: Mode) -> bool:
         return mode.name in self.modes

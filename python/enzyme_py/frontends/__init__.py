@@ -13,6 +13,7 @@ from enzyme_py.frontends.ir import (
     function_of,
     llvm_ir,
     parse_module,
+    rebuild_function,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "function_of",
     "llvm_ir",
     "parse_module",
+    "rebuild_function",
 ]

@@ -13,14 +13,22 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, EnzymeUnavailableError
 
-__all__ = ["CModule", "IRFunction", "SourceModule", "c", "cpp", "llvm_ir"]
+__all__ = [
+    "CModule",
+    "IRFunction",
+    "SourceModule",
+    "c",
+    "cpp",
+    "llvm_ir",
+    "rebuild_function",
+]
 
 # Typed pointers let the parameter descriptions carry the pointee type
 # (double* is a float64 array); Enzyme works on either form.
@@ -86,6 +94,10 @@ class IRFunction:
     # (noalias): makes the same function without that promise, for calls whose
     # arrays do overlap.
     alias_safe: Callable[[], IRFunction] | None = None
+    # How to make this function again in another process (pickling derivatives):
+    # ("llvm_ir", text, name), ("c", source, flags, language, attribute), or a
+    # frontend's own tuple understood by rebuild_function.
+    origin: tuple[Any, ...] | None = None
 
     @property
     def visible_params(self) -> list[tuple[int, Param]]:
@@ -126,7 +138,26 @@ def llvm_ir(text: str, name: str) -> IRFunction:
     Raises CompileError if the IR does not parse or verify, and KeyError if it
     defines no function of that name.
     """
-    return function_of(parse_module(text), name)
+    return replace(function_of(parse_module(text), name), origin=("llvm_ir", text, name))
+
+
+def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
+    """The function an ``IRFunction.origin`` describes, made again."""
+    kind = origin[0]
+    if kind == "llvm_ir":
+        return llvm_ir(origin[1], origin[2])
+    if kind == "c":
+        _, source, flags, language, attribute = origin
+        unit = c(source, flags) if language == "c" else cpp(source, flags)
+        return getattr(unit, attribute)
+    if kind == "derivative":  # a derivative, differentiated again
+        return origin[1].as_function()
+    if kind == "numba":
+        from enzyme_py.frontends.numba import specialize
+
+        _, dispatcher, signature, numba_optimized = origin
+        return specialize(dispatcher, signature, numba_optimized).wrapper
+    raise ValueError(f"cannot rebuild a function of origin {kind!r}")
 
 
 def _clang() -> str:
@@ -175,9 +206,16 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
 class CModule:
     """A compiled C/C++ translation unit; its non-static functions are attributes."""
 
-    def __init__(self, ir_text: str, language: str):
+    def __init__(
+        self,
+        ir_text: str,
+        language: str,
+        source: str = "",
+        flags: Sequence[str] | None = None,
+    ):
         self._module = parse_module(ir_text)
         self.language = language
+        self._origin = (source, None if flags is None else tuple(flags), language)
         self._functions: dict[str, IRFunction] = {}
         for info in self._module.functions():
             if info["linkage"] != _EXTERNAL_LINKAGE:
@@ -186,6 +224,10 @@ class CModule:
             self._functions[symbol] = _describe(self._module, info, symbol)
         if language == "c++":
             self._add_demangled_names()
+        self._functions = {
+            attribute: replace(fn, origin=("c", *self._origin, attribute))
+            for attribute, fn in self._functions.items()
+        }
 
     def _add_demangled_names(self) -> None:
         mangled = [s for s in self._functions if s.startswith("_Z")]
@@ -213,7 +255,7 @@ class CModule:
         return self._module.ir()
 
     def __getattr__(self, name: str) -> IRFunction:
-        if name.startswith("__"):
+        if name.startswith("_"):
             raise AttributeError(name)
         try:
             return self._functions[name]
@@ -234,10 +276,10 @@ def c(source: str, flags: Sequence[str] | None = None) -> CModule:
     ``flags`` replaces the default optimisation flags (DEFAULT_C_FLAGS); include
     paths and defines go there too. Raises CompileError with clang's diagnostics.
     """
-    return CModule(_compile(source, "c", flags), "c")
+    return CModule(_compile(source, "c", flags), "c", source, flags)
 
 
 def cpp(source: str, flags: Sequence[str] | None = None) -> CModule:
     """Compile C++ ``source`` with clang 15 (as ``c``). ``extern "C"`` names and
     non-overloaded functions are reachable by their plain names."""
-    return CModule(_compile(source, "c++", flags), "c++")
+    return CModule(_compile(source, "c++", flags), "c++", source, flags)

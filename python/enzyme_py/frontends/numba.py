@@ -296,7 +296,14 @@ def specialize(
         )
 
     wrapper = IRFunction(
-        module, WRAPPER, tuple(wrapper_params), ret_param, name, on_error, alias_safe
+        module,
+        WRAPPER,
+        tuple(wrapper_params),
+        ret_param,
+        name,
+        on_error,
+        alias_safe,
+        ("numba", dispatcher, tuple(signature), numba_optimized),
     )
     return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper)
 
