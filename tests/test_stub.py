@@ -21,6 +21,7 @@ AD_CALLS = {
     "llvm_ir": "ez.llvm_ir('', 'f')",
     "c": "ez.c('double f(double x) { return x; }')",
     "cpp": "ez.cpp('double f(double x) { return x; }')",
+    "check_grad": "ez.check_grad(None, 1.0)",
     "offload.devices": "ez.offload.devices()",
 }
 

@@ -10,6 +10,7 @@ missing) the same names exist and every AD call raises EnzymeUnavailableError.
 from __future__ import annotations
 
 from enzyme_py import _state, offload
+from enzyme_py._check import GradientCheckWarning
 from enzyme_py._info import has_autodiff, info
 from enzyme_py._version import __version__
 from enzyme_py.core import (
@@ -32,12 +33,14 @@ from enzyme_py.core import (
 
 if _state.native is not None:
     from enzyme_py._api import autodiff
+    from enzyme_py._check import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
     from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
 else:
     from enzyme_py._stub import (  # type: ignore[assignment]
         autodiff,
         c,
+        check_grad,
         cpp,
         grad,
         hessian,
@@ -63,11 +66,13 @@ __all__ = [
     "EnzymeError",
     "EnzymeUnavailableError",
     "Forward",
+    "GradientCheckWarning",
     "Mode",
     "Reverse",
     "__version__",
     "autodiff",
     "c",
+    "check_grad",
     "cpp",
     "grad",
     "has_autodiff",

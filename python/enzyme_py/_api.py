@@ -188,6 +188,7 @@ class _Options:
     width: int
     runtime_activity: bool
     strong_zero: bool
+    check: bool = False
 
 
 class Derivative:
@@ -211,6 +212,7 @@ class Derivative:
         self._runtime_activity = options.runtime_activity
         self._alias_safe: Derivative | None = None
         self._njit: Any = None
+        self._check_pending = options.check
         forward = mode is Forward
         if ret is None:
             ret_code, self._return_primal = _DFT_CONSTANT, False
@@ -333,6 +335,14 @@ class Derivative:
         )
 
     def __call__(self, *args: Any) -> Any:
+        if self._check_pending:
+            self._check_pending = False
+            from enzyme_py._check import check_first_call
+
+            return check_first_call(self, args)
+        return self._call(args)
+
+    def _call(self, args: tuple[Any, ...]) -> Any:
         if self._fast is not None:
             try:
                 return self._fast(*args)
@@ -672,6 +682,7 @@ def autodiff(
     runtime_activity: bool = False,
     strong_zero: bool = False,
     sig: Any = None,
+    check: bool = False,
 ) -> Any:
     """The derivative of ``f`` in ``mode`` with one activity per parameter, then one for
     the return value (none if it returns nothing).
@@ -690,6 +701,9 @@ def autodiff(
             own shadow (``df(x, x, ...)``) marks that array inactive for the call;
             without it that is refused. Costs a check per access.
         strong_zero: a zero derivative times inf/nan stays zero instead of nan.
+        check: at the first call, compare the result with central finite differences
+            of the function along a random direction and warn (GradientCheckWarning)
+            if they disagree. Costs a few evaluations of the function, once.
         sig: for a Numba dispatcher, the signature to differentiate (a Numba signature
             or its string). Without it, the dispatcher's only compiled signature, or one
             derivative per argument types, made at the first call with those types.
@@ -700,7 +714,7 @@ def autodiff(
     """
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise ValueError(f"width must be a positive integer; got {width!r}")
-    options = _Options(width, runtime_activity, strong_zero)
+    options = _Options(width, runtime_activity, strong_zero, check)
     if numba_frontend.is_dispatcher(f):
         from enzyme_py._numba_derivative import NumbaDerivative
 

@@ -15,6 +15,7 @@ from enzyme_py.core import EnzymeUnavailableError
 __all__ = [
     "autodiff",
     "c",
+    "check_grad",
     "cpp",
     "grad",
     "hessian",
@@ -60,6 +61,10 @@ def hessian(f: Any) -> NoReturn:
 
 def llvm_ir(text: str, name: str) -> NoReturn:
     _unavailable("ez.llvm_ir")
+
+
+def check_grad(f: Any, *args: Any, **options: Any) -> NoReturn:
+    _unavailable("ez.check_grad")
 
 
 def c(source: str, flags: Any = None) -> NoReturn:

@@ -1,0 +1,256 @@
+"""Gradient checking: reverse mode, forward mode and central finite differences compared.
+
+``check_grad(f, *args)`` reports, per differentiable argument, the worst relative
+disagreement between the three; ``autodiff(..., check=True)`` does the same once, at
+the first call of a derivative, and warns when they disagree: the answer to silent
+wrong gradients (a missing ``runtime_activity``, an aliasing assumption broken, a
+bug in a rule).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from enzyme_py.core import Const, Dual, Forward
+
+__all__ = ["GradCheck", "GradientCheckWarning", "check_grad"]
+
+
+class GradientCheckWarning(UserWarning):
+    """A derivative disagreed with finite differences (``autodiff(..., check=True)``)."""
+
+
+@dataclass
+class GradCheck:
+    """The result of ``check_grad``: per argument, the worst relative errors."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    rtol: float = 1e-5
+
+    @property
+    def ok(self) -> bool:
+        return all(r["worst"] <= self.rtol for r in self.rows)
+
+    @property
+    def worst(self) -> float:
+        return max((r["worst"] for r in self.rows), default=0.0)
+
+    def __str__(self) -> str:
+        lines = [
+            "argument   reverse-vs-FD   forward-vs-FD   reverse-vs-forward   worst",
+            "--------   -------------   -------------   ------------------   -----",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"{r['argument']:<10} {r['reverse_vs_fd']:>13.2e}   {r['forward_vs_fd']:>13.2e}"
+                f"   {r['reverse_vs_forward']:>18.2e}   {r['worst']:.2e}"
+                + ("" if r["worst"] <= self.rtol else "   <-- disagrees")
+            )
+        lines.append(f"{'all agree' if self.ok else 'DISAGREEMENT'} (rtol {self.rtol:g})")
+        return "\n".join(lines)
+
+
+def _differentiable(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "f"
+    return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(1.0, abs(a), abs(b))
+
+
+def check_grad(
+    f: Any,
+    *args: Any,
+    argnums: int | Sequence[int] | None = None,
+    eps: float = 1e-6,
+    rtol: float = 1e-5,
+    coordinates: int = 8,
+    seed: int = 0,
+) -> GradCheck:
+    """Compare reverse mode, forward mode and central finite differences for scalar ``f``.
+
+    For each float argument (or those in ``argnums``): the reverse gradient and the
+    forward-mode derivative along a random direction are compared with central
+    differences along that direction, and, for up to ``coordinates`` coordinates of
+    it, coordinate by coordinate. Arguments are not modified. Returns a ``GradCheck``
+    (``print`` it for the table; ``.ok`` and ``.worst`` summarise it).
+    """
+    from enzyme_py.helpers import _argnums, _Derivatives, _reverse_call
+
+    if argnums is None:
+        nums = tuple(i for i, a in enumerate(args) if _differentiable(a))
+    else:
+        nums = _argnums(argnums, len(args))
+    derivatives = _Derivatives(f)
+    primal = derivatives.get(Forward, [Const] * len(args), Const)
+
+    def value(call_args: list[Any]) -> float:
+        return float(primal(*[a.copy() if isinstance(a, np.ndarray) else a for a in call_args]))
+
+    from enzyme_py.core import Active
+
+    _, grads = _reverse_call(
+        derivatives, [a.copy() if isinstance(a, np.ndarray) else a for a in args], nums, Active
+    )
+    rng = np.random.default_rng(seed)
+    report = GradCheck(rtol=rtol)
+    for i, g in zip(nums, grads, strict=True):
+        x = args[i]
+        direction = rng.standard_normal(np.shape(x)) if isinstance(x, np.ndarray) else 1.0
+        if isinstance(x, np.ndarray):
+            direction = direction.astype(x.dtype)
+
+        def shifted(t: float, x: Any = x, i: int = i, d: Any = direction) -> float:
+            call = list(args)
+            call[i] = x + t * d
+            return value(call)
+
+        h = eps * max(1.0, float(np.max(np.abs(x))))
+        fd_dir = (shifted(h) - shifted(-h)) / (2 * h)
+        reverse_dir = float(np.sum(np.asarray(g) * direction))
+        acts = [Dual if k == i else Const for k in range(len(args))]
+        call: list[Any] = []
+        for k, a in enumerate(args):
+            call.append(a.copy() if isinstance(a, np.ndarray) else a)
+            if k == i:
+                call.append(direction)
+        _, forward_dir = derivatives.get(Forward, acts, Dual)(*call)
+        worst_fd_coord = 0.0
+        if isinstance(x, np.ndarray):
+            flat = np.asarray(g).reshape(-1)
+            picks = rng.choice(x.size, size=min(coordinates, x.size), replace=False)
+            for j in picks:
+                e = np.zeros(x.size, dtype=x.dtype)
+                e[j] = 1
+                e = e.reshape(x.shape)
+
+                def along(t: float, x: Any = x, i: int = i, e: Any = e) -> float:
+                    call = list(args)
+                    call[i] = x + t * e
+                    return value(call)
+
+                worst_fd_coord = max(
+                    worst_fd_coord, _rel(flat[j], (along(h) - along(-h)) / (2 * h))
+                )
+        row = {
+            "argument": f"arg {i}",
+            "reverse_vs_fd": max(_rel(reverse_dir, fd_dir), worst_fd_coord),
+            "forward_vs_fd": _rel(float(forward_dir), fd_dir),
+            "reverse_vs_forward": _rel(reverse_dir, float(forward_dir)),
+        }
+        row["worst"] = max(row["reverse_vs_fd"], row["forward_vs_fd"], row["reverse_vs_forward"])
+        report.rows.append(row)
+    return report
+
+
+def warn_if_wrong(report: GradCheck, name: str) -> None:
+    if not report.ok:
+        warnings.warn(
+            f"the derivative of '{name}' disagrees with finite differences:\n{report}",
+            GradientCheckWarning,
+            stacklevel=3,
+        )
+
+
+def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
+    """Call derivative ``df`` with ``args`` and compare its result with central
+    differences of the primal along a random direction; warn on disagreement.
+
+    Supports width 1 and a float return value (Active/ActiveOnly in reverse mode,
+    Dual/DualOnly in forward mode); otherwise the call is made without a check and a
+    warning says so.
+    """
+    from enzyme_py._api import autodiff
+    from enzyme_py.core import Active, ActiveOnly, DualOnly, Reverse
+
+    fn = df.function
+    name = fn.display_name
+    reverse = df.mode is Reverse
+    ret = df.return_activity
+    supported = df.width == 1 and (
+        (reverse and ret in (Active, ActiveOnly)) or (not reverse and ret in (Dual, DualOnly))
+    )
+    if not supported:
+        warnings.warn(
+            f"check=True: the derivative of '{name}' was not checked (checks need width=1 "
+            "and a float return value)",
+            GradientCheckWarning,
+            stacklevel=3,
+        )
+        return df._call(args)
+    # Split the call into primal arguments and their shadows/tangents.
+    primals: list[Any] = []
+    shadows: dict[int, Any] = {}
+    pos = 0
+    visible = [(p, a) for p, a in zip(fn.params, df.activities, strict=True) if p.hidden is None]
+    for k, (_, act) in enumerate(visible):
+        primals.append(args[pos])
+        pos += 1
+        if act.shadow:
+            shadows[k] = args[pos]
+            pos += 1
+    seed = float(args[pos]) if reverse else 1.0
+    before = {k: np.array(v, copy=True) for k, v in shadows.items() if isinstance(v, np.ndarray)}
+    originals = [a.copy() if isinstance(a, np.ndarray) else a for a in primals]
+    result = df._call(args)
+
+    rng = np.random.default_rng(0)
+    directions: dict[int, Any] = {}
+    for k, (_, act) in enumerate(visible):
+        if (reverse and (act is Active or act.shadow)) or (not reverse and act.shadow):
+            x = originals[k]
+            if isinstance(x, np.ndarray):
+                directions[k] = (
+                    shadows[k] if not reverse else rng.standard_normal(x.shape).astype(x.dtype)
+                )
+            else:
+                directions[k] = shadows[k] if not reverse else 1.0
+    primal_of = autodiff(fn, Forward, *([Const] * len(visible)), Const)
+
+    def value(t: float) -> float:
+        call = []
+        for k, x in enumerate(originals):
+            d = directions.get(k)
+            call.append(
+                x + t * np.asarray(d, dtype=np.float64).astype(np.asarray(x).dtype)
+                if d is not None
+                else (x.copy() if isinstance(x, np.ndarray) else x)
+            )
+        return float(primal_of(*call))
+
+    scale = max(1.0, *(float(np.max(np.abs(originals[k]))) for k in directions))
+    h = 1e-6 * scale
+    fd = (value(h) - value(-h)) / (2 * h)
+    if reverse:
+        adjoints = iter(result[1:])
+        ad = 0.0
+        for k, (_, act) in enumerate(visible):
+            if act is Active:
+                ad += float(next(adjoints)) * float(directions[k])
+            elif act.shadow and k in before:
+                ad += float(np.sum((shadows[k] - before[k]) * directions[k]))
+        ad /= seed if seed != 0 else 1.0
+    else:
+        ad = float(result[1] if ret is Dual else result)
+    error = _rel(ad, fd)
+    report = GradCheck(
+        rows=[
+            {
+                "argument": "direction",
+                "reverse_vs_fd": error if reverse else 0.0,
+                "forward_vs_fd": 0.0 if reverse else error,
+                "reverse_vs_forward": 0.0,
+                "worst": error,
+            }
+        ],
+        rtol=1e-4,
+    )
+    warn_if_wrong(report, name)
+    return result
