@@ -5,6 +5,12 @@
   model objective (log-likelihood plus Wishart prior), written as loops, with the
   inverse covariance factors ``icf`` (k x d(d+1)/2: log-diagonal, then the strictly
   lower triangle column by column).
+- ``heat_loss(u0, target, steps)``: explicit Euler for the 1-D heat equation (fixed
+  ends, r = 0.25) from ``u0`` for ``steps`` steps, two buffers allocated inside and
+  swapped; returns 0.5 * sum((u_final - target)^2).
+- ``nbody_energy(pos, vel, mass, eps)``: kinetic plus softened pairwise gravitational
+  potential energy of bodies in 3-D (``pos``, ``vel``: n x 3).
+- ``scalar_f(x)``: x * x * sin(x), for call overhead.
 """
 
 from __future__ import annotations
@@ -81,6 +87,51 @@ def gmm_objective(alphas, means, icf, x, gamma, m):
     return const + slse - n * _logsumexp(alphas) + prior
 
 
+HEAT_R = 0.25
+
+
+@numba.njit(cache=False)
+def heat_loss(u0, target, steps):
+    n = u0.shape[0]
+    a = np.empty_like(u0)
+    b = np.empty_like(u0)
+    for i in range(n):
+        a[i] = u0[i]
+    for _ in range(steps):
+        b[0] = a[0]
+        b[n - 1] = a[n - 1]
+        for i in range(1, n - 1):
+            b[i] = a[i] + HEAT_R * (a[i - 1] - 2.0 * a[i] + a[i + 1])
+        a, b = b, a
+    s = 0.0
+    for i in range(n):
+        d = a[i] - target[i]
+        s += d * d
+    return 0.5 * s
+
+
+@numba.njit(cache=False)
+def nbody_energy(pos, vel, mass, eps):
+    n = mass.shape[0]
+    kinetic = 0.0
+    for i in range(n):
+        kinetic += 0.5 * mass[i] * (vel[i, 0] ** 2 + vel[i, 1] ** 2 + vel[i, 2] ** 2)
+    potential = 0.0
+    eps2 = eps * eps
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = pos[i, 0] - pos[j, 0]
+            dy = pos[i, 1] - pos[j, 1]
+            dz = pos[i, 2] - pos[j, 2]
+            potential -= mass[i] * mass[j] / math.sqrt(dx * dx + dy * dy + dz * dz + eps2)
+    return kinetic + potential
+
+
+@numba.njit(cache=False)
+def scalar_f(x):
+    return x * x * math.sin(x)
+
+
 def rosenbrock_inputs(n: int, seed: int = 0) -> tuple[np.ndarray]:
     return (np.random.default_rng(seed).uniform(-1.0, 2.0, n),)
 
@@ -94,3 +145,22 @@ def gmm_inputs(
     icf = rng.normal(scale=0.3, size=(k, d * (d + 1) // 2))
     x = rng.normal(size=(n, d))
     return alphas, means, icf, x, 1.0, 0.0
+
+
+def heat_inputs(cells: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Initial state ``u0`` and ``target``, each of ``cells`` values in [0, 1)."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=cells), rng.uniform(size=cells)
+
+
+def nbody_inputs(
+    bodies: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]:
+    """``pos, vel, mass, eps`` and a random direction ``(dpos, dvel)`` for a JVP."""
+    rng = np.random.default_rng(seed)
+    pos = rng.normal(size=(bodies, 3))
+    vel = rng.normal(scale=0.1, size=(bodies, 3))
+    mass = rng.uniform(0.5, 1.5, size=bodies)
+    dpos = rng.normal(size=(bodies, 3))
+    dvel = rng.normal(size=(bodies, 3))
+    return pos, vel, mass, 0.01, dpos, dvel

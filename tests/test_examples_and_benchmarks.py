@@ -27,8 +27,21 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     )
 
 
-@pytest.mark.parametrize("example", ["quickstart.py", "c_kernel.py", "fit_scipy.py"])
+@pytest.mark.parametrize(
+    "example",
+    [
+        "quickstart.py",
+        "c_kernel.py",
+        "fit_scipy.py",
+        "check_and_pickle.py",
+        "torch_bridge.py",
+        "jax_bridge.py",
+    ],
+)
 def test_example_runs(example):
+    optional = {"torch_bridge.py": "torch", "jax_bridge.py": "jax"}
+    if example in optional:
+        pytest.importorskip(optional[example])
     proc = run_script(str(ROOT / "examples" / example))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OK" in proc.stdout

@@ -52,6 +52,15 @@ else:
     )
 
 
+def __getattr__(name: str) -> object:
+    # The bridges import torch / jax: only when asked for.
+    if name in ("torch", "jax"):
+        import importlib
+
+        return importlib.import_module(f"enzyme_py.{name}")
+    raise AttributeError(f"module 'enzyme_py' has no attribute {name!r}")
+
+
 __all__ = [
     "Active",
     "ActiveOnly",

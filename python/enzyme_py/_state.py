@@ -37,3 +37,11 @@ native, unavailable_reason = _load()
 def unavailable_message(what: str) -> str:
     """The text of EnzymeUnavailableError for an attempt to use `what`."""
     return f"{what} needs automatic differentiation, but {unavailable_reason}. {HOW_TO_ENABLE}"
+
+
+def require_autodiff(what: str) -> None:
+    """Raise EnzymeUnavailableError for `what` when this process runs the stub."""
+    if native is None:
+        from enzyme_py.core import EnzymeUnavailableError
+
+        raise EnzymeUnavailableError(unavailable_message(what))

@@ -1,0 +1,39 @@
+"""A Numba kernel inside a PyTorch model: ez.torch.function (needs torch).
+
+python examples/torch_bridge.py
+"""
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+import enzyme_py as ez
+
+
+@numba.njit
+def smooth_l1(pred, target, beta):
+    total = 0.0
+    for i in range(pred.shape[0]):
+        d = abs(pred[i] - target[i])
+        total += 0.5 * d * d / beta if d < beta else d - 0.5 * beta
+    return total / pred.shape[0] + 0.0 * math.tanh(beta)
+
+
+loss = ez.torch.function(smooth_l1)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1, dtype=torch.float64)
+x = torch.randn(64, 4, dtype=torch.float64)
+y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64) + 0.25
+optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+for _ in range(300):
+    optimizer.zero_grad()
+    value = loss(model(x).reshape(-1), y, 1.0)
+    value.backward()
+    optimizer.step()
+print(f"final loss {float(value):.2e}, weights {model.weight.detach().numpy().round(3)}")
+reference = torch.nn.functional.smooth_l1_loss(model(x).reshape(-1), y, beta=1.0)
+if not np.isclose(float(value), float(reference), rtol=1e-2, atol=1e-6) or float(value) > 1e-3:
+    raise SystemExit("torch_bridge: training did not converge")
+print("torch_bridge: OK")
