@@ -391,28 +391,34 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   std::vector<capi::CDIFFE_TYPE> activities = req.args;
   std::vector<uint8_t> overwritten(nparams, 0);
 
-  // A fresh logic per request: Enzyme caches derivatives by Function*, and
-  // the modules they point into are freed after each request.
-  capi::EnzymeLogicRef logic = api.CreateEnzymeLogic(/*PostOpt=*/0);
-  capi::EnzymeTypeAnalysisRef analysis = api.CreateTypeAnalysis(logic, nullptr, nullptr, 0);
   LLVMValueRef derivative = nullptr;
-  if (req.forward) {
-    derivative = api.CreateForwardDiff(
-        logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
-        analysis, req.return_primal, capi::DEM_ForwardMode, /*freeMemory=*/1,
-        req.runtime_activity, req.strong_zero, req.width, nullptr, info,
-        /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
-        nullptr);
+  if (req.primal_only) {
+    // No differentiation: the function itself behind an entry point.
+    derivative = fn;
   } else {
-    derivative = api.CreatePrimalAndGradient(
-        logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
-        analysis, req.return_primal, /*dretUsed=*/0, capi::DEM_ReverseModeCombined,
-        req.runtime_activity, req.strong_zero, req.width, /*freeMemory=*/1, nullptr,
-        /*forceAnonymousTape=*/0, info, /*subsequent_calls_may_write=*/0,
-        overwritten.data(), overwritten.size(), nullptr, /*AtomicAdd=*/0);
+    // A fresh logic per request: Enzyme caches derivatives by Function*, and
+    // the modules they point into are freed after each request.
+    capi::EnzymeLogicRef logic = api.CreateEnzymeLogic(/*PostOpt=*/0);
+    capi::EnzymeTypeAnalysisRef analysis =
+        api.CreateTypeAnalysis(logic, nullptr, nullptr, 0);
+    if (req.forward) {
+      derivative = api.CreateForwardDiff(
+          logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+          analysis, req.return_primal, capi::DEM_ForwardMode, /*freeMemory=*/1,
+          req.runtime_activity, req.strong_zero, req.width, nullptr, info,
+          /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
+          nullptr);
+    } else {
+      derivative = api.CreatePrimalAndGradient(
+          logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+          analysis, req.return_primal, /*dretUsed=*/0, capi::DEM_ReverseModeCombined,
+          req.runtime_activity, req.strong_zero, req.width, /*freeMemory=*/1, nullptr,
+          /*forceAnonymousTape=*/0, info, /*subsequent_calls_may_write=*/0,
+          overwritten.data(), overwritten.size(), nullptr, req.atomic_add);
+    }
+    api.FreeTypeAnalysis(analysis);
+    api.FreeEnzymeLogic(logic);
   }
-  api.FreeTypeAnalysis(analysis);
-  api.FreeEnzymeLogic(logic);
   std::string errors = take_errors();
   if (!errors.empty() || !derivative) {
     throw EnzymeFailure("Enzyme could not differentiate '" + req.function + "': " +

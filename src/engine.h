@@ -50,6 +50,11 @@ struct DerivativeRequest {
   bool runtime_activity = false;
   bool strong_zero = false;
   std::string passes = "default<O2>";
+  // Reverse mode: accumulate into shadows with atomic adds (kernels run the
+  // derivative of one index on many threads at once).
+  bool atomic_add = false;
+  // No differentiation: compile the function itself (kernel launchers).
+  bool primal_only = false;
   // Enzyme's min-cut caching (smaller tapes). Only honoured by build_isolated:
   // it can abort, so it is never turned on in the caller's process.
   bool mincut = false;

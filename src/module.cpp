@@ -142,7 +142,7 @@ PYBIND11_MODULE(_native, m) {
          const std::vector<int> &args, int ret, bool return_primal, unsigned width,
          const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
          const std::string &passes, const std::string &entry_name, bool isolate,
-         bool mincut) {
+         bool mincut, bool atomic_add, bool primal_only) {
         DerivativeRequest req;
         req.function = function;
         req.forward = forward;
@@ -155,6 +155,8 @@ PYBIND11_MODULE(_native, m) {
         req.strong_zero = strong_zero;
         req.passes = passes;
         req.mincut = mincut;
+        req.atomic_add = atomic_add;
+        req.primal_only = primal_only;
         Engine &e = the_engine();
         Artifact art = isolate ? e.build_isolated(source, req, entry_name)
                                : e.build(source, req, entry_name);
@@ -172,6 +174,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("ret"), py::arg("return_primal"), py::arg("width"), py::arg("pointee"),
       py::arg("runtime_activity"), py::arg("strong_zero"), py::arg("passes"),
       py::arg("entry_name"), py::arg("isolate"), py::arg("mincut") = false,
+      py::arg("atomic_add") = false, py::arg("primal_only") = false,
       "Ask Enzyme for one derivative of `function`, optimize and compile it to object\n"
       "code whose only exported symbol is `entry_name`; with `isolate`, in a forked child\n"
       "(where `mincut` turns on Enzyme's min-cut caching).");

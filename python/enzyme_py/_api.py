@@ -189,6 +189,8 @@ class _Options:
     runtime_activity: bool
     strong_zero: bool
     check: bool = False
+    atomic_add: bool = False  # reverse: shadows updated atomically (kernels)
+    primal_only: bool = False  # no differentiation: the function itself
 
 
 class Derivative:
@@ -229,6 +231,8 @@ class Derivative:
                 width=options.width,
                 runtime_activity=options.runtime_activity,
                 strong_zero=options.strong_zero,
+                atomic_add=options.atomic_add,
+                primal_only=options.primal_only,
             ),
             f"'{fn.display_name}' in {mode.name} mode with activities {acts}",
         )
@@ -715,6 +719,12 @@ def autodiff(
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise ValueError(f"width must be a positive integer; got {width!r}")
     options = _Options(width, runtime_activity, strong_zero, check)
+    from enzyme_py.offload import Kernel
+
+    if isinstance(f, Kernel):
+        if width != 1 or runtime_activity or strong_zero or check or sig is not None:
+            raise ValueError("the derivative of a kernel takes only the mode and activities")
+        return f.derivative(mode, *activities)
     if numba_frontend.is_dispatcher(f):
         from enzyme_py._numba_derivative import NumbaDerivative
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ class Request:
     width: int
     runtime_activity: bool
     strong_zero: bool
+    atomic_add: bool = False  # reverse mode: shadows updated atomically (kernels)
+    primal_only: bool = False  # no differentiation: the function itself (launchers)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> d
             f"__enzyme_py_entry_{key[:32]}",
             isolated(),
             mincut,
+            request.atomic_add,
+            request.primal_only,
         )
     )
 
@@ -132,8 +137,16 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     return EnzymeError(text)
 
 
+_lock = threading.RLock()  # one build or load at a time (kernels launch from threads)
+
+
 def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     """The compiled derivative for request, from the cheapest place that has it."""
+    with _lock:
+        return _derivative(fn, request, description)
+
+
+def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
     compiled = _loaded.get(key)
     if compiled is not None:

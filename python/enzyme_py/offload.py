@@ -1,31 +1,327 @@
-"""Offload: the devices LLVM's offload runtime (liboffload) reports.
+"""Offload: devices, device arrays, and kernels launched over an index range.
 
-Kernels and device memory are not implemented yet; ``devices()`` lists what
-liboffload sees (on a machine without a GPU: its virtual host device).
+    k = ez.offload.kernel(body)          # body(i, *args): an @njit function or C function
+    k.launch(n, x, out)                  # body(i, x, out) for i in range(n)
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    dk.launch(n, x, dx, out, dout)       # shadows after their arrays; atomic accumulation
+
+The CPU device is enzyme_py's own JIT running the body over the range, split across
+threads. GPUs are listed through LLVM's offload runtime (liboffload); launching on
+them is not implemented yet, and asking for it says so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from enzyme_py import _state
-from enzyme_py.core import EnzymeUnavailableError
+from enzyme_py._signature import Param
+from enzyme_py.core import Const, EnzymeUnavailableError, Forward, Mode, Reverse
 
-__all__ = ["Device", "devices"]
+__all__ = [
+    "CPU",
+    "Device",
+    "DeviceArray",
+    "Kernel",
+    "default_device",
+    "devices",
+    "kernel",
+    "to_device",
+    "to_host",
+]
 
 
 @dataclass(frozen=True)
 class Device:
-    """One device of liboffload: name, platform (cuda, amdgpu, host), type, memory in bytes."""
+    """A device: name, platform (cpu, cuda, amdgpu), type (cpu, gpu), memory in bytes."""
 
     name: str
     platform: str
     type: str
     memory: int
 
+    @property
+    def can_launch(self) -> bool:
+        """Whether kernels run here (the CPU device; GPUs not yet)."""
+        return self.platform == "cpu"
+
+
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+#: enzyme_py's own CPU device: the JIT, the range split across all cores.
+CPU = Device("cpu", "cpu", "cpu", _physical_memory())
+
 
 def devices() -> list[Device]:
-    """The devices liboffload reports. RuntimeError if liboffload cannot be loaded."""
+    """The CPU device, then the GPUs liboffload reports (its virtual host device, which
+    cannot run programs, is left out). RuntimeError if liboffload cannot be loaded."""
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.devices"))
-    return [Device(**d) for d in _state.native.offload_devices()]
+    found = [Device(**d) for d in _state.native.offload_devices()]
+    return [CPU, *(d for d in found if d.type == "gpu")]
+
+
+def default_device() -> Device:
+    """The device kernels launch on by default: the CPU device (GPU launch: not yet)."""
+    return CPU
+
+
+class DeviceArray:
+    """An array that lives on a device. On the CPU device it is a contiguous copy of the
+    host array. Freed when closed (``with`` block) or when no longer referenced."""
+
+    def __init__(self, array: np.ndarray, device: Device):
+        self.device = device
+        self._data: np.ndarray | None = np.array(array, copy=True, order="C")
+
+    @property
+    def data(self) -> np.ndarray:
+        if self._data is None:
+            raise ValueError("this device array was freed")
+        return self._data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    def to_host(self) -> np.ndarray:
+        """A host copy of the array."""
+        return self.data.copy()
+
+    def close(self) -> None:
+        """Free the device memory now."""
+        self._data = None
+
+    def __enter__(self) -> DeviceArray:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "freed" if self._data is None else f"{self.shape} {self.dtype}"
+        return f"<DeviceArray on {self.device.name}: {state}>"
+
+
+def to_device(array: np.ndarray, device: Device | None = None) -> DeviceArray:
+    """Copy ``array`` to ``device`` (default: the default device)."""
+    device = device or default_device()
+    _require_launchable(device)
+    return DeviceArray(np.asarray(array), device)
+
+
+def to_host(array: DeviceArray | np.ndarray) -> np.ndarray:
+    """A host copy of a device array (a host array is returned as it is)."""
+    return array.to_host() if isinstance(array, DeviceArray) else array
+
+
+def _require_launchable(device: Device) -> None:
+    if not device.can_launch:
+        raise NotImplementedError(
+            f"launching on {device.name} ({device.platform}) is not implemented yet; "
+            "kernels run on ez.offload.CPU"
+        )
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=os.cpu_count() or 1, thread_name_prefix="enzyme_py"
+            )
+        return _pool
+
+
+_RANGE = "__enzyme_py_range"
+
+
+def _range_driver(body: Any, alias_safe: Any = None) -> Any:
+    """An IRFunction ``range(start, end, *body's other parameters)`` that calls
+    ``body(i, ...)`` for i in [start, end), stopping at the first error reported
+    through a hidden errors parameter."""
+    from enzyme_py.frontends.ir import IRFunction, parse_module
+
+    info = next(i for i in body.module.functions() if i["name"] == body.name)
+    types = info["params"]
+    if not types or types[0] != "i64":
+        raise TypeError(
+            f"a kernel body takes the index first, as a 64-bit integer; "
+            f"'{body.display_name}' takes {types[0] if types else 'nothing'}"
+        )
+    rest = [f"{t} %p{k}" for k, t in enumerate(types[1:], start=1)]
+    call_args = ", ".join(["i64 %i", *(f"{t} %p{k}" for k, t in enumerate(types[1:], start=1))])
+    errors = next(
+        (k for k, p in enumerate(body.params) if p.hidden and p.hidden[0] == "errors"), None
+    )
+    ret = info["ret"]
+    check = []
+    if errors is not None:
+        check = [
+            f"  %status = load i64, i64* %p{errors}",
+            "  %failed = icmp ne i64 %status, 0",
+            "  br i1 %failed, label %done, label %next_index",
+            "next_index:",
+        ]
+    lines = [
+        f"define void @{_RANGE}(i64 %start, i64 %end{''.join(', ' + r for r in rest)}) {{",
+        "entry:",
+        "  %empty = icmp sge i64 %start, %end",
+        "  br i1 %empty, label %done, label %loop",
+        "loop:",
+        "  %i = phi i64 [ %start, %entry ], [ %next, %next_index ]"
+        if check
+        else "  %i = phi i64 [ %start, %entry ], [ %next, %loop ]",
+        f"  call {ret} @{body.name}({call_args})",
+        *check,
+        "  %next = add i64 %i, 1",
+        "  %more = icmp slt i64 %next, %end",
+        "  br i1 %more, label %loop, label %done",
+        "done:",
+        "  ret void",
+        "}",
+    ]
+    if not check:
+        lines = [line for line in lines if line != "next_index:"]
+    module = parse_module(body.module.ir() + "\n" + "\n".join(lines) + "\n")
+    index = Param("start", "int", np.dtype(np.int64))
+    shifted = tuple(
+        replace(p, hidden=(p.hidden[0], p.hidden[1] + 1, p.hidden[2]))
+        if p.hidden is not None and p.hidden[0] == "shape"
+        else p
+        for p in body.params[1:]
+    )
+    params = (index, Param("end", "int", np.dtype(np.int64)), *shifted)
+    return IRFunction(
+        module, _RANGE, params, None, f"kernel {body.display_name}", body.on_error, alias_safe
+    )
+
+
+class Kernel:
+    """A per-index body launched over a range (see the module docstring)."""
+
+    def __init__(self, body: Any, derivative_of: tuple[Any, ...] | None = None):
+        self.body = body
+        self._derivative_of = derivative_of  # (mode, activities, options) of a derivative
+        self._launchers: dict[Any, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return getattr(self.body, "__name__", None) or getattr(self.body, "display_name", "body")
+
+    def _body_function(self, args: tuple[Any, ...]) -> Any:
+        """The IRFunction to run per index, for these arguments."""
+        from enzyme_py.frontends import numba as numba_frontend
+
+        if numba_frontend.is_dispatcher(self.body):
+            types = (self.body.typeof_pyval(0), *self._primal_types(args))
+            return numba_frontend.specialize(self.body, types).wrapper
+        return self.body
+
+    def _per_index(self, fn: Any) -> Any:
+        """What runs per index: the body, or the derivative the kernel is of."""
+        from enzyme_py import _api
+
+        if self._derivative_of is None:
+            return fn
+        mode, activities, options = self._derivative_of
+        full, ret = _api._check_activities(fn, mode, (Const, *activities))
+        return _api.Derivative(fn, mode, full, ret, options).as_function()
+
+    def _primal_types(self, args: tuple[Any, ...]) -> list[Any]:
+        if self._derivative_of is None:
+            return [self.body.typeof_pyval(a) for a in args]
+        _, activities, _ = self._derivative_of
+        types = []
+        pos = 0
+        for act in activities:
+            types.append(self.body.typeof_pyval(args[pos]))
+            pos += 2 if act.shadow else 1
+        return types
+
+    def _launcher(self, args: tuple[Any, ...]) -> Any:
+        from enzyme_py import _api
+
+        key = tuple((a.dtype.str, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            body = self._body_function(args)
+            # Bodies that promise disjoint arrays (Numba's noalias) come with a safe
+            # twin; overlapping arrays in a launch go to its driver.
+            safe = None
+            if body.alias_safe is not None:
+                unsafe_body = body
+
+                def safe() -> Any:
+                    return _range_driver(self._per_index(unsafe_body.alias_safe()))
+
+            driver = _range_driver(self._per_index(body), safe)
+            options = _api._Options(1, False, False, primal_only=True)
+            acts, _ = _api._check_activities(driver, Forward, [Const] * len(driver.visible_params))
+            launcher = _api.Derivative(driver, Forward, acts, None, options)
+            self._launchers[key] = launcher
+        return launcher
+
+    def launch(
+        self, n: int, *args: Any, device: Device | None = None, threads: int | None = None
+    ) -> None:
+        """Run the body for i in range(n) on ``device`` (default: the CPU device, the
+        range split across ``threads``, default all cores). Device arrays and host
+        arrays may be mixed; host arrays are used in place."""
+        device = device or default_device()
+        _require_launchable(device)
+        host_args = tuple(a.data if isinstance(a, DeviceArray) else a for a in args)
+        launcher = self._launcher(host_args)
+        n = int(n)
+        parts = max(1, min(threads or os.cpu_count() or 1, n))
+        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+        if parts == 1:
+            launcher(0, n, *host_args)
+            return
+        futures = [
+            _threads().submit(launcher, int(bounds[j]), int(bounds[j + 1]), *host_args)
+            for j in range(parts)
+        ]
+        for future in futures:
+            future.result()
+
+    def derivative(self, mode: Mode, *activities: Any) -> Kernel:
+        """The kernel of the derivative of the body with respect to its arguments after
+        the index (see ``ez.autodiff``); reverse mode accumulates with atomic adds."""
+        from enzyme_py import _api
+
+        if mode is not Reverse and mode is not Forward:
+            raise TypeError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
+        options = _api._Options(1, False, False, atomic_add=mode is Reverse)
+        return Kernel(self.body, (mode, tuple(activities), options))
+
+    def __repr__(self) -> str:
+        what = "derivative kernel" if self._derivative_of else "kernel"
+        return f"<enzyme_py {what} of '{self.name}'>"
+
+
+def kernel(body: Any) -> Kernel:
+    """A kernel from a per-index body ``body(i, *args)``: an ``@numba.njit`` function, or
+    a function of ``ez.c``/``ez.llvm_ir`` whose first parameter is a 64-bit index."""
+    if _state.native is None:
+        raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.kernel"))
+    return Kernel(body)

@@ -1,0 +1,127 @@
+"""Offload on the CPU device: kernels over a range, their derivatives, device arrays."""
+
+import math
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+numba = pytest.importorskip("numba")
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit
+def sin_x(i, x, out):
+    out[i] = math.sin(x[i]) * x[i]
+
+
+@numba.njit
+def gather_square(i, idx, x, out):
+    out[i] = x[idx[i]] ** 2
+
+
+@numba.njit(boundscheck=True)
+def shifted(i, x, out):
+    out[i] = x[i + 1]
+
+
+C = (
+    ez.c(
+        """
+    #include <math.h>
+    void scale_exp(long i, const double *x, double *out, double a) { out[i] = a * exp(x[i]); }
+    """
+    )
+    if ez.has_autodiff()
+    else None
+)
+
+
+def test_devices_and_default():
+    devices = ez.offload.devices()
+    assert devices[0] is ez.offload.CPU
+    assert ez.offload.default_device() is ez.offload.CPU
+    assert all(d.type == "gpu" for d in devices[1:])
+    assert ez.offload.CPU.memory > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_numba_kernel_launch(threads):
+    n = 10_001
+    x = np.linspace(0, 2, n)
+    out = np.zeros(n)
+    ez.offload.kernel(sin_x).launch(n, x, out, threads=threads)
+    np.testing.assert_allclose(out, np.sin(x) * x, rtol=1e-15)
+
+
+def test_reverse_kernel_accumulates_atomically():
+    k = ez.offload.kernel(gather_square)
+    dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated)
+    n = 20_000
+    idx = np.arange(n, dtype=np.int64) % 3  # many indices write the same shadow entry
+    x = np.array([1.0, 2.0, 3.0])
+    dx, out, dout = np.zeros(3), np.zeros(n), np.ones(n)
+    dk.launch(n, idx, x, dx, out, dout, threads=4)
+    counts = np.bincount(idx, minlength=3)
+    np.testing.assert_allclose(dx, 2 * x * counts, rtol=1e-12)
+    np.testing.assert_allclose(out, x[idx] ** 2)
+
+
+def test_forward_kernel_equals_cpu_derivative():
+    n = 1000
+    x = np.linspace(0.1, 1.0, n)
+    tx = np.linspace(-1, 1, n)
+    out, tout = np.zeros(n), np.zeros(n)
+    fk = ez.autodiff(ez.offload.kernel(sin_x), ez.Forward, ez.Dual, ez.Dual)
+    fk.launch(n, x, tx, out, tout)
+    np.testing.assert_allclose(tout, (np.cos(x) * x + np.sin(x)) * tx, rtol=1e-14)
+
+
+def test_c_kernel_and_its_gradient():
+    n = 257
+    x = np.linspace(-1, 1, n)
+    out = np.zeros(n)
+    k = ez.offload.kernel(C.scale_exp)
+    k.launch(n, x, out, 2.0)
+    np.testing.assert_allclose(out, 2.0 * np.exp(x), rtol=1e-15)
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+    dx, dout = np.zeros(n), np.ones(n)
+    dk.launch(n, x, dx, out, dout, 2.0)
+    np.testing.assert_allclose(dx, 2.0 * np.exp(x), rtol=1e-14)
+
+
+def test_kernel_errors_surface():
+    x, out = np.arange(4.0), np.zeros(4)
+    with pytest.raises(IndexError):
+        ez.offload.kernel(shifted).launch(4, x, out)
+    with pytest.raises(TypeError, match="takes the index first"):
+        ez.offload.kernel(ez.c("void f(double *x) { x[0] = 1; }").f).launch(1, np.zeros(1))
+
+
+def test_device_arrays():
+    x = np.linspace(0, 1, 16)
+    with ez.offload.to_device(x) as dx:
+        out = ez.offload.to_device(np.zeros(16))
+        ez.offload.kernel(sin_x).launch(16, dx, out)
+        np.testing.assert_allclose(ez.offload.to_host(out), np.sin(x) * x)
+        assert dx.shape == (16,) and dx.dtype == np.float64
+    with pytest.raises(ValueError, match="freed"):
+        dx.to_host()
+
+
+def test_gpu_launch_says_it_is_not_there_yet():
+    fake_gpu = ez.offload.Device("H200", "cuda", "gpu", 1 << 37)
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        ez.offload.kernel(sin_x).launch(4, np.zeros(4), np.zeros(4), device=fake_gpu)
+
+
+def test_in_place_kernel_with_overlapping_arrays():
+    @numba.njit
+    def double_it(i, x, out):
+        out[i] = 2.0 * x[i]
+
+    x = np.linspace(0, 1, 100)
+    expected = 2.0 * x
+    ez.offload.kernel(double_it).launch(100, x, x)  # the same array as input and output
+    np.testing.assert_allclose(x, expected)
