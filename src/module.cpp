@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "enzyme_plugin.h"
 #include "offload.h"
+#include "ptx.h"
 
 namespace py = pybind11;
 using namespace enzyme_py;
@@ -204,6 +205,15 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");
+
+  m.def(
+      "emit_ptx",
+      [](const std::string &ir_text, const std::string &kernel,
+         const std::string &libdevice_path, const std::string &cpu) {
+        return emit_ptx(the_engine().context(), ir_text, kernel, libdevice_path, cpu);
+      },
+      py::arg("ir_text"), py::arg("kernel"), py::arg("libdevice_path"), py::arg("cpu"),
+      "PTX for the kernel `kernel` of the module in `ir_text` (NVPTX backend).");
 
   m.def("offload_devices", []() {
     py::list out;

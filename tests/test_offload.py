@@ -125,3 +125,59 @@ def test_in_place_kernel_with_overlapping_arrays():
     expected = 2.0 * x
     ez.offload.kernel(double_it).launch(100, x, x)  # the same array as input and output
     np.testing.assert_allclose(x, expected)
+
+
+def _ptxas_available():
+    import shutil
+
+    return shutil.which("ptxas") is not None or __import__("os").path.isfile(
+        "/usr/local/cuda/bin/ptxas"
+    )
+
+
+def _device_kernels():
+    k = ez.offload.kernel(sin_x)
+    g = ez.offload.kernel(gather_square)
+    x, out, idx = np.zeros(8), np.zeros(8), np.zeros(8, np.int64)
+    return [
+        ("sin_x", k, (x, out)),
+        (
+            "sin_x reverse",
+            ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated),
+            (x, x.copy(), out, out.copy()),
+        ),
+        (
+            "sin_x forward",
+            ez.autodiff(k, ez.Forward, ez.Dual, ez.Dual),
+            (x, x.copy(), out, out.copy()),
+        ),
+        (
+            "gather reverse",
+            ez.autodiff(g, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated),
+            (idx, x, x.copy(), out, out.copy()),
+        ),
+        ("C scale_exp", ez.offload.kernel(C.scale_exp), (x, out, 2.0)),
+    ]
+
+
+def test_ptx_for_every_test_kernel_and_assembled_by_ptxas():
+    for name, k, args in _device_kernels():
+        ptx = k.ptx(*args)
+        assert ".entry __enzyme_py_kernel" in ptx, name
+        assert ".target sm_86" in ptx, name
+        if "reverse" in name:
+            assert "atom.global.add.f64" in ptx or "atom.add.f64" in ptx, name
+        if _ptxas_available():
+            cubin = k.cubin(*args, arch="sm_90")
+            assert cubin[:4] == b"\x7fELF", name
+
+
+def test_ptx_of_kernel_with_host_only_calls_is_refused():
+    @numba.njit
+    def with_temporary(i, x, out):
+        t = np.empty(2)
+        t[0] = x[i]
+        out[i] = t[0]
+
+    with pytest.raises(RuntimeError, match="do not exist on the GPU: .*NRT_MemInfo_alloc"):
+        ez.offload.kernel(with_temporary).ptx(np.zeros(2), np.zeros(2))

@@ -13,6 +13,9 @@ them is not implemented yet, and asking for it says so.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -216,6 +219,66 @@ def _range_driver(body: Any, alias_safe: Any = None) -> Any:
     )
 
 
+_GPU_KERNEL = "__enzyme_py_kernel"
+_SREGS = ("tid.x", "ntid.x", "ctaid.x")
+
+
+def _gpu_entry(body: Any) -> str:
+    """``__enzyme_py_kernel(i64 n, *rest)``: one index per GPU thread, body(i, *rest)."""
+    info = next(i for i in body.module.functions() if i["name"] == body.name)
+    types = info["params"]
+    rest = [f"{t} %p{k}" for k, t in enumerate(types[1:], start=1)]
+    text = body.module.ir()
+    declarations = [
+        f"declare i32 @llvm.nvvm.read.ptx.sreg.{r}()"
+        for r in _SREGS
+        if f"@llvm.nvvm.read.ptx.sreg.{r}(" not in text
+    ]
+    call_args = ", ".join(["i64 %i", *(f"{t} %p{k}" for k, t in enumerate(types[1:], start=1))])
+    return "\n".join(
+        [
+            *declarations,
+            f"define void @{_GPU_KERNEL}(i64 %n{''.join(', ' + r for r in rest)}) {{",
+            "entry:",
+            "  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
+            "  %ntid = call i32 @llvm.nvvm.read.ptx.sreg.ntid.x()",
+            "  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()",
+            "  %tid64 = zext i32 %tid to i64",
+            "  %ntid64 = zext i32 %ntid to i64",
+            "  %ctaid64 = zext i32 %ctaid to i64",
+            "  %base = mul i64 %ctaid64, %ntid64",
+            "  %i = add i64 %base, %tid64",
+            "  %inside = icmp slt i64 %i, %n",
+            "  br i1 %inside, label %run, label %done",
+            "run:",
+            f"  call {info['ret']} @{body.name}({call_args})",
+            "  br label %done",
+            "done:",
+            "  ret void",
+            "}",
+        ]
+    )
+
+
+def _libdevice() -> str:
+    """CUDA's libdevice bitcode (math functions for the GPU), or "" if not found."""
+    candidates = [os.environ.get("ENZYME_PY_LIBDEVICE", "")]
+    candidates += [
+        "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
+        "/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc",
+    ]
+    return next((c for c in candidates if c and os.path.isfile(c)), "")
+
+
+def _ptxas() -> str:
+    found = shutil.which("ptxas") or (
+        "/usr/local/cuda/bin/ptxas" if os.path.isfile("/usr/local/cuda/bin/ptxas") else None
+    )
+    if not found:
+        raise RuntimeError("CUDA's ptxas is needed to assemble PTX and was not found")
+    return found
+
+
 class Kernel:
     """A per-index body launched over a range (see the module docstring)."""
 
@@ -303,6 +366,37 @@ class Kernel:
         ]
         for future in futures:
             future.result()
+
+    def ptx(self, *args: Any, arch: str = "sm_86") -> str:
+        """PTX of this kernel for NVIDIA GPUs (LLVM 15's NVPTX backend, up to sm_86), for
+        arguments like ``args`` (as ``launch`` takes them, without ``n``). Its entry,
+        ``__enzyme_py_kernel(n, *args)``, runs one index per GPU thread."""
+        if self._derivative_of is None:
+            per_index = self._body_function(args)
+        else:
+            per_index = self._per_index(self._body_function(args))
+        text = per_index.module.ir() + "\n" + _gpu_entry(per_index) + "\n"
+        return str(_state.native.emit_ptx(text, _GPU_KERNEL, _libdevice(), arch))
+
+    def cubin(self, *args: Any, arch: str = "sm_90") -> bytes:
+        """The PTX assembled by CUDA's ``ptxas`` for ``arch`` (RuntimeError without it)."""
+        ptxas = _ptxas()
+        ptx = self.ptx(*args)
+        with tempfile.TemporaryDirectory(prefix="enzyme_py_ptx_") as tmp:
+            source = os.path.join(tmp, "kernel.ptx")
+            target = os.path.join(tmp, "kernel.cubin")
+            with open(source, "w") as f:
+                f.write(ptx)
+            proc = subprocess.run(
+                [ptxas, f"-arch={arch}", "-o", target, source],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"ptxas failed for {self.name}:\n{proc.stderr.strip()}")
+            with open(target, "rb") as f:
+                return f.read()
 
     def derivative(self, mode: Mode, *activities: Any) -> Kernel:
         """The kernel of the derivative of the body with respect to its arguments after

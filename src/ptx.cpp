@@ -1,0 +1,193 @@
+#include "ptx.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <llvm-c/BitReader.h>
+#include <llvm-c/IRReader.h>
+#include <llvm-c/Linker.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+extern "C" {
+// NVPTX's target initialisers, exported by libLLVM (not in llvm-c/Target.h's
+// all-targets macros when a build is configured per target).
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+}
+
+namespace enzyme_py {
+namespace {
+
+const char *const kTriple = "nvptx64-nvidia-cuda";
+
+// libm names and LLVM intrinsics NVPTX cannot lower -> libdevice.
+struct MathName {
+  const char *from;
+  const char *to;
+};
+const MathName kMath[] = {
+    {"sin", "__nv_sin"},       {"cos", "__nv_cos"},       {"tan", "__nv_tan"},
+    {"exp", "__nv_exp"},       {"log", "__nv_log"},       {"pow", "__nv_pow"},
+    {"tanh", "__nv_tanh"},     {"sinh", "__nv_sinh"},     {"cosh", "__nv_cosh"},
+    {"atan", "__nv_atan"},     {"atan2", "__nv_atan2"},   {"asin", "__nv_asin"},
+    {"acos", "__nv_acos"},     {"log1p", "__nv_log1p"},   {"expm1", "__nv_expm1"},
+    {"log10", "__nv_log10"},   {"log2", "__nv_log2"},     {"exp2", "__nv_exp2"},
+    {"erf", "__nv_erf"},       {"cbrt", "__nv_cbrt"},     {"hypot", "__nv_hypot"},
+    {"sinf", "__nv_sinf"},     {"cosf", "__nv_cosf"},     {"expf", "__nv_expf"},
+    {"logf", "__nv_logf"},     {"powf", "__nv_powf"},     {"tanhf", "__nv_tanhf"},
+    {"llvm.sin.f64", "__nv_sin"},   {"llvm.cos.f64", "__nv_cos"},
+    {"llvm.exp.f64", "__nv_exp"},   {"llvm.log.f64", "__nv_log"},
+    {"llvm.pow.f64", "__nv_pow"},   {"llvm.log10.f64", "__nv_log10"},
+    {"llvm.log2.f64", "__nv_log2"}, {"llvm.exp2.f64", "__nv_exp2"},
+    {"llvm.sin.f32", "__nv_sinf"},  {"llvm.cos.f32", "__nv_cosf"},
+    {"llvm.exp.f32", "__nv_expf"},  {"llvm.log.f32", "__nv_logf"},
+    {"llvm.pow.f32", "__nv_powf"},
+};
+
+std::string take(char *msg) {
+  std::string s = msg ? msg : "";
+  LLVMDisposeMessage(msg);
+  return s;
+}
+
+struct ModuleOwner {
+  LLVMModuleRef mod = nullptr;
+  ~ModuleOwner() {
+    if (mod) LLVMDisposeModule(mod);
+  }
+};
+
+void strip_host_attributes(LLVMModuleRef mod) {
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (const char *name : {"target-cpu", "target-features", "tune-cpu"}) {
+      LLVMRemoveStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, name,
+                                       static_cast<unsigned>(std::strlen(name)));
+    }
+  }
+}
+
+void route_math_to_libdevice(LLVMModuleRef mod) {
+  for (const MathName &m : kMath) {
+    LLVMValueRef fn = LLVMGetNamedFunction(mod, m.from);
+    if (!fn || !LLVMIsDeclaration(fn)) continue;
+    LLVMValueRef target = LLVMGetNamedFunction(mod, m.to);
+    if (!target) target = LLVMAddFunction(mod, m.to, LLVMGlobalGetValueType(fn));
+    LLVMReplaceAllUsesWith(fn, target);
+  }
+}
+
+void mark_kernel(LLVMContextRef ctx, LLVMModuleRef mod, LLVMValueRef kernel) {
+  LLVMValueRef ops[] = {
+      kernel,
+      LLVMMDStringInContext(ctx, "kernel", 6),
+      LLVMConstInt(LLVMInt32TypeInContext(ctx), 1, 0),
+  };
+  LLVMAddNamedMetadataOperand(mod, "nvvm.annotations", LLVMMDNodeInContext(ctx, ops, 3));
+}
+
+}  // namespace
+
+std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::string &kernel,
+                     const std::string &libdevice_path, const std::string &cpu) {
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTarget();
+  LLVMInitializeNVPTXTargetMC();
+  LLVMInitializeNVPTXAsmPrinter();
+
+  ModuleOwner work;
+  char *error = nullptr;
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
+  if (LLVMParseIRInContext(ctx, buffer, &work.mod, &error)) {
+    throw std::runtime_error("kernel IR does not parse: " + take(error));
+  }
+  LLVMModuleRef mod = work.mod;
+
+  LLVMTargetRef target = nullptr;
+  if (LLVMGetTargetFromTriple(kTriple, &target, &error)) {
+    throw std::runtime_error("this LLVM has no NVPTX target: " + take(error));
+  }
+  LLVMTargetMachineRef machine =
+      LLVMCreateTargetMachine(target, kTriple, cpu.c_str(), "", LLVMCodeGenLevelAggressive,
+                              LLVMRelocDefault, LLVMCodeModelDefault);
+  struct MachineOwner {
+    LLVMTargetMachineRef tm;
+    ~MachineOwner() { LLVMDisposeTargetMachine(tm); }
+  } machine_owner{machine};
+  LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(machine);
+  std::string layout_text = take(LLVMCopyStringRepOfTargetData(layout));
+  LLVMDisposeTargetData(layout);
+  LLVMSetTarget(mod, kTriple);
+  LLVMSetDataLayout(mod, layout_text.c_str());
+  strip_host_attributes(mod);
+  route_math_to_libdevice(mod);
+
+  if (!libdevice_path.empty()) {
+    LLVMMemoryBufferRef bc = nullptr;
+    if (LLVMCreateMemoryBufferWithContentsOfFile(libdevice_path.c_str(), &bc, &error)) {
+      throw std::runtime_error("cannot read libdevice " + libdevice_path + ": " + take(error));
+    }
+    LLVMModuleRef libdevice = nullptr;
+    bool failed = LLVMParseBitcodeInContext2(ctx, bc, &libdevice);
+    LLVMDisposeMemoryBuffer(bc);
+    if (failed) throw std::runtime_error("libdevice does not parse: " + libdevice_path);
+    LLVMSetTarget(libdevice, kTriple);
+    LLVMSetDataLayout(libdevice, layout_text.c_str());
+    if (LLVMLinkModules2(mod, libdevice)) {  // consumes libdevice
+      throw std::runtime_error("linking libdevice failed");
+    }
+  }
+
+  LLVMValueRef entry = LLVMGetNamedFunction(mod, kernel.c_str());
+  if (!entry || LLVMIsDeclaration(entry)) {
+    throw std::runtime_error("no kernel named '" + kernel + "' in the module");
+  }
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (!LLVMIsDeclaration(fn) && fn != entry) LLVMSetLinkage(fn, LLVMInternalLinkage);
+  }
+  for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g)) {
+    if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+  }
+  mark_kernel(ctx, mod, entry);
+
+  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+  LLVMErrorRef err =
+      LLVMRunPasses(mod, "function(nvvm-reflect),default<O2>", machine, options);
+  LLVMDisposePassBuilderOptions(options);
+  if (err) {
+    char *msg = LLVMGetErrorMessage(err);
+    std::string text = msg;
+    LLVMDisposeErrorMessage(msg);
+    throw std::runtime_error("optimizing the kernel for NVPTX: " + text);
+  }
+  // Anything still external and undefined cannot run on the device.
+  std::vector<std::string> missing;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    size_t len = 0;
+    const char *name = LLVMGetValueName2(fn, &len);
+    std::string n(name, len);
+    if (LLVMIsDeclaration(fn) && LLVMGetFirstUse(fn) && n.rfind("llvm.", 0) != 0) {
+      missing.push_back(n);
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto &m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw std::runtime_error("the kernel calls functions that do not exist on the GPU: " + list);
+  }
+  LLVMMemoryBufferRef out = nullptr;
+  if (LLVMTargetMachineEmitToMemoryBuffer(machine, mod, LLVMAssemblyFile, &error, &out)) {
+    throw std::runtime_error("PTX code generation failed: " + take(error));
+  }
+  std::string ptx(LLVMGetBufferStart(out), LLVMGetBufferSize(out));
+  LLVMDisposeMemoryBuffer(out);
+  return ptx;
+}
+
+}  // namespace enzyme_py
