@@ -82,9 +82,13 @@ class _Derivatives:
 
 
 def _reverse_call(
-    derivatives: _Derivatives, args: Sequence[Any], nums: tuple[int, ...], ret: Activity
+    derivatives: _Derivatives,
+    args: Sequence[Any],
+    nums: tuple[int, ...],
+    ret: Activity,
+    seed: float = 1.0,
 ) -> tuple[Any, tuple[Any, ...]]:
-    """The primal (or None) and the gradient with respect to each of nums."""
+    """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
     acts = [_activity(a, i, Reverse) if i in nums else Const for i, a in enumerate(args)]
     df = derivatives.get(Reverse, acts, ret)
     call: list[Any] = []
@@ -94,7 +98,7 @@ def _reverse_call(
         if act is Duplicated:
             shadows[i] = np.zeros_like(a)
             call.append(shadows[i])
-    primal, *adjoints = df(*call, 1.0)
+    primal, *adjoints = df(*call, seed)
     active = iter(adjoints)
     grads = {i: shadows[i] if i in shadows else next(active) for i in sorted(nums)}
     return primal, tuple(grads[i] for i in nums)
@@ -160,21 +164,9 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     value = derivatives.get(Forward, [Const] * len(primals), Const)(*primals)
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
-        acts = [_activity(p, i, Reverse) if i in nums else Const for i, p in enumerate(primals)]
-        df = derivatives.get(Reverse, acts, ActiveOnly)
-        call: list[Any] = []
-        shadows: dict[int, np.ndarray] = {}
-        for i, (p, act) in enumerate(zip(primals, acts, strict=True)):
-            call.append(p)
-            if act is Duplicated:
-                shadows[i] = np.zeros_like(p)
-                call.append(shadows[i])
-        _, *adjoints = df(*call, float(cotangent))
-        active = iter(adjoints)
-        return tuple(
-            shadows[i] if i in shadows else next(active) if i in nums else None
-            for i in range(len(primals))
-        )
+        _, grads = _reverse_call(derivatives, primals, nums, ActiveOnly, float(cotangent))
+        pullback = dict(zip(nums, grads, strict=True))
+        return tuple(pullback.get(i) for i in range(len(primals)))
 
     return value, vjp_fn
 
