@@ -59,3 +59,48 @@ def test_bad_value_is_refused(tmp_path):
     proc = configure(tmp_path, "-DENZYME_PY_AD=MAYBE")
     assert proc.returncode != 0
     assert "ENZYME_PY_AD must be ON, OFF or AUTO" in " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_sdist_and_pure_python_wheel(tmp_path):
+    """The sdist carries what a source build needs; built with ENZYME_PY_AD=OFF it gives
+    a pure-Python wheel."""
+    import tarfile
+
+    env = {**os.environ, "ENZYME_PY_AD": "OFF"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = tmp_path.glob("enzyme_py-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "enzyme_py/_stub.py" in names and not any("_native" in n for n in names)
+
+    from scikit_build_core.build import build_sdist
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        sdist = tmp_path / build_sdist(str(tmp_path))
+    finally:
+        os.chdir(cwd)
+    with tarfile.open(sdist) as archive:
+        members = {m.split("/", 1)[1] for m in archive.getnames() if "/" in m}
+    for needed in (
+        "CMakeLists.txt",
+        "pyproject.toml",
+        "src/engine.cpp",
+        "src/enzyme_capi.h",
+        "third_party/get_toolchain.sh",
+        "python/enzyme_py/core.py",
+    ):
+        assert needed in members, needed
+    assert not any(m.startswith((".venv", "build/", "dist/")) for m in members)
