@@ -215,6 +215,38 @@ PYBIND11_MODULE(_native, m) {
       py::arg("ir_text"), py::arg("kernel"), py::arg("libdevice_path"), py::arg("cpu"),
       "PTX for the kernel `kernel` of the module in `ir_text` (NVPTX backend).");
 
+  m.def("gpu_alloc", &gpu_alloc, py::arg("device"), py::arg("bytes"));
+  m.def("gpu_free", &gpu_free, py::arg("address"));
+  m.def(
+      "gpu_copy_to_device",
+      [](int device, uint64_t dst, py::buffer src) {
+        py::buffer_info info = src.request();
+        gpu_copy_to_device(device, dst, info.ptr, info.size * info.itemsize);
+      },
+      py::arg("device"), py::arg("dst"), py::arg("src"));
+  m.def(
+      "gpu_copy_to_host",
+      [](int device, py::buffer dst, uint64_t src) {
+        py::buffer_info info = dst.request(/*writable=*/true);
+        gpu_copy_to_host(device, info.ptr, src, info.size * info.itemsize);
+      },
+      py::arg("device"), py::arg("dst"), py::arg("src"));
+  m.def(
+      "gpu_kernel",
+      [](int device, py::bytes image, const std::string &name) {
+        return gpu_kernel(device, std::string(image), name);
+      },
+      py::arg("device"), py::arg("image"), py::arg("name"));
+  m.def(
+      "gpu_launch",
+      [](int device, uint64_t kernel, py::bytes args, uint64_t groups, uint64_t group_size) {
+        std::string packed(args);
+        py::gil_scoped_release release;
+        gpu_launch(device, kernel, packed, groups, group_size);
+      },
+      py::arg("device"), py::arg("kernel"), py::arg("args"), py::arg("groups"),
+      py::arg("group_size"));
+
   m.def("offload_devices", []() {
     py::list out;
     for (const auto &d : offload_devices()) {

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
 #include <stdexcept>
 
 #include "offload_capi.h"
@@ -60,6 +61,14 @@ const OffloadApi &offload_api() {
   resolve(resolved, resolved.GetDeviceInfo, "olGetDeviceInfo");
   resolve(resolved, resolved.GetDeviceInfoSize, "olGetDeviceInfoSize");
   resolve(resolved, resolved.GetPlatformInfo, "olGetPlatformInfo");
+  resolve(resolved, resolved.MemAlloc, "olMemAlloc");
+  resolve(resolved, resolved.MemFree, "olMemFree");
+  resolve(resolved, resolved.Memcpy, "olMemcpy");
+  resolve(resolved, resolved.CreateQueue, "olCreateQueue");
+  resolve(resolved, resolved.SyncQueue, "olSyncQueue");
+  resolve(resolved, resolved.CreateProgram, "olCreateProgram");
+  resolve(resolved, resolved.GetSymbol, "olGetSymbol");
+  resolve(resolved, resolved.LaunchKernel, "olLaunchKernel");
   resolve(resolved, resolved.Init, "olInit");
   check(resolved.Init(), "olInit");
   api = resolved;
@@ -98,6 +107,7 @@ const char *type_name(ol_device_type_t type) {
 struct Collector {
   const OffloadApi *api;
   std::vector<OffloadDevice> devices;
+  std::vector<ol_device_handle_t> handles;
 };
 
 bool collect(ol_device_handle_t device, void *user) {
@@ -122,16 +132,109 @@ bool collect(ol_device_handle_t device, void *user) {
     d.memory = memory;
   }
   c.devices.push_back(std::move(d));
+  c.handles.push_back(device);
   return true;  // keep iterating
 }
 
+// Devices and their handles, found once (liboffload's list does not change).
+const Collector &collected() {
+  static Collector collector{nullptr, {}, {}};
+  static bool done = false;
+  if (!done) {
+    const OffloadApi &api = offload_api();
+    collector.api = &api;
+    check(api.IterateDevices(&collect, &collector), "olIterateDevices");
+    done = true;
+  }
+  return collector;
+}
+
+ol_device_handle_t gpu_handle(int device) {
+  const Collector &c = collected();
+  if (device < 0 || static_cast<size_t>(device) >= c.handles.size()) {
+    throw std::runtime_error("no offload device " + std::to_string(device));
+  }
+  if (c.devices[device].type != "gpu") {
+    throw std::runtime_error("offload device " + std::to_string(device) + " (" +
+                             c.devices[device].name + ") is not a GPU");
+  }
+  return c.handles[device];
+}
+
+ol_device_handle_t host_handle() {
+  const Collector &c = collected();
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    if (c.devices[i].type == "host") return c.handles[i];
+  }
+  throw std::runtime_error("liboffload lists no host device");
+}
+
+ol_queue_handle_t queue_for(int device) {
+  static std::map<int, ol_queue_handle_t> queues;
+  auto found = queues.find(device);
+  if (found != queues.end()) return found->second;
+  ol_queue_handle_t queue = nullptr;
+  check(offload_api().CreateQueue(gpu_handle(device), &queue), "olCreateQueue");
+  queues[device] = queue;
+  return queue;
+}
+
+void sync(int device) { check(offload_api().SyncQueue(queue_for(device)), "olSyncQueue"); }
+
 }  // namespace
 
-std::vector<OffloadDevice> offload_devices() {
-  const OffloadApi &api = offload_api();
-  Collector collector{&api, {}};
-  check(api.IterateDevices(&collect, &collector), "olIterateDevices");
-  return collector.devices;
+std::vector<OffloadDevice> offload_devices() { return collected().devices; }
+
+uint64_t gpu_alloc(int device, size_t bytes) {
+  void *address = nullptr;
+  check(offload_api().MemAlloc(gpu_handle(device), OL_ALLOC_TYPE_DEVICE, bytes ? bytes : 1,
+                               &address),
+        "olMemAlloc");
+  return reinterpret_cast<uint64_t>(address);
+}
+
+void gpu_free(uint64_t address) {
+  check(offload_api().MemFree(reinterpret_cast<void *>(address)), "olMemFree");
+}
+
+void gpu_copy_to_device(int device, uint64_t dst, const void *src, size_t bytes) {
+  if (!bytes) return;
+  check(offload_api().Memcpy(queue_for(device), reinterpret_cast<void *>(dst),
+                             gpu_handle(device), src, host_handle(), bytes),
+        "olMemcpy to the device");
+  sync(device);
+}
+
+void gpu_copy_to_host(int device, void *dst, uint64_t src, size_t bytes) {
+  if (!bytes) return;
+  check(offload_api().Memcpy(queue_for(device), dst, host_handle(),
+                             reinterpret_cast<const void *>(src), gpu_handle(device), bytes),
+        "olMemcpy to the host");
+  sync(device);
+}
+
+uint64_t gpu_kernel(int device, const std::string &image, const std::string &name) {
+  ol_program_handle_t program = nullptr;
+  check(offload_api().CreateProgram(gpu_handle(device), image.data(), image.size(), &program),
+        "olCreateProgram");
+  ol_symbol_handle_t kernel = nullptr;
+  check(offload_api().GetSymbol(program, name.c_str(), OL_SYMBOL_KIND_KERNEL, &kernel),
+        "olGetSymbol");
+  return reinterpret_cast<uint64_t>(kernel);
+}
+
+void gpu_launch(int device, uint64_t kernel, const std::string &args, uint64_t groups,
+                uint64_t group_size) {
+  ol_kernel_launch_size_args_t size{};
+  size.Dimensions = 1;
+  size.NumGroups = {static_cast<uint32_t>(groups), 1, 1};
+  size.GroupSize = {static_cast<uint32_t>(group_size), 1, 1};
+  size.DynSharedMemory = 0;
+  check(offload_api().LaunchKernel(queue_for(device), gpu_handle(device),
+                                   reinterpret_cast<ol_symbol_handle_t>(kernel), args.data(),
+                                   args.size(), &size),
+        "olLaunchKernel");
+  sync(device);
 }
 
 }  // namespace enzyme_py

@@ -20,6 +20,14 @@ struct OffloadApi {
   decltype(&olGetDeviceInfo) GetDeviceInfo = nullptr;
   decltype(&olGetDeviceInfoSize) GetDeviceInfoSize = nullptr;
   decltype(&olGetPlatformInfo) GetPlatformInfo = nullptr;
+  decltype(&olMemAlloc) MemAlloc = nullptr;
+  decltype(&olMemFree) MemFree = nullptr;
+  decltype(&olMemcpy) Memcpy = nullptr;
+  decltype(&olCreateQueue) CreateQueue = nullptr;
+  decltype(&olSyncQueue) SyncQueue = nullptr;
+  decltype(&olCreateProgram) CreateProgram = nullptr;
+  decltype(&olGetSymbol) GetSymbol = nullptr;
+  decltype(&olLaunchKernel) LaunchKernel = nullptr;
 };
 
 }  // namespace enzyme_py

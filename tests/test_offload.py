@@ -110,10 +110,23 @@ def test_device_arrays():
         dx.to_host()
 
 
-def test_gpu_launch_says_it_is_not_there_yet():
-    fake_gpu = ez.offload.Device("H200", "cuda", "gpu", 1 << 37)
+def test_amd_gpu_launch_says_it_is_not_there_yet():
+    fake_gpu = ez.offload.Device("MI300", "amdgpu", "gpu", 1 << 37, index=0)
+    assert fake_gpu.is_gpu and not fake_gpu.can_launch
     with pytest.raises(NotImplementedError, match="not implemented yet"):
         ez.offload.kernel(sin_x).launch(4, np.zeros(4), np.zeros(4), device=fake_gpu)
+
+
+def test_gpu_kernel_parameters_are_packed_at_natural_alignment():
+    from enzyme_py.offload import _pack
+
+    packed = _pack([("i64", 7), ("i8", 1), ("double", 2.5), ("float", 1.0), ("ptr", 16)])
+    assert len(packed) == 8 + 8 + 8 + 8 + 8  # i8 padded to 8 before the double, float to 8
+    assert packed[:8] == (7).to_bytes(8, "little")
+    assert packed[8] == 1 and packed[9:16] == bytes(7)
+    assert np.frombuffer(packed[16:24], np.float64)[0] == 2.5
+    assert np.frombuffer(packed[24:28], np.float32)[0] == 1.0
+    assert packed[32:40] == (16).to_bytes(8, "little")
 
 
 def test_in_place_kernel_with_overlapping_arrays():

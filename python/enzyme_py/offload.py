@@ -12,6 +12,7 @@ them is not implemented yet, and asking for it says so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -48,11 +49,16 @@ class Device:
     platform: str
     type: str
     memory: int
+    index: int = -1  # position in liboffload's device list (-1: enzyme_py's CPU device)
 
     @property
     def can_launch(self) -> bool:
-        """Whether kernels run here (the CPU device; GPUs not yet)."""
-        return self.platform == "cpu"
+        """Whether kernels run here: the CPU device, and CUDA GPUs through liboffload."""
+        return self.platform == "cpu" or (self.type == "gpu" and self.platform == "cuda")
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.type == "gpu"
 
 
 def _physical_memory() -> int:
@@ -71,44 +77,82 @@ def devices() -> list[Device]:
     cannot run programs, is left out). RuntimeError if liboffload cannot be loaded."""
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.devices"))
-    found = [Device(**d) for d in _state.native.offload_devices()]
+    found = [Device(**d, index=i) for i, d in enumerate(_state.native.offload_devices())]
     return [CPU, *(d for d in found if d.type == "gpu")]
 
 
 def default_device() -> Device:
-    """The device kernels launch on by default: the CPU device (GPU launch: not yet)."""
-    return CPU
+    """The device kernels launch on by default: the first CUDA GPU, else the CPU device."""
+    try:
+        gpus = [d for d in devices() if d.is_gpu and d.can_launch]
+    except RuntimeError:  # liboffload missing
+        gpus = []
+    return gpus[0] if gpus else CPU
 
 
 class DeviceArray:
-    """An array that lives on a device. On the CPU device it is a contiguous copy of the
-    host array. Freed when closed (``with`` block) or when no longer referenced."""
+    """An array that lives on a device: on the CPU device a contiguous copy of the host
+    array, on a GPU device memory from liboffload. Freed when closed (``with`` block)
+    or when garbage collected."""
 
     def __init__(self, array: np.ndarray, device: Device):
         self.device = device
-        self._data: np.ndarray | None = np.array(array, copy=True, order="C")
+        host = np.ascontiguousarray(array)
+        self._shape, self._dtype = host.shape, host.dtype
+        self._data: np.ndarray | None = None
+        self._address = 0
+        if device.is_gpu:
+            self._address = int(_state.native.gpu_alloc(device.index, host.nbytes))
+            _state.native.gpu_copy_to_device(device.index, self._address, host)
+        else:
+            self._data = np.array(host, copy=True)
+        self._open = True
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise ValueError("this device array was freed")
 
     @property
     def data(self) -> np.ndarray:
+        """The array itself (CPU device only)."""
+        self._check_open()
         if self._data is None:
-            raise ValueError("this device array was freed")
+            raise ValueError(f"the array lives on {self.device.name}: use to_host()")
         return self._data
 
     @property
+    def address(self) -> int:
+        """The device address (GPU devices)."""
+        self._check_open()
+        return self._address
+
+    @property
     def shape(self) -> tuple[int, ...]:
-        return self.data.shape
+        return self._shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self.data.dtype
+        return self._dtype
 
     def to_host(self) -> np.ndarray:
         """A host copy of the array."""
-        return self.data.copy()
+        self._check_open()
+        if self._data is not None:
+            return self._data.copy()
+        out = np.empty(self._shape, self._dtype)
+        _state.native.gpu_copy_to_host(self.device.index, out, self._address)
+        return out
 
     def close(self) -> None:
         """Free the device memory now."""
-        self._data = None
+        if self._open and self._address:
+            _state.native.gpu_free(self._address)
+        self._open, self._data, self._address = False, None, 0
+
+    def __del__(self) -> None:
+        # At interpreter shutdown there may be nothing left to free with.
+        with contextlib.suppress(Exception):
+            self.close()
 
     def __enter__(self) -> DeviceArray:
         return self
@@ -117,7 +161,7 @@ class DeviceArray:
         self.close()
 
     def __repr__(self) -> str:
-        state = "freed" if self._data is None else f"{self.shape} {self.dtype}"
+        state = f"{self.shape} {self.dtype}" if self._open else "freed"
         return f"<DeviceArray on {self.device.name}: {state}>"
 
 
@@ -137,7 +181,7 @@ def _require_launchable(device: Device) -> None:
     if not device.can_launch:
         raise NotImplementedError(
             f"launching on {device.name} ({device.platform}) is not implemented yet; "
-            "kernels run on ez.offload.CPU"
+            "kernels run on ez.offload.CPU and CUDA GPUs"
         )
 
 
@@ -260,6 +304,42 @@ def _gpu_entry(body: Any) -> str:
     )
 
 
+def _launch_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((a.dtype.str, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
+
+
+_PACK = {
+    "double": "d",
+    "float": "f",
+    "i64": "q",
+    "i32": "i",
+    "i16": "h",
+    "i8": "b",
+    "i1": "B",
+    "ptr": "Q",
+}
+
+
+def _pack(values: list[tuple[str, Any]]) -> bytes:
+    """Kernel parameters as the GPU kernel expects them: each at its natural alignment."""
+    import struct
+
+    out = bytearray()
+    for llvm_type, value in values:
+        code = _PACK.get(llvm_type, "Q" if llvm_type.endswith("*") else None)
+        if code is None:
+            raise TypeError(f"cannot pass a {llvm_type} to a GPU kernel")
+        size = struct.calcsize(code)
+        out += b"\0" * (-len(out) % size)
+        out += struct.pack("<" + code, value)
+    return bytes(out)
+
+
+def _gpu_arch() -> str:
+    """The ptxas target for launches (ENZYME_PY_GPU_ARCH, default sm_90: H100/H200)."""
+    return os.environ.get("ENZYME_PY_GPU_ARCH", "sm_90")
+
+
 def _libdevice() -> str:
     """CUDA's libdevice bitcode (math functions for the GPU), or "" if not found."""
     candidates = [os.environ.get("ENZYME_PY_LIBDEVICE", "")]
@@ -286,6 +366,7 @@ class Kernel:
         self.body = body
         self._derivative_of = derivative_of  # (mode, activities, options) of a derivative
         self._launchers: dict[Any, Any] = {}
+        self._gpu_kernels: dict[Any, int] = {}
 
     @property
     def name(self) -> str:
@@ -352,6 +433,9 @@ class Kernel:
         arrays may be mixed; host arrays are used in place."""
         device = device or default_device()
         _require_launchable(device)
+        if device.is_gpu:
+            self._launch_gpu(int(n), args, device)
+            return
         host_args = tuple(a.data if isinstance(a, DeviceArray) else a for a in args)
         launcher = self._launcher(host_args)
         n = int(n)
@@ -366,6 +450,74 @@ class Kernel:
         ]
         for future in futures:
             future.result()
+
+    def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
+        """One index per GPU thread. Host arrays are copied to the device and back."""
+        like = tuple(np.empty(a.shape, a.dtype) if isinstance(a, DeviceArray) else a for a in args)
+        per_index = self._per_index_for(like)
+        key = (device.index, *_launch_key(like))
+        kernel = self._gpu_kernels.get(key)
+        if kernel is None:
+            try:
+                image = self.cubin(*like, arch=_gpu_arch())
+            except RuntimeError:  # no ptxas here: the driver takes PTX as well
+                image = self.ptx(*like).encode() + b"\0"
+            kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
+            self._gpu_kernels[key] = kernel
+        info = next(i for i in per_index.module.functions() if i["name"] == per_index.name)
+        temporaries: list[tuple[DeviceArray, np.ndarray | None]] = []
+        try:
+            values: list[tuple[str, Any]] = [("i64", n)]
+            visible = iter(args)
+            arrays: dict[int, Any] = {}
+            errors: DeviceArray | None = None
+            for k, (param, llvm_type) in enumerate(
+                zip(per_index.params[1:], info["params"][1:], strict=True), start=1
+            ):
+                if param.hidden is not None:
+                    what, source, dim = param.hidden
+                    if what == "shape":
+                        values.append(("i64", arrays[source].shape[dim]))
+                    else:
+                        errors = DeviceArray(np.zeros(2, np.int64), device)
+                        temporaries.append((errors, None))
+                        values.append(("ptr", errors.address))
+                    continue
+                arg = next(visible)
+                if param.kind == "pointer":
+                    if isinstance(arg, DeviceArray):
+                        if arg.device != device:
+                            raise ValueError(
+                                f"an argument lives on {arg.device.name}, not on {device.name}"
+                            )
+                        on_device = arg
+                    else:
+                        on_device = DeviceArray(np.asarray(arg), device)
+                        temporaries.append((on_device, arg))
+                    arrays[k] = on_device
+                    values.append(("ptr", on_device.address))
+                else:
+                    values.append((llvm_type, arg))
+            group = 256
+            _state.native.gpu_launch(
+                device.index, kernel, _pack(values), max(1, -(-n // group)), group
+            )
+            for on_device, host in temporaries:
+                if host is not None:
+                    host[...] = on_device.to_host()
+            if errors is not None:
+                status = int(errors.to_host()[0])
+                if status:
+                    raise RuntimeError(
+                        f"kernel {self.name} failed with status {status} on {device.name} "
+                        "(exception details do not cross from the GPU)"
+                    )
+        finally:
+            for on_device, _ in temporaries:
+                on_device.close()
+
+    def _per_index_for(self, args: tuple[Any, ...]) -> Any:
+        return self._per_index(self._body_function(args))
 
     def ptx(self, *args: Any, arch: str = "sm_86") -> str:
         """PTX of this kernel for NVIDIA GPUs (LLVM 15's NVPTX backend, up to sm_86), for
