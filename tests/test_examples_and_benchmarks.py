@@ -100,3 +100,14 @@ def test_numba_gradients_benchmark_quick(tmp_path):
     for row in results["rows"]:
         assert row["fd_rel_error"] < 1e-5  # each gradient agrees with finite differences
         assert row["primal_s"] > 0 and row["gradient_s"] > 0
+
+
+def test_offload_stencil_benchmark_quick(tmp_path):
+    proc = run_script(
+        str(ROOT / "benchmarks" / "offload_stencil.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "offload_stencil.json").read_text())
+    assert results["meta"]["check_error"] < 1e-12  # the derivative kernel is right
+    devices = [row["device"] for row in results["rows"]]
+    assert devices[0] == "cpu, 1 thread" and devices[1].startswith("cpu,")

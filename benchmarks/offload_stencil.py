@@ -1,0 +1,129 @@
+"""A differentiated stencil kernel on the offload devices.
+
+Usage::
+
+    python benchmarks/offload_stencil.py [--quick] [--out DIR]
+
+The kernel is one explicit step of the 1-D heat equation per index,
+``out[i] = u[i] + r (u[i-1] - 2 u[i] + u[i+1])`` (ends fixed), written as a Numba
+``body(i, u, out, r)``; its reverse derivative (``ez.autodiff(k, ez.Reverse, ...)``:
+Duplicated u and out, atomic accumulation into du) is launched over n = 2^22 indices
+on the CPU device with one thread and with all cores, and on each CUDA GPU when there
+is one (the transfer of host arrays is timed apart from the launch on device arrays).
+Median of at least 5 runs after a warm-up. Results go to ``offload_stencil.json`` /
+``.md`` in ``--out`` (default ``benchmarks/results/``). No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+
+import enzyme_py as ez
+
+
+@numba.njit
+def heat_step(i, u, out, r):
+    n = u.shape[0]
+    if i == 0 or i == n - 1:
+        out[i] = u[i]
+    else:
+        out[i] = u[i] + r * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = parser.parse_args(argv)
+    n = 4096 if args.quick else 1 << 22
+    repeats = 3 if args.quick else 7
+    u = np.random.default_rng(0).random(n)
+    kernel = ez.offload.kernel(heat_step)
+    reverse = ez.autodiff(kernel, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+
+    def run(device: Any, threads: int | None = None, arrays: Any = None) -> None:
+        du, out, dout = arrays or (np.zeros(n), np.zeros(n), np.ones(n))
+        reverse.launch(n, u, du, out, dout, 0.25, device=device, threads=threads)
+
+    rows = [
+        {
+            "device": "cpu, 1 thread",
+            "launch_s": median_time(lambda: run(ez.offload.CPU, 1), repeats),
+        },
+        {
+            "device": f"cpu, {os.cpu_count()} threads",
+            "launch_s": median_time(lambda: run(ez.offload.CPU), repeats),
+        },
+    ]
+    # Check: with dout = 1, du[j] sums column j of the step's Jacobian; away from the
+    # ends that is r + (1 - 2r) + r = 1.
+    du, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
+    reverse.launch(n, u, du, out, dout, 0.25)
+    error = float(np.max(np.abs(du[2:-2] - 1.0)))
+    for gpu in [d for d in ez.offload.devices() if d.is_gpu and d.can_launch]:
+        rows.append(
+            {
+                "device": f"{gpu.name} (host arrays: transfers included)",
+                "launch_s": median_time(lambda g=gpu: run(g), repeats),
+            }
+        )
+        on_device = [
+            ez.offload.to_device(a, gpu) for a in (u, np.zeros(n), np.zeros(n), np.ones(n))
+        ]
+
+        def device_only(g: Any = gpu, a: Any = on_device) -> None:
+            reverse.launch(n, a[0], a[1], a[2], a[3], 0.25, device=g)
+
+        rows.append(
+            {"device": f"{gpu.name} (device arrays)", "launch_s": median_time(device_only, repeats)}
+        )
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "n": n,
+        "quick": args.quick,
+        "check_error": error,
+    }
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "offload_stencil.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=2)
+    )
+    lines = [
+        f"Reverse derivative of one heat-equation step, n = {n}, {meta['date']}, "
+        f"{meta['cpus']} CPUs; max |du - 1| in the interior: {error:.1e}",
+        "",
+        "| device | launch |",
+        "|---|---:|",
+    ]
+    lines += [f"| {r['device']} | {1e3 * r['launch_s']:.3f} ms |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    (out_dir / "offload_stencil.md").write_text(table)
+    print(table)
+    return 0 if error < 1e-12 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
