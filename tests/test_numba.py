@@ -331,3 +331,35 @@ def test_njit_caller_uses_the_alias_safe_build_for_overlapping_arrays():
     (njit_result,) = df.njit()(2.0, w2, np.zeros(6), w2, np.zeros(6), 1.0)
     assert njit_result == pytest.approx(python_result, rel=1e-15)
     np.testing.assert_allclose(w1, w2)
+
+
+NUMBA_SCRIPT = """
+import numba, numpy as np, enzyme_py as ez
+@numba.njit
+def cube_sum(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 3
+    return s
+x = np.linspace(0, 1, 5)
+first = ez.autodiff(cube_sum, ez.Reverse, ez.Duplicated, ez.Active)
+again = ez.autodiff(cube_sum, ez.Reverse, ez.Duplicated, ez.Active)
+dx = np.zeros(5)
+first(x, dx, 1.0)
+again(x, np.zeros(5), 1.0)
+print(first.only()._entry == again.only()._entry, np.allclose(dx, 3 * x**2))
+"""
+
+
+def test_numba_derivatives_are_cached_in_memory_and_on_disk(tmp_path):
+    from conftest import run_python
+
+    env = {"ENZYME_PY_CACHE_DIR": str(tmp_path), "ENZYME_PY_LOG": "1"}
+    first = run_python(NUMBA_SCRIPT, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "True True"  # one build for both, right gradient
+    assert first.stderr.count("from Enzyme") == 1
+    second = run_python(NUMBA_SCRIPT, env=env)  # a new process, the same code
+    assert second.returncode == 0, second.stderr
+    assert "from disk cache" in second.stderr and "from Enzyme" not in second.stderr
+    assert second.stdout.strip() == "True True"

@@ -53,13 +53,14 @@ def _native() -> Any:
 class SourceModule:
     """An LLVM module a frontend produced; derivatives are built from clones of it."""
 
-    def __init__(self, native_module: Any):
+    def __init__(self, native_module: Any, identity: str | None = None):
         self.native = native_module
-        self._digest: str | None = None
+        self._digest = None if identity is None else hashlib.sha256(identity.encode()).hexdigest()
 
     @property
     def digest(self) -> str:
-        """SHA-256 of the module's IR text: what the derivative cache keys on."""
+        """What the derivative caches key on: SHA-256 of the module's IR text, or of the
+        identity text a frontend gave (the IR without names that vary per compile)."""
         if self._digest is None:
             self._digest = hashlib.sha256(self.ir().encode()).hexdigest()
         return self._digest
@@ -71,9 +72,10 @@ class SourceModule:
         return list(self.native.functions())
 
 
-def parse_module(text: str) -> SourceModule:
+def parse_module(text: str, identity: str | None = None) -> SourceModule:
+    """The module in ``text``; ``identity`` (default: the text) is what caches key on."""
     try:
-        return SourceModule(_native().Module(text))
+        return SourceModule(_native().Module(text), identity)
     except ValueError as exc:  # not parseable or not valid LLVM 15 IR
         raise CompileError(str(exc)) from None
 

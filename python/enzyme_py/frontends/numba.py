@@ -19,6 +19,7 @@ import ctypes
 import inspect
 import pickle
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +148,27 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     return clone.overloads[tuple(signature)]
 
 
+_specialized: weakref.WeakKeyDictionary[Any, dict[Any, NumbaSignature]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def specialize(
+    dispatcher: Any, signature: tuple[Any, ...], numba_optimized: bool = False
+) -> NumbaSignature:
+    """Compile ``dispatcher`` for ``signature`` and wrap it for the engine (once per
+    dispatcher, signature and form; see ``_specialize``)."""
+    key = (tuple(signature), numba_optimized)
+    try:
+        known = _specialized.setdefault(dispatcher, {})
+    except TypeError:  # not weak-referenceable: no memo
+        return _specialize(dispatcher, signature, numba_optimized)
+    if key not in known:
+        known[key] = _specialize(dispatcher, signature, numba_optimized)
+    return known[key]
+
+
+def _specialize(
     dispatcher: Any, signature: tuple[Any, ...], numba_optimized: bool = False
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
@@ -271,7 +292,7 @@ def specialize(
         + "\n"
     )
     safe_text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "") + "\n"
-    module = parse_module(fast_text)
+    module = parse_module(fast_text, _stable(fast_text))
     llvm_fn = function_of(module, WRAPPER, name)
     # The wrapper's parameters: each Python parameter (arrays followed by their
     # shapes, which enzyme_py fills in), then the errors buffer.
@@ -292,7 +313,12 @@ def specialize(
 
     def alias_safe() -> IRFunction:
         return IRFunction(
-            parse_module(safe_text), WRAPPER, tuple(wrapper_params), ret_param, name, on_error
+            parse_module(safe_text, _stable(safe_text)),
+            WRAPPER,
+            tuple(wrapper_params),
+            ret_param,
+            name,
+            on_error,
         )
 
     wrapper = IRFunction(
@@ -309,6 +335,17 @@ def specialize(
 
 
 NOALIAS = "<noalias>"
+
+# Parts of Numba's IR that differ between compiles of the same code: the version in
+# mangled names (..B2v17B..), the ids in names of pickled constants, and object
+# addresses in the reprs its wrapper keeps for messages.
+_UNSTABLE = re.compile(r"B\d+v\d+B|\.const\.pickle(?:data|buf)\.\d+| at 0x[0-9a-f]+")
+
+
+def _stable(ir: str) -> str:
+    """The IR with per-compile names made constant: the same code keys the same
+    cached derivative in every compile and every process."""
+    return _UNSTABLE.sub("~", ir)
 
 
 def _with_noalias(ir: str, function: str, arrays: list[str]) -> str:
