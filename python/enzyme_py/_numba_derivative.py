@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
 from enzyme_py import _api
 from enzyme_py.core import ActivityError, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
@@ -45,9 +47,13 @@ class NumbaDerivative:
         self.name = dispatcher.py_func.__name__
         self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
         self._by_types: dict[tuple[Any, ...], _api.Derivative] = {}
+        # Calls pick their specialisation by a cheap key of the arguments' kinds.
+        self._by_kinds: dict[tuple[Any, ...], _api.Derivative] = {}
+        self._single: _api.Derivative | None = None
         signature = _signature_of(dispatcher, sig)
         if signature is not None:
-            self.specialize(signature)
+            # A signature given, or the dispatcher's only one: every call uses it.
+            self._single = self.specialize(signature)
         elif len(activities) not in (self._n_params, self._n_params + 1):
             n = self._n_params
             raise ActivityError(
@@ -73,13 +79,18 @@ class NumbaDerivative:
 
     def for_arguments(self, args: tuple[Any, ...]) -> _api.Derivative:
         """The derivative for the types of these call arguments."""
-        if len(self._by_types) == 1 and self._fixed:
-            return next(iter(self._by_types.values()))
-        return self.specialize(self._types_of(args))
-
-    @property
-    def _fixed(self) -> bool:
-        return len(self.dispatcher.signatures) == 1 or len(self._by_types) == 1
+        if self._single is not None:
+            return self._single
+        kinds = tuple(
+            (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
+            if isinstance(a, np.ndarray)
+            else type(a)
+            for a in args
+        )
+        found = self._by_kinds.get(kinds)
+        if found is None:
+            found = self._by_kinds[kinds] = self.specialize(self._types_of(args))
+        return found
 
     def _types_of(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Numba types of the primal arguments (shadows and seed skipped)."""
@@ -96,6 +107,9 @@ class NumbaDerivative:
         return tuple(types)
 
     def __call__(self, *args: Any) -> Any:
+        single = self._single
+        if single is not None:
+            return single(*args)
         return self.for_arguments(args)(*args)
 
     def only(self) -> _api.Derivative:
