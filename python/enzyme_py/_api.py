@@ -306,6 +306,7 @@ class Derivative:
                     steps.append(native.ArgStep("h", "p", "", k, self._runtime_activity))
                     codes += "p" * k
                 continue
+            assert param.dtype is not None  # scalars always have one
             code = _SLOT_CODE[param.dtype]
             steps.append(native.ArgStep("s", code, "", 1, False))
             codes += code

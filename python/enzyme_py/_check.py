@@ -103,9 +103,9 @@ def check_grad(
     report = GradCheck(rtol=rtol)
     for i, g in zip(nums, grads, strict=True):
         x = args[i]
-        direction = rng.standard_normal(np.shape(x)) if isinstance(x, np.ndarray) else 1.0
+        direction: Any = 1.0
         if isinstance(x, np.ndarray):
-            direction = direction.astype(x.dtype)
+            direction = np.asarray(rng.standard_normal(x.shape)).astype(x.dtype)
 
         def shifted(t: float, x: Any = x, i: int = i, d: Any = direction) -> float:
             call = list(args)
@@ -139,7 +139,7 @@ def check_grad(
                 worst_fd_coord = max(
                     worst_fd_coord, _rel(flat[j], (along(h) - along(-h)) / (2 * h))
                 )
-        row = {
+        row: dict[str, Any] = {
             "argument": f"arg {i}",
             "reverse_vs_fd": max(_rel(reverse_dir, fd_dir), worst_fd_coord),
             "forward_vs_fd": _rel(float(forward_dir), fd_dir),
@@ -207,9 +207,8 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
         if (reverse and (act is Active or act.shadow)) or (not reverse and act.shadow):
             x = originals[k]
             if isinstance(x, np.ndarray):
-                directions[k] = (
-                    shadows[k] if not reverse else rng.standard_normal(x.shape).astype(x.dtype)
-                )
+                random: Any = rng.standard_normal(x.shape)
+                directions[k] = shadows[k] if not reverse else random.astype(x.dtype)
             else:
                 directions[k] = shadows[k] if not reverse else 1.0
     primal_of = autodiff(fn, Forward, *([Const] * len(visible)), Const)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
+from typing import Any
 
 from enzyme_py._plugin import HOW_TO_ENABLE, disabled_by_environment, find_plugin
 
@@ -20,7 +21,7 @@ def _load() -> tuple[ModuleType | None, str | None]:
             "Enzyme plugin was not found when it was built)"
         )
     try:
-        from enzyme_py import _native
+        _native: Any = importlib.import_module("enzyme_py._native")
     except ImportError as exc:  # e.g. libLLVM-15.so.1 missing at run time
         return None, f"enzyme_py's compiled core does not load: {exc}"
     try:
@@ -31,6 +32,8 @@ def _load() -> tuple[ModuleType | None, str | None]:
     return _native, None
 
 
+native: Any
+unavailable_reason: str | None
 native, unavailable_reason = _load()
 
 

@@ -92,9 +92,9 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
             wrapped.defvjp(fwd, bwd)
             return wrapped
 
-        wrapped = jax.custom_jvp(call)
+        forward = jax.custom_jvp(call)
 
-        @wrapped.defjvp
+        @forward.defjvp
         def jvp_rule(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
             def on_host(*pt: Any) -> tuple[np.ndarray, np.ndarray]:
                 n = len(pt) // 2
@@ -116,7 +116,7 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
 
             return tuple(jax.pure_callback(on_host, (out_type, out_type), *primals, *tangents))
 
-        return wrapped
+        return forward
 
     def apply(*args: Any) -> Any:
         statics = tuple((i, a) for i, a in enumerate(args) if isinstance(a, int))

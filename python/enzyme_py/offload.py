@@ -370,7 +370,9 @@ class Kernel:
 
     @property
     def name(self) -> str:
-        return getattr(self.body, "__name__", None) or getattr(self.body, "display_name", "body")
+        return str(
+            getattr(self.body, "__name__", None) or getattr(self.body, "display_name", "body")
+        )
 
     def _body_function(self, args: tuple[Any, ...]) -> Any:
         """The IRFunction to run per index, for these arguments."""
