@@ -18,6 +18,7 @@
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/IRReader.h>
+#include <llvm-c/Linker.h>
 
 #include "arena.h"
 #include "enzyme_plugin.h"
@@ -320,6 +321,42 @@ SourceModule::~SourceModule() {
 }
 
 std::string SourceModule::ir() const { return print_module(mod_); }
+
+std::unique_ptr<SourceModule> SourceModule::with_rules(const std::vector<Rule> &rules) const {
+  ModuleOwner linked{LLVMCloneModule(mod_)};
+  std::vector<const SourceModule *> done;
+  for (const Rule &r : rules) {
+    // A rule written in the function's own module is there already.
+    if (r.rule_module == this) continue;
+    if (std::find(done.begin(), done.end(), r.rule_module) != done.end()) continue;
+    done.push_back(r.rule_module);
+    // The linker consumes its source: link a clone.
+    if (LLVMLinkModules2(linked.mod, LLVMCloneModule(r.rule_module->get()))) {
+      throw std::invalid_argument("the rules for '" + r.target +
+                                  "' cannot be linked with the function's module "
+                                  "(a name defined in both?)");
+    }
+  }
+  LLVMContextRef ctx = LLVMGetModuleContext(linked.mod);
+  for (const Rule &r : rules) {
+    LLVMValueRef target = LLVMGetNamedFunction(linked.mod, r.target.c_str());
+    LLVMValueRef rule = LLVMGetNamedFunction(linked.mod, r.rule.c_str());
+    if (!target) throw std::invalid_argument("no function '" + r.target + "' to attach a rule to");
+    if (!rule || LLVMIsDeclaration(rule)) {
+      throw std::invalid_argument("the rule '" + r.rule + "' is not defined");
+    }
+    LLVMMetadataRef node_ops[] = {LLVMValueAsMetadata(rule)};
+    LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, node_ops, 1);
+    unsigned kind = LLVMGetMDKindIDInContext(ctx, r.kind.c_str(),
+                                             static_cast<unsigned>(r.kind.size()));
+    LLVMGlobalSetMetadata(target, kind, node);
+    // Kept for Enzyme until it has made the derivative.
+    LLVMSetLinkage(rule, LLVMExternalLinkage);
+  }
+  LLVMModuleRef out = linked.mod;
+  linked.mod = nullptr;
+  return std::make_unique<SourceModule>(out);
+}
 
 Engine::Engine(const std::string &plugin_path) {
   const EnzymeApi &api = load_enzyme_plugin(plugin_path);

@@ -128,6 +128,19 @@ PYBIND11_MODULE(_native, m) {
            py::arg("ir_text"))
       .def("ir", &SourceModule::ir)
       .def(
+          "with_rules",
+          [](const SourceModule &self, const std::vector<py::tuple> &rules) {
+            std::vector<SourceModule::Rule> list;
+            for (const auto &r : rules) {
+              list.push_back({r[0].cast<std::string>(), r[1].cast<std::string>(),
+                              r[2].cast<std::string>(), r[3].cast<const SourceModule *>()});
+            }
+            return self.with_rules(list);
+          },
+          py::arg("rules"),
+          "A new module with each (target, kind, rule, rule_module) linked in and\n"
+          "attached as Enzyme's custom-derivative metadata.")
+      .def(
           "optimize",
           [](SourceModule &self, const std::string &passes) {
             const HostJit &jit = the_engine().jit();
@@ -135,7 +148,21 @@ PYBIND11_MODULE(_native, m) {
             jit.optimize(self.get(), passes);
           },
           py::arg("passes"), "Run an LLVM pass pipeline on the module in place.")
-      .def("functions", &module_functions);
+      .def("functions", &module_functions)
+      .def(
+          "names",
+          [](const SourceModule &self) {
+            // Every function, defined or declared.
+            py::list out;
+            for (LLVMValueRef fn = LLVMGetFirstFunction(self.get()); fn;
+                 fn = LLVMGetNextFunction(fn)) {
+              size_t len = 0;
+              const char *name = LLVMGetValueName2(fn, &len);
+              out.append(std::string(name, len));
+            }
+            return out;
+          },
+          "Names of every function of the module, declarations included.");
 
   m.def(
       "build",

@@ -34,6 +34,7 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
         "c_kernel.py",
         "fit_scipy.py",
         "check_and_pickle.py",
+        "custom_rule.py",
         "torch_bridge.py",
         "jax_bridge.py",
     ],

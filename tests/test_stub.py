@@ -22,6 +22,9 @@ AD_CALLS = {
     "c": "ez.c('double f(double x) { return x; }')",
     "cpp": "ez.cpp('double f(double x) { return x; }')",
     "check_grad": "ez.check_grad(None, 1.0)",
+    "register_gradient": "ez.register_gradient('f', None, None)",
+    "register_derivative": "ez.register_derivative('f', None)",
+    "clear_rules": "ez.clear_rules()",
     "offload.devices": "ez.offload.devices()",
 }
 

@@ -36,17 +36,21 @@ if _state.native is not None:
     from enzyme_py._check import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
     from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
+    from enzyme_py.rules import clear_rules, register_derivative, register_gradient
 else:
     from enzyme_py._stub import (  # type: ignore[assignment]
         autodiff,
         c,
         check_grad,
+        clear_rules,
         cpp,
         grad,
         hessian,
         jacobian,
         jvp,
         llvm_ir,
+        register_derivative,
+        register_gradient,
         value_and_grad,
         vjp,
     )
@@ -82,6 +86,7 @@ __all__ = [
     "autodiff",
     "c",
     "check_grad",
+    "clear_rules",
     "cpp",
     "grad",
     "has_autodiff",
@@ -91,6 +96,8 @@ __all__ = [
     "jvp",
     "llvm_ir",
     "offload",
+    "register_derivative",
+    "register_gradient",
     "value_and_grad",
     "vjp",
 ]

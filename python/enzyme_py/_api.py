@@ -734,6 +734,8 @@ def autodiff(
         return NumbaDerivative(f, mode, tuple(activities), options, sig)
     if sig is not None:
         raise TypeError("sig= applies to Numba dispatchers only")
-    fn = _resolve(f)
+    from enzyme_py.rules import with_rules
+
+    fn = with_rules(_resolve(f))
     params, ret = _check_activities(fn, mode, activities)
     return Derivative(fn, mode, params, ret, options)

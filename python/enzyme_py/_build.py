@@ -125,6 +125,14 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "its source (C through ez.c, or an @njit function) instead of a compiled "
             "library or ctypes/cffi call."
         )
+    if "key.returnUsed" in message:
+        hints.append(
+            "A custom derivative rule is attached to a function whose result is used, and "
+            "Enzyme v0.0.289 then cannot return the primal in the same pass: ask for "
+            "ActiveOnly (ez.grad does) and compute the value separately."
+        )
+    if "Bad function type of custom" in message:
+        hints.append("Give the rule the argument types Enzyme expects (listed above).")
     if "numba.dynamic.globals" in message:
         hints.append(
             f"'{fn.display_name}' calls a ctypes or cffi function (Numba keeps its address "

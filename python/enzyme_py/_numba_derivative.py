@@ -65,15 +65,19 @@ class NumbaDerivative:
         """The derivative for Numba argument types ``signature`` (compiled once)."""
         found = self._by_types.get(signature)
         if found is None:
+            from enzyme_py.rules import with_rules
+
             spec = numba_frontend.specialize(self.dispatcher, signature)
-            params, ret = _api._check_activities(spec.wrapper, self.mode, self.activities)
+            wrapper = with_rules(spec.wrapper)
+            params, ret = _api._check_activities(wrapper, self.mode, self.activities)
             try:
-                found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
+                found = _api.Derivative(wrapper, self.mode, params, ret, self.options)
             except EnzymeError:
                 # Numba's fully optimised code can be easier to analyse (types that
                 # only show after its optimisation); slower derivatives, but some.
                 spec = numba_frontend.specialize(self.dispatcher, signature, numba_optimized=True)
-                found = _api.Derivative(spec.wrapper, self.mode, params, ret, self.options)
+                wrapper = with_rules(spec.wrapper)
+                found = _api.Derivative(wrapper, self.mode, params, ret, self.options)
             self._by_types[signature] = found
         return found
 

@@ -16,12 +16,15 @@ __all__ = [
     "autodiff",
     "c",
     "check_grad",
+    "clear_rules",
     "cpp",
     "grad",
     "hessian",
     "jacobian",
     "jvp",
     "llvm_ir",
+    "register_derivative",
+    "register_gradient",
     "value_and_grad",
     "vjp",
 ]
@@ -73,3 +76,15 @@ def c(source: str, flags: Any = None) -> NoReturn:
 
 def cpp(source: str, flags: Any = None) -> NoReturn:
     _unavailable("ez.cpp")
+
+
+def register_gradient(target: str, augment: Any, gradient: Any) -> NoReturn:
+    _unavailable("ez.register_gradient")
+
+
+def register_derivative(target: str, forward: Any) -> NoReturn:
+    _unavailable("ez.register_derivative")
+
+
+def clear_rules(target: Any = None) -> NoReturn:
+    _unavailable("ez.clear_rules")

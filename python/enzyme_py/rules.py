@@ -1,0 +1,103 @@
+"""Custom derivative rules: derivatives for functions Enzyme cannot see into.
+
+An external or opaque function (a C symbol from a library, a call through a function
+pointer, a BLAS routine) has no body Enzyme can differentiate. Register its rules,
+written as other compiled functions (``ez.c`` / ``ez.cpp`` / ``ez.llvm_ir``), and every
+derivative built afterwards that calls the function by that name uses them:
+
+    rules = ez.c(RULES_SOURCE)
+    ez.register_gradient("mydot", augment=rules.aug_mydot, gradient=rules.rev_mydot)
+    ez.register_derivative("mydot", forward=rules.fwd_mydot)
+
+The rules follow Enzyme's conventions for custom derivatives (v0.0.289), found by
+experiment and held by tests/test_rules.py:
+
+- every argument of the function is followed by its shadow (integers too); a Const
+  argument's shadow is the argument itself, so a rule must not write through it;
+- the augmented forward pass takes those and returns the function's value (and a tape,
+  if the gradient needs one); the gradient takes them, then the adjoint of the return
+  value (then the tape), and adds into the shadows;
+- a forward rule takes them and returns ``{value, tangent}`` (a struct of two).
+
+When a rule does not have the signature Enzyme expects, the EnzymeError says which one
+it expects. With a reverse rule on a function whose result is used, Enzyme returns no
+primal in the same pass: differentiate with ``ActiveOnly`` (``ez.grad`` does). Forward
+rules on a bare declaration (a library symbol) make Enzyme fail; they work on functions
+with a body Enzyme cannot follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from enzyme_py.frontends.ir import IRFunction, SourceModule
+
+__all__ = ["clear_rules", "register_derivative", "register_gradient"]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str  # Enzyme's metadata: enzyme_augment, enzyme_gradient, enzyme_derivative
+    function: IRFunction
+
+
+_rules: dict[str, list[_Rule]] = {}
+
+
+def _check(name: str, value: object) -> IRFunction:
+    if not isinstance(value, IRFunction):
+        raise TypeError(
+            f"the {name} rule must be a compiled function (from ez.c, ez.cpp or "
+            f"ez.llvm_ir); got {type(value).__name__}"
+        )
+    return value
+
+
+def register_gradient(target: str, augment: IRFunction, gradient: IRFunction) -> None:
+    """Reverse-mode rule for the function named ``target`` (augmented forward pass and
+    gradient); replaces an earlier reverse rule for it."""
+    rules = [r for r in _rules.get(target, []) if r.kind == "enzyme_derivative"]
+    rules += [
+        _Rule("enzyme_augment", _check("augment", augment)),
+        _Rule("enzyme_gradient", _check("gradient", gradient)),
+    ]
+    _rules[target] = rules
+
+
+def register_derivative(target: str, forward: IRFunction) -> None:
+    """Forward-mode rule for the function named ``target``; replaces an earlier one."""
+    rules = [r for r in _rules.get(target, []) if r.kind != "enzyme_derivative"]
+    _rules[target] = [*rules, _Rule("enzyme_derivative", _check("forward", forward))]
+
+
+def clear_rules(target: str | None = None) -> None:
+    """Forget the rules for ``target`` (all rules with None)."""
+    if target is None:
+        _rules.clear()
+    else:
+        _rules.pop(target, None)
+
+
+def with_rules(fn: IRFunction) -> IRFunction:
+    """``fn`` on a module where the registered rules of the functions it contains are
+    linked in and attached; ``fn`` itself when none applies."""
+    if not _rules:
+        return fn
+    present = set(fn.module.native.names())
+    chosen = [(target, r) for target, rules in _rules.items() if target in present for r in rules]
+    if not chosen:
+        return fn
+    native = fn.module.native.with_rules(
+        [(target, r.kind, r.function.name, r.function.module.native) for target, r in chosen]
+    )
+    identity = fn.module.digest + "".join(
+        f"|{t}:{r.kind}:{r.function.name}:{r.function.module.digest}" for t, r in chosen
+    )
+    module = SourceModule(native, identity)
+    safe = fn.alias_safe
+    return replace(
+        fn,
+        module=module,
+        alias_safe=None if safe is None else (lambda: with_rules(safe())),
+        origin=None,  # the rules live in this process only: not picklable
+    )

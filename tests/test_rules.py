@@ -1,0 +1,119 @@
+"""Custom derivative rules for functions Enzyme cannot differentiate."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+LIBRARY = (
+    "double opaque_dot(int n, const double *x, const double *y) {"
+    " double s = 0; for (int i = 0; i < n; ++i) s += x[i] * y[i]; return s; }"
+)
+USER = """
+double opaque_dot(int n, const double *x, const double *y);
+double loss(const double *x, const double *y, int n) { return 3.0 * opaque_dot(n, x, y); }
+"""
+RULES = """
+double opaque_dot(int n, const double *x, const double *y);
+double aug_dot(int n, int dn, const double *x, const double *dx,
+               const double *y, const double *dy) { return opaque_dot(n, x, y); }
+void rev_dot(int n, int dn, const double *x, double *dx, const double *y, double *dy,
+             double dret) {
+    /* A Const argument's shadow is the argument itself: leave it alone. */
+    for (int i = 0; i < n; ++i) {
+        if (dx != x) dx[i] += dret * y[i];
+        if (dy != y) dy[i] += dret * x[i];
+    }
+}
+void rev_wrong(const double *x, double dret) {}
+"""
+X, Y = np.arange(1.0, 4.0), np.array([2.0, -1.0, 0.5])
+ACTS = (ez.Duplicated, ez.Duplicated, ez.Const, ez.ActiveOnly)
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    clang = shutil.which("clang-15") or shutil.which("clang")
+    if not clang:
+        pytest.skip("clang is needed to build the test library")
+    folder = tmp_path_factory.mktemp("lib")
+    source, lib = folder / "dot.c", folder / "libdot.so"
+    source.write_text(LIBRARY)
+    subprocess.run([clang, "-O2", "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)  # the JIT finds opaque_dot here
+    return ez.c(USER), ez.c(RULES)
+
+
+@pytest.fixture(autouse=True)
+def no_rules_left():
+    yield
+    if ez.has_autodiff():
+        ez.clear_rules()
+
+
+def test_library_function_needs_a_rule(library):
+    user, _ = library
+    with pytest.raises(ez.EnzymeError, match="No reverse pass found for opaque_dot"):
+        ez.autodiff(user.loss, ez.Reverse, *ACTS)
+
+
+def test_reverse_rule_is_used(library):
+    user, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_dot)
+    dx, dy = np.zeros(3), np.zeros(3)
+    assert ez.autodiff(user.loss, ez.Reverse, *ACTS)(X, dx, Y, dy, 3, 1.0) == (None,)
+    np.testing.assert_allclose(dx, 3 * Y)
+    np.testing.assert_allclose(dy, 3 * X)
+    y = Y.copy()
+    np.testing.assert_allclose(ez.grad(user.loss)(X, y, 3), 3 * Y)
+    np.testing.assert_array_equal(y, Y)  # the Const array was not written
+    ez.clear_rules("opaque_dot")
+    with pytest.raises(ez.EnzymeError, match="No reverse pass found"):
+        ez.autodiff(user.loss, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly)
+
+
+def test_primal_with_a_rule_says_to_use_active_only(library):
+    user, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_dot)
+    with pytest.raises(ez.EnzymeError, match="ask for ActiveOnly"):
+        ez.autodiff(user.loss, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Active)
+
+
+def test_wrong_rule_signature_is_reported(library):
+    user, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_wrong)
+    with pytest.raises(ez.EnzymeError, match=r"(?s)expected gradient function.*argument types"):
+        ez.autodiff(user.loss, ez.Reverse, *ACTS)
+
+
+def test_forward_rule_on_an_opaque_body():
+    # A body Enzyme cannot follow (a call through a volatile function pointer) with a
+    # forward rule that scales the true derivative by 10, so its use is visible.
+    # A forward rule returns {value, tangent}.
+    source = """
+    static double twice(double x) { return 2.0 * x; }
+    double (*volatile impl)(double) = twice;
+    __attribute__((noinline)) double hidden(double x) { return impl(x); }
+    double f(double x) { return hidden(x) * x; }
+    typedef struct { double value, tangent; } dual;
+    dual fwd_hidden(double x, double dx) { dual d = {hidden(x), 20.0 * dx}; return d; }
+    """
+    m = ez.c(source)
+    ez.register_derivative("hidden", forward=m.fwd_hidden)
+    y, dy = ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Dual)(3.0, 1.0)
+    assert y == pytest.approx(18.0)
+    assert dy == pytest.approx(20.0 * 3.0 + 6.0)  # rule's d(hidden) * x + hidden(x)
+    assert ez.autodiff(m.f, ez.Forward, ez.Dual, ez.DualOnly)(3.0, 1.0) == pytest.approx(66.0)
+
+
+def test_rules_must_be_compiled_functions():
+    with pytest.raises(TypeError, match="must be a compiled function"):
+        ez.register_gradient("f", augment=lambda x: x, gradient=lambda x: x)
+    assert os.environ.get("ENZYME_PY_DISABLE", "") in ("", "0")
