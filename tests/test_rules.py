@@ -117,3 +117,28 @@ def test_rules_must_be_compiled_functions():
     with pytest.raises(TypeError, match="must be a compiled function"):
         ez.register_gradient("f", augment=lambda x: x, gradient=lambda x: x)
     assert os.environ.get("ENZYME_PY_DISABLE", "") in ("", "0")
+
+
+def test_reverse_rule_written_with_numba_cfunc(library):
+    numba = pytest.importorskip("numba")
+    from numba import types
+
+    user, _ = library
+    pointer = types.CPointer(types.float64)
+    augment = numba.cfunc(
+        types.float64(types.int32, types.int32, pointer, pointer, pointer, pointer)
+    )(lambda n, dn, x, dx, y, dy: 0.0)  # the primal is not needed under ActiveOnly
+
+    @numba.cfunc(
+        types.void(types.int32, types.int32, pointer, pointer, pointer, pointer, types.float64)
+    )
+    def gradient(n, dn, x, dx, y, dy, dret):
+        for i in range(n):
+            dx[i] += dret * y[i]
+            dy[i] += dret * x[i]
+
+    ez.register_gradient("opaque_dot", augment=augment, gradient=gradient)
+    dx, dy = np.zeros(3), np.zeros(3)
+    ez.autodiff(user.loss, ez.Reverse, *ACTS)(X, dx, Y, dy, 3, 1.0)
+    np.testing.assert_allclose(dx, 3 * Y)
+    np.testing.assert_allclose(dy, 3 * X)

@@ -2,8 +2,9 @@
 
 An external or opaque function (a C symbol from a library, a call through a function
 pointer, a BLAS routine) has no body Enzyme can differentiate. Register its rules,
-written as other compiled functions (``ez.c`` / ``ez.cpp`` / ``ez.llvm_ir``), and every
-derivative built afterwards that calls the function by that name uses them:
+written as other compiled functions (``ez.c`` / ``ez.cpp`` / ``ez.llvm_ir``, or a
+``@numba.cfunc`` with the C signature below), and every derivative built afterwards that
+calls the function by that name uses them:
 
     rules = ez.c(RULES_SOURCE)
     ez.register_gradient("mydot", augment=rules.aug_mydot, gradient=rules.rev_mydot)
@@ -28,6 +29,7 @@ with a body Enzyme cannot follow.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 from enzyme_py.frontends.ir import IRFunction, SourceModule
@@ -45,12 +47,39 @@ _rules: dict[str, list[_Rule]] = {}
 
 
 def _check(name: str, value: object) -> IRFunction:
-    if not isinstance(value, IRFunction):
-        raise TypeError(
-            f"the {name} rule must be a compiled function (from ez.c, ez.cpp or "
-            f"ez.llvm_ir); got {type(value).__name__}"
-        )
-    return value
+    if isinstance(value, IRFunction):
+        return value
+    if type(value).__name__ == "CFunc" and type(value).__module__.startswith("numba"):
+        return _from_numba_cfunc(value)
+    raise TypeError(
+        f"the {name} rule must be a compiled function (from ez.c, ez.cpp, ez.llvm_ir, or "
+        f"a @numba.cfunc); got {type(value).__name__}"
+    )
+
+
+def _from_numba_cfunc(cfunc: object) -> IRFunction:
+    """A ``@numba.cfunc`` as a rule: its C-ABI wrapper, behind a function of exactly the
+    declared C types (Numba's wrapper of a ``void`` function returns a pointer)."""
+    from numba.core import types
+
+    from enzyme_py.frontends.ir import function_of, parse_module
+
+    library_ir = cfunc._library.get_llvm_str()  # type: ignore[attr-defined]
+    inner = parse_module(library_ir)
+    native_name = cfunc.native_name  # type: ignore[attr-defined]
+    info = next(i for i in inner.functions() if i["name"] == native_name)
+    params = ", ".join(f"{t} %a{k}" for k, t in enumerate(info["params"]))
+    args = ", ".join(f"{t} %a{k}" for k, t in enumerate(info["params"]))
+    void = isinstance(cfunc._sig.return_type, types.NoneType)  # type: ignore[attr-defined]
+    ret = "void" if void else info["ret"]
+    name = f"__enzyme_py_rule_{hashlib.sha256(native_name.encode()).hexdigest()[:16]}"
+    body = (
+        [f"  call {info['ret']} @{native_name}({args})", "  ret void"]
+        if void
+        else [f"  %r = call {info['ret']} @{native_name}({args})", f"  ret {ret} %r"]
+    )
+    wrapper = "\n".join([f"define {ret} @{name}({params}) {{", "entry:", *body, "}"])
+    return function_of(parse_module(library_ir + "\n" + wrapper + "\n"), name)
 
 
 def register_gradient(target: str, augment: IRFunction, gradient: IRFunction) -> None:
