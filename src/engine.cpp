@@ -289,6 +289,45 @@ LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
   return LLVMBuildCall2(b, type, keep, &arg, 1, "");
 }
 
+// The first call through a function pointer in `fn` or what it calls directly
+// (an empty string if there is none).
+bool has_forward_rule(LLVMValueRef f) {
+  static const char kKind[] = "enzyme_derivative";
+  unsigned kind = LLVMGetMDKindIDInContext(LLVMGetModuleContext(LLVMGetGlobalParent(f)), kKind,
+                                           sizeof kKind - 1);
+  size_t count = 0;
+  LLVMValueMetadataEntry *entries = LLVMGlobalCopyAllMetadata(f, &count);
+  bool found = false;
+  for (size_t i = 0; i < count; ++i) found |= LLVMValueMetadataEntriesGetKind(entries, i) == kind;
+  LLVMDisposeValueMetadataEntries(entries);
+  return found;
+}
+
+std::string find_indirect_call(LLVMValueRef fn) {
+  std::vector<LLVMValueRef> todo{fn};
+  std::vector<LLVMValueRef> seen;
+  while (!todo.empty()) {
+    LLVMValueRef f = todo.back();
+    todo.pop_back();
+    if (std::find(seen.begin(), seen.end(), f) != seen.end() || LLVMIsDeclaration(f)) continue;
+    seen.push_back(f);
+    if (f != fn && has_forward_rule(f)) continue;  // Enzyme does not look inside
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst;
+           inst = LLVMGetNextInstruction(inst)) {
+        if (!LLVMIsACallInst(inst) && !LLVMIsAInvokeInst(inst)) continue;
+        LLVMValueRef callee = LLVMGetCalledValue(inst);
+        if (LLVMIsAFunction(callee)) {
+          todo.push_back(callee);
+        } else if (!LLVMIsAInlineAsm(callee)) {
+          return print_value(inst);
+        }
+      }
+    }
+  }
+  return "";
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -413,6 +452,17 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                                 " activities were given");
   }
   strip_memory_attributes_of_declarations(mod);
+  if (req.forward && !req.primal_only) {
+    // Seen with Enzyme v0.0.289: forward mode through a call via a function
+    // pointer computes wrong values (the primal too) without any error.
+    std::string call = find_indirect_call(fn);
+    if (!call.empty()) {
+      throw EnzymeFailure("'" + req.function + "' calls through a function pointer, which "
+                          "Enzyme v0.0.289 differentiates wrongly in forward mode (no error, "
+                          "wrong values); use reverse mode, make the call direct, or give the "
+                          "called function a rule (ez.register_derivative):" + call);
+    }
+  }
 
   LLVMTypeRef fn_type = LLVMGlobalGetValueType(fn);
   TypeTrees trees(api, ctx_);

@@ -142,3 +142,18 @@ def test_reverse_rule_written_with_numba_cfunc(library):
     ez.autodiff(user.loss, ez.Reverse, *ACTS)(X, dx, Y, dy, 3, 1.0)
     np.testing.assert_allclose(dx, 3 * Y)
     np.testing.assert_allclose(dy, 3 * X)
+
+
+def test_forward_mode_through_a_function_pointer_is_refused():
+    # Enzyme v0.0.289 computes wrong values here in forward mode, silently; reverse mode
+    # is right. enzyme_py refuses the forward derivative instead of returning them.
+    m = ez.c(
+        """
+        static double twice(double x) { return 2.0 * x; }
+        double (*volatile impl)(double) = twice;
+        double f(double x) { return impl(x) * x; }
+        """
+    )
+    with pytest.raises(ez.EnzymeError, match="calls through a function pointer"):
+        ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Dual)
+    assert ez.autodiff(m.f, ez.Reverse, ez.Active, ez.Active)(3.0, 1.0) == (18.0, 12.0)
