@@ -35,16 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import enzyme_py as ez
 from benchmarks import kernels
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up (and compilation)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from benchmarks.common import central_difference, median_time
 
 
 def fd_check(
@@ -60,14 +51,7 @@ def fd_check(
     for arg_index, g in zip(which, grads, strict=True):
         flat = args[arg_index].reshape(-1)
         for i in rng.choice(flat.size, size=min(samples, flat.size), replace=False):
-            h = 1e-6 * max(1.0, abs(flat[i]))
-            old = flat[i]
-            flat[i] = old + h
-            up = f(*args)
-            flat[i] = old - h
-            down = f(*args)
-            flat[i] = old
-            fd = (up - down) / (2 * h)
+            fd = central_difference(f, args, flat, i)
             exact = g.reshape(-1)[i]
             worst = max(worst, abs(fd - exact) / max(1.0, abs(exact)))
     return worst

@@ -22,7 +22,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,9 @@ import numba
 import numpy as np
 
 import enzyme_py as ez
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.common import median_time
 
 
 @numba.njit
@@ -39,16 +41,6 @@ def heat_step(i, u, out, r):
         out[i] = u[i]
     else:
         out[i] = u[i] + r * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,6 +119,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import central_difference
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -355,14 +357,7 @@ def _fd_gradient(f: Callable[..., float], args: list[Any], diff: list[int]) -> n
         flat = args[i].reshape(-1)
         g = np.empty(flat.size)
         for j in range(flat.size):
-            old = flat[j]
-            h = 1e-6 * max(1.0, abs(old))
-            flat[j] = old + h
-            up = f(*args)
-            flat[j] = old - h
-            down = f(*args)
-            flat[j] = old
-            g[j] = (up - down) / (2.0 * h)
+            g[j] = central_difference(f, args, flat, j)
         out.append(g)
     return np.concatenate(out)
 
@@ -378,15 +373,8 @@ def _fd_spot(
     for i in diff:
         flat = args[i].reshape(-1)
         for j in sorted(rng.choice(flat.size, size=min(SPOT_SAMPLES, flat.size), replace=False)):
-            old = flat[j]
-            h = 1e-6 * max(1.0, abs(old))
-            flat[j] = old + h
-            up = f(*args)
-            flat[j] = old - h
-            down = f(*args)
-            flat[j] = old
             indices.append(offset + int(j))
-            values.append((up - down) / (2.0 * h))
+            values.append(central_difference(f, args, flat, j))
         offset += flat.size
     return np.array(indices, dtype=np.int64), np.array(values)
 
