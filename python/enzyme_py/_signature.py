@@ -48,10 +48,6 @@ class Param:
     hidden: tuple[str, int, int] | None = None
 
     @property
-    def is_float(self) -> bool:
-        return self.kind == "float"
-
-    @property
     def enzyme_pointee(self) -> int:
         """The CConcreteType of what a pointer points at, for Enzyme's type trees."""
         if self.kind != "pointer" or self.dtype is None:
