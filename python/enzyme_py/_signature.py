@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Enzyme's CConcreteType values (src/enzyme_capi.h).
-DT_INTEGER = 2 - 1
+DT_INTEGER = 1
 DT_FLOAT = 4
 DT_DOUBLE = 5
 DT_UNKNOWN = 6
