@@ -505,7 +505,7 @@ class Kernel:
                 device.index, kernel, _pack(values), max(1, -(-n // group)), group
             )
             for on_device, host in temporaries:
-                if host is not None:
+                if host is not None and host.flags.writeable:  # kernels may write any array
                     host[...] = on_device.to_host()
             if errors is not None:
                 status = int(errors.to_host()[0])
