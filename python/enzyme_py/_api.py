@@ -184,6 +184,28 @@ def _check_return(fn: IRFunction, mode: Mode, ret: Param, act: Activity) -> None
 
 
 @dataclass(frozen=True)
+class InputStep:
+    """One step of filling a derivative's input slots.
+
+    kind: "s" a scalar argument, "a" an array argument (its data pointer), "h" the
+    shadow of the array argument ``source`` (``lanes`` pointers), "l" ``lanes``
+    scalars (a tangent or seed), "S" dimension ``dim`` of the array argument
+    ``source`` (a hidden parameter), "E" the errors buffer (hidden). ``arg`` is the
+    Python argument the step takes (-1: none); ``code`` the slot code of each slot;
+    ``dtype`` the NumPy dtype char an array must have ("" for any).
+    """
+
+    kind: str
+    code: str
+    dtype: str
+    lanes: int
+    arg: int
+    source: int = -1
+    dim: int = 0
+    name: str = ""  # the parameter's name, for messages
+
+
+@dataclass(frozen=True)
 class _Options:
     width: int
     runtime_activity: bool
@@ -276,12 +298,11 @@ class Derivative:
             )
 
     # --- calling ------------------------------------------------------------
-    def _fast_caller(self) -> Any:
-        """The native caller for this layout, or None if the plan does not match."""
-        native = _state.native
+    def input_plan(self) -> list[InputStep]:
+        """How the entry point's input slots are filled, in order (see InputStep).
+        The fast path and the compiled (njit) callers both follow it."""
         k = self.width
-        steps = []
-        codes = ""
+        plan: list[InputStep] = []
         fn = self.function
         arg_of_param: dict[int, int] = {}  # parameter index -> Python argument index
         next_arg = 0
@@ -289,35 +310,48 @@ class Derivative:
             if param.hidden is not None:
                 what, source, dim = param.hidden
                 if what == "shape":
-                    steps.append(native.ArgStep("S", "q", "", dim, False, arg_of_param[source]))
-                    codes += "q"
+                    plan.append(InputStep("S", "q", "", 1, -1, arg_of_param[source], dim))
                 else:
-                    steps.append(native.ArgStep("E", "p", "", 1, False))
-                    codes += "p"
+                    plan.append(InputStep("E", "p", "", 1, -1))
                 continue
-            arg_of_param[i] = next_arg
+            arg = arg_of_param[i] = next_arg
             next_arg += 2 if act.shadow else 1
-            assert param.dtype is not None or param.kind == "pointer"
             if param.kind == "pointer":
                 dtype = param.dtype.char if param.dtype is not None else ""
-                steps.append(native.ArgStep("a", "p", dtype, 1, False))
-                codes += "p"
+                plan.append(InputStep("a", "p", dtype, 1, arg, name=param.name))
                 if act.shadow:
-                    steps.append(native.ArgStep("h", "p", "", k, self._runtime_activity))
-                    codes += "p" * k
+                    plan.append(InputStep("h", "p", "", k, arg + 1, arg, name=param.name))
                 continue
             assert param.dtype is not None  # scalars always have one
             code = _SLOT_CODE[param.dtype]
-            steps.append(native.ArgStep("s", code, "", 1, False))
-            codes += code
+            plan.append(InputStep("s", code, "", 1, arg))
             if act.shadow:
-                steps.append(native.ArgStep("l", code, "", k, False))
-                codes += code * k
+                plan.append(InputStep("l", code, "", k, arg + 1))
         ret = fn.ret
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             assert ret is not None and ret.dtype is not None
-            steps.append(native.ArgStep("l", _SLOT_CODE[ret.dtype], "", k, False))
-            codes += _SLOT_CODE[ret.dtype] * k
+            plan.append(InputStep("l", _SLOT_CODE[ret.dtype], "", k, next_arg))
+        return plan
+
+    def _fast_caller(self) -> Any:
+        """The native caller for this layout, or None if the plan does not match."""
+        native = _state.native
+        k = self.width
+        fn = self.function
+        plan = self.input_plan()
+        codes = "".join(step.code * step.lanes for step in plan)
+        steps = [
+            native.ArgStep(
+                step.kind,
+                step.code,
+                step.dtype,
+                step.dim if step.kind == "S" else step.lanes,
+                step.kind == "h" and self._runtime_activity,
+                step.source,
+            )
+            for step in plan
+        ]
+        ret = fn.ret
         if codes != self._in_codes:
             return None
         fields = ret.fields if ret is not None else 0

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _state
-from enzyme_py.core import Active, ActiveOnly, Const, Dual, DualOnly, Reverse
+from enzyme_py.core import Active, Const, Dual, DualOnly, Reverse
 
 # slot code -> (view name, items per slot)
 _VIEWS = {
@@ -51,9 +51,9 @@ def compile_njit(df: Any) -> Any:
 
     fn = df.function
     k = df.width
+    plan = df.input_plan()
+    args = [f"a{i}" for i in range(1 + max((step.arg for step in plan), default=-1))]
     lines: list[str] = []
-    args: list[str] = []
-    arrays: dict[int, str] = {}  # parameter index -> argument name
     checks: list[str] = []
     slot = 0
 
@@ -63,42 +63,28 @@ def compile_njit(df: Any) -> Any:
         lines.append(f"    {view}[{slot * per}] = {expr}")
         slot += 1
 
-    for i, (param, act) in enumerate(zip(fn.params, df.activities, strict=True)):
-        if param.hidden is not None:
-            what, source, dim = param.hidden
-            put(
-                "q" if what == "shape" else "p",
-                f"{arrays[source]}.shape[{dim}]" if what == "shape" else "errors.ctypes.data",
+    for step in plan:
+        arg = f"a{step.arg}"
+        if step.kind == "S":
+            put("q", f"a{step.source}.shape[{step.dim}]")
+        elif step.kind == "E":
+            put("p", "errors.ctypes.data")
+        elif step.kind == "a":
+            put("p", f"{arg}.ctypes.data")
+        elif step.kind == "h":
+            array = f"a{step.source}"
+            shape = f"{array}.shape" if k == 1 else f"({k},) + {array}.shape"
+            checks.append(
+                f"    if {arg}.shape != {shape}:\n"
+                f"        raise ValueError('the shadow of {step.name} has the wrong shape')"
             )
-            continue
-        name = f"a{len(args)}"
-        args.append(name)
-        if param.kind == "pointer":
-            arrays[i] = name
-            put("p", f"{name}.ctypes.data")
-            if act.shadow:
-                shadow = f"a{len(args)}"
-                args.append(shadow)
-                shape = f"{name}.shape" if k == 1 else f"({k},) + {name}.shape"
-                checks.append(
-                    f"    if {shadow}.shape != {shape}:\n"
-                    f"        raise ValueError('the shadow of {param.name} has the wrong shape')"
-                )
-                for lane in range(k):
-                    put("p", f"{shadow}.ctypes.data + {lane} * {name}.nbytes")
-            continue
-        code = _code(param.dtype)
-        put(code, name)
-        if act.shadow:
-            tangent = f"a{len(args)}"
-            args.append(tangent)
             for lane in range(k):
-                put(code, tangent if k == 1 else f"{tangent}[{lane}]")
-    if df.mode is Reverse and df.return_activity in (Active, ActiveOnly):
-        seed = f"a{len(args)}"
-        args.append(seed)
-        for lane in range(k):
-            put(_code(fn.ret.dtype), seed if k == 1 else f"{seed}[{lane}]")
+                put("p", f"{arg}.ctypes.data + {lane} * {array}.nbytes")
+        elif step.kind == "s":
+            put(step.code, arg)
+        else:  # "l": a tangent or seed, k values
+            for lane in range(k):
+                put(step.code, arg if k == 1 else f"{arg}[{lane}]")
     n_in = slot
     if n_in != len(df._in_codes):
         raise RuntimeError("the derivative's slots do not match its parameters")
@@ -132,7 +118,7 @@ def compile_njit(df: Any) -> Any:
     else:
         result = primal if df.return_activity is Const else "None"
 
-    array_args = [args[pos] for pos in _array_positions(df)]
+    array_args = [f"a{step.arg}" for step in plan if step.kind in ("a", "h")]
     entry_lines = ["    entry = ENTRY"]
     safe_entry = df._entry
     if fn.alias_safe is not None and len(array_args) > 1:
@@ -173,24 +159,3 @@ def compile_njit(df: Any) -> Any:
     }
     exec(compile(source, f"<enzyme_py njit caller of {fn.display_name}>", "exec"), namespace)
     return numba.njit(namespace["call"])
-
-
-def _array_positions(df: Any) -> list[int]:
-    """Argument positions of the arrays passed (values and shadows)."""
-    positions: list[int] = []
-    pos = 0
-    for param, act in zip(df.function.params, df.activities, strict=True):
-        if param.hidden is not None:
-            continue
-        if param.kind == "pointer":
-            positions.append(pos)
-            if act.shadow:
-                positions.append(pos + 1)
-        pos += 2 if act.shadow else 1
-    return positions
-
-
-def _code(dtype: Any) -> str:
-    from enzyme_py._api import _SLOT_CODE
-
-    return _SLOT_CODE[np.dtype(dtype)]
