@@ -32,8 +32,11 @@ for _ in range(300):
     value = loss(model(x).reshape(-1), y, 1.0)
     value.backward()
     optimizer.step()
-print(f"final loss {float(value):.2e}, weights {model.weight.detach().numpy().round(3)}")
+print(f"final loss {float(value.detach()):.2e}, weights {model.weight.detach().numpy().round(3)}")
 reference = torch.nn.functional.smooth_l1_loss(model(x).reshape(-1), y, beta=1.0)
-if not np.isclose(float(value), float(reference), rtol=1e-2, atol=1e-6) or float(value) > 1e-3:
+if (
+    not np.isclose(float(value.detach()), float(reference.detach()), rtol=1e-2, atol=1e-6)
+    or float(value.detach()) > 1e-3
+):
     raise SystemExit("torch_bridge: training did not converge")
 print("torch_bridge: OK")

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from enzyme_py._state import require_autodiff as _require_autodiff
-from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, Duplicated, Forward, Reverse
-from enzyme_py.helpers import _Derivatives
+from enzyme_py.core import ActiveOnly, Activity, Const, Dual, Forward
+from enzyme_py.helpers import _Derivatives, _reverse_call
 
 __all__ = ["primitive"]
 
@@ -68,23 +68,16 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
                     values = [_host(v) for v in d]
                     args = _merge(statics, values)
                     dyn = _dynamic_positions(statics, len(args))
-                    acts: list[Activity] = [Const] * len(args)
-                    call_args: list[Any] = []
-                    shadows: dict[int, np.ndarray] = {}
-                    for i, v in enumerate(args):
-                        call_args.append(v.copy() if isinstance(v, np.ndarray) else v)
-                        if i in dyn and isinstance(v, np.ndarray):
-                            acts[i] = Duplicated
-                            shadows[i] = np.zeros_like(v)
-                            call_args.append(shadows[i])
-                        elif i in dyn:
-                            acts[i] = Active
-                    df = derivatives.get(Reverse, acts, ActiveOnly)
-                    _, *adjoints = df(*call_args, float(np.asarray(ct)))
-                    it = iter(adjoints)
+                    _, grads = _reverse_call(
+                        derivatives,
+                        [v.copy() if isinstance(v, np.ndarray) else v for v in args],
+                        tuple(dyn),
+                        ActiveOnly,
+                        float(np.asarray(ct)),
+                    )
                     return tuple(
-                        shadows[i] if i in shadows else np.asarray(next(it), dtype=values[k].dtype)
-                        for k, i in enumerate(dyn)
+                        g if isinstance(g, np.ndarray) else np.asarray(g, dtype=values[k].dtype)
+                        for k, g in enumerate(grads)
                     )
 
                 return jax.pure_callback(grads_on_host, shapes, cotangent, *saved)

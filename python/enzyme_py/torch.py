@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from enzyme_py._state import require_autodiff as _require_autodiff
-from enzyme_py.core import Active, ActiveOnly, Activity, Const, Duplicated, Forward, Reverse
-from enzyme_py.helpers import _Derivatives
+from enzyme_py.core import ActiveOnly, Const, Forward
+from enzyme_py.helpers import _Derivatives, _reverse_call
 
 __all__ = ["function"]
 
@@ -57,30 +57,29 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         @staticmethod
         def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
             args = ctx.args
-            acts: list[Activity] = []
-            call: list[Any] = []
-            shadows: dict[int, np.ndarray] = {}
-            for i, a in enumerate(args):
-                value = _to_numpy(a)
-                needs = isinstance(a, torch.Tensor) and ctx.needs_input_grad[i]
-                if needs and isinstance(value, np.ndarray):
-                    acts.append(Duplicated)
-                    shadows[i] = np.zeros_like(value)
-                    call += [value.copy(), shadows[i]]
-                else:
-                    acts.append(Active if needs else Const)
-                    call.append(value)
-            df = derivatives.get(Reverse, acts, ActiveOnly)
-            _, *adjoints = df(*call, float(grad_output))
-            active = iter(adjoints)
+            values = [_to_numpy(a) for a in args]
+            nums = tuple(
+                i
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor) and ctx.needs_input_grad[i]
+            )
+            _, found = _reverse_call(
+                derivatives,
+                [v.copy() if isinstance(v, np.ndarray) else v for v in values],
+                nums,
+                ActiveOnly,
+                float(grad_output),
+            )
+            by_index = dict(zip(nums, found, strict=True))
             grads: list[Any] = []
-            for i, (a, act) in enumerate(zip(args, acts, strict=True)):
-                if act is Duplicated:
-                    grads.append(torch.from_numpy(shadows[i]).reshape(a.shape))
-                elif act is Active:
-                    grads.append(torch.tensor(next(active), dtype=a.dtype))
-                else:
+            for i, a in enumerate(args):
+                g = by_index.get(i)
+                if g is None:
                     grads.append(None)
+                elif isinstance(g, np.ndarray):
+                    grads.append(torch.from_numpy(g).reshape(a.shape))
+                else:
+                    grads.append(torch.tensor(g, dtype=a.dtype))
             return tuple(grads)
 
     def apply(*args: Any) -> torch.Tensor:
