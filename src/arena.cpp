@@ -1,6 +1,9 @@
 #include "arena.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace enzyme_py {
@@ -16,19 +19,32 @@ struct MemInfo {
   void *external_allocator;
 };
 
+static_assert(offsetof(MemInfo, data) == kMemInfoDataField, "Numba's MemInfo layout");
+
 thread_local std::vector<void *> blocks;
+
+bool power_of_two(size_t n) { return n && !(n & (n - 1)); }
 
 void *allocate(size_t size, size_t align) {
   if (align < alignof(MemInfo)) align = alignof(MemInfo);
-  // calloc: the data starts at zero, as the shadow of a temporary must.
-  char *block = static_cast<char *>(std::calloc(1, sizeof(MemInfo) + size + align));
-  if (!block) return nullptr;
+  char *block = nullptr;
+  size_t offset = nrt_data_offset(align);
+  if (offset) {
+    // The data at a fixed offset from the header (see nrt_data_offset).
+    void *p = nullptr;
+    if (posix_memalign(&p, align, offset + size) != 0) return nullptr;
+    block = static_cast<char *>(p);
+    std::memset(block, 0, offset + size);  // shadows of temporaries start at zero
+  } else {
+    block = static_cast<char *>(std::calloc(1, sizeof(MemInfo) + size + align));
+    if (!block) return nullptr;
+    uintptr_t data = reinterpret_cast<uintptr_t>(block + sizeof(MemInfo));
+    offset = (data + align - 1) / align * align - reinterpret_cast<uintptr_t>(block);
+  }
   blocks.push_back(block);
   auto *info = reinterpret_cast<MemInfo *>(block);
-  uintptr_t data = reinterpret_cast<uintptr_t>(block + sizeof(MemInfo));
-  data = (data + align - 1) / align * align;
   info->refct = 1;
-  info->data = reinterpret_cast<void *>(data);
+  info->data = block + offset;
   info->size = size;
   return info;
 }
@@ -41,13 +57,227 @@ extern "C" void *enzyme_py_meminfo_alloc_aligned(size_t size, unsigned align) {
 // Enzyme releases shadows of temporaries through this; the arena does it later.
 extern "C" void enzyme_py_arena_keep(void *) {}
 
+// Enzyme's tape: a stack of blocks in large chunks. Each block has a header
+// with its size (the low bit: freed) and the offset of the block below it, so
+// that freeing the top block also pops the freed blocks under it.
+constexpr size_t kNone = ~size_t{0};
+constexpr size_t kTapeAlign = 16;  // what malloc guarantees, so what Enzyme assumes
+constexpr size_t kFirstChunk = size_t{1} << 20;
+// What a thread keeps between calls; a larger tape goes back to the system.
+constexpr size_t kKeepBytes = size_t{1} << 30;
+
+struct TapeBlock {
+  size_t size;  // payload bytes, a multiple of kTapeAlign; bit 0: freed
+  size_t below;  // offset of the block below in the chunk, or kNone
+};
+static_assert(sizeof(TapeBlock) % kTapeAlign == 0, "payloads stay aligned");
+
+struct TapeChunk {
+  char *base;
+  size_t capacity;
+  size_t top = 0;  // first free byte
+  size_t last = kNone;  // offset of the top block
+  bool holds(const void *p) const {
+    auto *c = static_cast<const char *>(p);
+    return c >= base && c < base + capacity;
+  }
+};
+
+size_t round_up(size_t n) { return (n + kTapeAlign - 1) / kTapeAlign * kTapeAlign; }
+
+class Tape {
+ public:
+  ~Tape() { drop_chunks(); }
+
+  void *allocate(size_t bytes) {
+    size_t payload = round_up(bytes ? bytes : 1);
+    size_t need = sizeof(TapeBlock) + payload;
+    if (need < payload) return nullptr;  // overflow
+    if (chunks_.empty() && !add_chunk(need)) return nullptr;
+    while (chunks_[current_].top + need > chunks_[current_].capacity) {
+      TapeChunk &c = chunks_[current_];
+      if (c.top == 0) {  // empty but too small: replace it
+        size_t grown = std::max(need, 2 * c.capacity);
+        char *base = static_cast<char *>(std::malloc(grown));
+        if (!base) return nullptr;
+        std::free(c.base);
+        c.base = base;
+        c.capacity = grown;
+        break;
+      }
+      if (current_ + 1 == chunks_.size() && !add_chunk(std::max(need, 2 * c.capacity))) {
+        return nullptr;
+      }
+      ++current_;  // chunks above the current one are empty
+    }
+    TapeChunk &c = chunks_[current_];
+    auto *block = reinterpret_cast<TapeBlock *>(c.base + c.top);
+    block->size = payload;
+    block->below = c.last;
+    c.last = c.top;
+    c.top += need;
+    grew(need);
+    return block + 1;
+  }
+
+  bool owns(const void *p) const {
+    for (const TapeChunk &c : chunks_) {
+      if (c.holds(p)) return true;
+    }
+    return false;
+  }
+
+  // `p` must be a live block of this tape.
+  void release(void *p) {
+    TapeBlock *block = static_cast<TapeBlock *>(p) - 1;
+    TapeChunk &c = chunks_[current_];
+    if (!c.holds(p) || reinterpret_cast<char *>(block) != c.base + c.last) {
+      block->size |= 1;  // not on top: popped later
+      return;
+    }
+    pop_freed(block);
+  }
+
+  void *reallocate(void *p, size_t bytes) {
+    if (!p) return allocate(bytes);
+    TapeBlock *block = static_cast<TapeBlock *>(p) - 1;
+    size_t old = block->size & ~size_t{1};
+    TapeChunk &c = chunks_[current_];
+    size_t payload = round_up(bytes ? bytes : 1);
+    size_t offset = static_cast<size_t>(reinterpret_cast<char *>(block) - c.base);
+    if (c.holds(p) && offset == c.last &&
+        offset + sizeof(TapeBlock) + payload <= c.capacity) {
+      block->size = payload;  // the top block grows (or shrinks) in place
+      size_t top = offset + sizeof(TapeBlock) + payload;
+      if (top >= c.top) {
+        grew(top - c.top);
+      } else {
+        used_ -= c.top - top;
+      }
+      c.top = top;
+      return p;
+    }
+    void *moved = allocate(bytes);
+    if (!moved) return nullptr;
+    std::memcpy(moved, p, std::min(old, payload));
+    release(p);
+    return moved;
+  }
+
+  // After a call: everything is free again. Several chunks become one as large
+  // as the most this call held (so that the next call of the same size neither
+  // grows nor faults pages in), up to kKeepBytes.
+  void reset() {
+    const size_t want = (high_ + kFirstChunk - 1) / kFirstChunk * kFirstChunk;
+    if (chunks_.size() > 1 || reserved() > kKeepBytes) {
+      drop_chunks();
+      if (want <= kKeepBytes) add_chunk(want);
+    }
+    used_ = high_ = 0;
+    for (TapeChunk &c : chunks_) {
+      c.top = 0;
+      c.last = kNone;
+    }
+    current_ = 0;
+  }
+
+  size_t in_use() const {
+    size_t n = 0;
+    for (const TapeChunk &c : chunks_) n += c.top;
+    return n;
+  }
+
+  size_t reserved() const {
+    size_t n = 0;
+    for (const TapeChunk &c : chunks_) n += c.capacity;
+    return n;
+  }
+
+ private:
+  bool add_chunk(size_t need) {
+    size_t capacity = std::max(need, kFirstChunk);
+    char *base = static_cast<char *>(std::malloc(capacity));
+    if (!base) return false;
+    chunks_.push_back(TapeChunk{base, capacity});
+    return true;
+  }
+
+  void grew(size_t bytes) {
+    used_ += bytes;
+    if (used_ > high_) high_ = used_;
+  }
+
+  void drop_chunks() {
+    for (TapeChunk &c : chunks_) std::free(c.base);
+    chunks_.clear();
+    current_ = 0;
+  }
+
+  // `block` is the top of the current chunk: pop it and every freed block
+  // under it, moving down to earlier chunks as they empty.
+  void pop_freed(TapeBlock *block) {
+    TapeChunk *c = &chunks_[current_];
+    used_ -= c->top - c->last;
+    c->top = c->last;
+    c->last = block->below;
+    for (;;) {
+      if (c->last == kNone) {
+        if (current_ == 0) return;
+        c = &chunks_[--current_];
+        if (c->last == kNone) continue;
+      }
+      auto *below = reinterpret_cast<TapeBlock *>(c->base + c->last);
+      if (!(below->size & 1)) return;
+      used_ -= c->top - c->last;
+      c->top = c->last;
+      c->last = below->below;
+    }
+  }
+
+  std::vector<TapeChunk> chunks_;
+  size_t current_ = 0;
+  size_t used_ = 0;  // bytes of blocks (headers included) not popped
+  size_t high_ = 0;  // the most used_ has been since the last reset
+};
+
+thread_local Tape tape;
+
+extern "C" void *enzyme_py_tape_alloc(size_t bytes) { return tape.allocate(bytes); }
+
+extern "C" void enzyme_py_tape_free(void *p) {
+  if (!p) return;
+  if (tape.owns(p)) {
+    tape.release(p);
+  } else {
+    std::free(p);
+  }
+}
+
+extern "C" void *enzyme_py_tape_realloc(void *p, size_t bytes) {
+  if (p && !tape.owns(p)) return std::realloc(p, bytes);
+  return tape.reallocate(p, bytes);
+}
+
 }  // namespace
 
+size_t nrt_data_offset(size_t align) {
+  if (align < alignof(MemInfo)) align = alignof(MemInfo);
+  if (!power_of_two(align)) return 0;
+  return (sizeof(MemInfo) + align - 1) / align * align;
+}
+
 const char *const kArenaKeep = "__enzyme_py_arena_keep";
+const char *const kTapeAlloc = "__enzyme_py_tape_alloc";
+const char *const kTapeFree = "__enzyme_py_tape_free";
+const char *const kTapeRealloc = "__enzyme_py_tape_realloc";
+
+size_t tape_bytes_in_use() { return tape.in_use(); }
+size_t tape_bytes_reserved() { return tape.reserved(); }
 
 void arena_release() {
   for (void *block : blocks) std::free(block);
   blocks.clear();
+  tape.reset();
 }
 
 std::map<std::string, uint64_t> arena_symbols() {
@@ -59,6 +289,9 @@ std::map<std::string, uint64_t> arena_symbols() {
       {"NRT_MemInfo_alloc_aligned", aligned},
       {"NRT_MemInfo_alloc_safe_aligned", aligned},
       {kArenaKeep, reinterpret_cast<uint64_t>(&enzyme_py_arena_keep)},
+      {kTapeAlloc, reinterpret_cast<uint64_t>(&enzyme_py_tape_alloc)},
+      {kTapeFree, reinterpret_cast<uint64_t>(&enzyme_py_tape_free)},
+      {kTapeRealloc, reinterpret_cast<uint64_t>(&enzyme_py_tape_realloc)},
   };
 }
 

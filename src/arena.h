@@ -6,9 +6,16 @@
 // data zeroed (Enzyme's shadows of temporaries must start at zero), and every
 // block owned by a per-thread arena released after each derivative call, since
 // Numba's reference counting is switched off inside derivatives.
+//
+// Enzyme's tape (the values the reverse pass reads back) is allocated with
+// malloc, often one small block per iteration of an inner loop, and freed in
+// about the reverse order. In derivatives those calls go to a per-thread stack
+// instead (kTape*): allocation bumps a pointer, a free of the top block pops
+// it, and the memory is kept for the next call.
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -17,9 +24,28 @@ namespace enzyme_py {
 // Frees everything allocated by this thread's derivative calls so far.
 void arena_release();
 
+// Where the data of a block from NRT_MemInfo_alloc_aligned(size, align) starts,
+// in bytes from its MemInfo header: a constant for each power-of-two alignment
+// (0 for other alignments). Code may then compute the data pointer from the
+// header instead of loading it, which tells LLVM that temporaries never alias.
+size_t nrt_data_offset(size_t align);
+// Byte offset of the `data` field in Numba's MemInfo header.
+constexpr size_t kMemInfoDataField = 24;
+
 // `void(i8*)` that leaves a block to the arena: what Enzyme's release of the
 // shadow of a temporary calls.
 extern const char *const kArenaKeep;
+
+// Replacements for the malloc, free and realloc calls Enzyme makes for its
+// tape. The free also takes blocks from malloc (it checks), so any free in a
+// derivative may be routed to it.
+extern const char *const kTapeAlloc;
+extern const char *const kTapeFree;
+extern const char *const kTapeRealloc;
+
+// Bytes this thread's tape holds now / keeps between calls (for tests).
+size_t tape_bytes_in_use();
+size_t tape_bytes_reserved();
 
 // Names Numba's IR uses (and kArenaKeep) -> addresses of the arena's functions.
 std::map<std::string, uint64_t> arena_symbols();

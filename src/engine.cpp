@@ -22,6 +22,7 @@
 
 #include "arena.h"
 #include "enzyme_plugin.h"
+#include "rewrites.h"
 
 namespace enzyme_py {
 namespace {
@@ -111,22 +112,6 @@ std::string print_module(LLVMModuleRef mod) {
   std::string result = text;
   LLVMDisposeMessage(text);
   return result;
-}
-
-// Numba and others declare some libm functions readonly; Enzyme would then add
-// readnone and the verifier rejects the result. External declarations carry
-// no memory attributes into Enzyme.
-void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
-  static const char *kinds[] = {"readnone", "readonly", "writeonly", "argmemonly",
-                                "inaccessiblememonly",
-                                "inaccessiblemem_or_argmemonly"};
-  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    if (!LLVMIsDeclaration(fn)) continue;
-    for (const char *name : kinds) {
-      unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
-      if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
-    }
-  }
 }
 
 char slot_code(LLVMTypeRef type) {
@@ -405,7 +390,7 @@ Engine::Engine(const std::string &plugin_path) {
   // Isolated builds turn it on in their child (DerivativeRequest::mincut).
   set_mincut(false);
   for (const auto &[name, address] : arena_symbols()) {
-    if (name == kArenaKeep) continue;
+    if (name.rfind("NRT_", 0) != 0) continue;  // Numba's allocation functions only
     std::string n = name;
     api.RegisterAllocationHandler(n.data(), &shadow_allocation, &shadow_release);
   }
@@ -452,6 +437,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                                 " activities were given");
   }
   strip_memory_attributes_of_declarations(mod);
+  compute_nrt_data_pointers(mod);
   if (req.forward && !req.primal_only) {
     // Seen with Enzyme v0.0.289: forward mode through a call via a function
     // pointer computes wrong values (the primal too) without any error.
@@ -520,6 +506,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);
   out.derivative_module = print_module(mod);
+  if (!req.primal_only) route_tape_to_arena(mod);
 
   // Only the entry stays visible; everything else may be inlined and dropped,
   // and objects of several derivatives never clash in the JIT.

@@ -17,6 +17,7 @@
 #include "enzyme_plugin.h"
 #include "offload.h"
 #include "ptx.h"
+#include "rewrites.h"
 
 namespace py = pybind11;
 using namespace enzyme_py;
@@ -90,7 +91,16 @@ std::string type_tree_string(int kind, int pointee) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "enzyme_py's C++ core: Enzyme in-process, LLVM 15, ORC JIT, liboffload";
   m.attr("llvm_version") = LLVM_VERSION_STRING;
+  // Changes whenever the engine's code generation does: part of cache keys.
+  m.attr("codegen_revision") = 2;
   py::register_exception<EnzymeFailure>(m, "EnzymeFailure", PyExc_RuntimeError);
+
+  m.def(
+      "tape_bytes",
+      []() { return py::make_tuple(tape_bytes_in_use(), tape_bytes_reserved()); },
+      "(in use, reserved) bytes of this thread's stack for Enzyme's tapes.");
+  m.def("runtime_symbols", &arena_symbols,
+        "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
 
   m.def(
       "load",
@@ -148,6 +158,11 @@ PYBIND11_MODULE(_native, m) {
             jit.optimize(self.get(), passes);
           },
           py::arg("passes"), "Run an LLVM pass pipeline on the module in place.")
+      .def(
+          "simplify_for_enzyme",
+          [](SourceModule &self) { simplify_for_enzyme(self.get(), the_engine().jit()); },
+          "Prepare Numba code for Enzyme in place: temporaries made provably distinct,\n"
+          "linked-in callees inlined, loops simplified (see rewrites.h).")
       .def("functions", &module_functions)
       .def(
           "names",

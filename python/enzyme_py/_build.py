@@ -67,6 +67,7 @@ def _environment_parts() -> list[str]:
                 __version__,
                 ENZYME_VERSION,
                 native.llvm_version,
+                f"codegen {native.codegen_revision}",
                 plugin,
                 f"{stat.st_size}:{stat.st_mtime_ns}",
                 *native.host(),

@@ -1,0 +1,190 @@
+#include "rewrites.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "arena.h"
+#include "jit.h"
+
+namespace enzyme_py {
+namespace {
+
+bool starts_with(const char *text, size_t length, const char *prefix) {
+  size_t n = std::strlen(prefix);
+  return length >= n && std::memcmp(text, prefix, n) == 0;
+}
+
+}  // namespace
+
+// Numba reads a temporary's data pointer from its header, so LLVM (and Enzyme,
+// which asks LLVM) cannot tell two temporaries apart: a store to one may change
+// any other, and Enzyme caches every value read from them, even loop-invariant
+// ones. Here the header comes from enzyme_py's arena (nrt_data_offset).
+void compute_nrt_data_pointers(LLVMModuleRef mod) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  LLVMTypeRef i8 = LLVMInt8TypeInContext(ctx);
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
+  std::vector<LLVMValueRef> dead;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef call = LLVMGetFirstInstruction(bb); call;
+           call = LLVMGetNextInstruction(call)) {
+        if (!LLVMIsACallInst(call)) continue;
+        LLVMValueRef callee = LLVMGetCalledValue(call);
+        if (!callee || !LLVMIsAFunction(callee)) continue;
+        size_t length = 0;
+        const char *chars = LLVMGetValueName2(callee, &length);
+        const std::string name(chars, length);
+        size_t align = 0;
+        if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe") {
+          align = 16;
+        } else if (name == "NRT_MemInfo_alloc_aligned" ||
+                   name == "NRT_MemInfo_alloc_safe_aligned") {
+          LLVMValueRef a = LLVMGetOperand(call, 1);
+          if (!LLVMIsAConstantInt(a)) continue;
+          align = static_cast<size_t>(LLVMConstIntGetZExtValue(a));
+        } else {
+          continue;
+        }
+        const size_t offset = nrt_data_offset(align);
+        if (!offset) continue;
+        for (LLVMUseRef u = LLVMGetFirstUse(call); u; u = LLVMGetNextUse(u)) {
+          LLVMValueRef gep = LLVMGetUser(u);
+          if (!LLVMIsAGetElementPtrInst(gep) || LLVMGetNumOperands(gep) != 2 ||
+              LLVMGetOperand(gep, 0) != call || LLVMGetGEPSourceElementType(gep) != i8) {
+            continue;
+          }
+          LLVMValueRef index = LLVMGetOperand(gep, 1);
+          if (!LLVMIsAConstantInt(index) ||
+              LLVMConstIntGetZExtValue(index) != kMemInfoDataField) {
+            continue;
+          }
+          for (LLVMUseRef gu = LLVMGetFirstUse(gep); gu; gu = LLVMGetNextUse(gu)) {
+            LLVMValueRef cast = LLVMGetUser(gu);
+            if (!LLVMIsABitCastInst(cast)) continue;
+            for (LLVMUseRef cu = LLVMGetFirstUse(cast); cu; cu = LLVMGetNextUse(cu)) {
+              LLVMValueRef load = LLVMGetUser(cu);
+              if (!LLVMIsALoadInst(load) || LLVMGetVolatile(load) ||
+                  LLVMGetTypeKind(LLVMTypeOf(load)) != LLVMPointerTypeKind) {
+                continue;
+              }
+              LLVMPositionBuilderBefore(b, load);
+              LLVMValueRef at = LLVMConstInt(i64, offset, 0);
+              LLVMValueRef data = LLVMBuildInBoundsGEP2(b, i8, call, &at, 1, "nrt.data");
+              LLVMReplaceAllUsesWith(load, LLVMBuildBitCast(b, data, LLVMTypeOf(load), ""));
+              dead.push_back(load);
+            }
+          }
+        }
+      }
+    }
+  }
+  for (LLVMValueRef load : dead) LLVMInstructionEraseFromParent(load);
+  LLVMDisposeBuilder(b);
+}
+
+namespace {
+
+// Whether `bb` is part of Enzyme's __enzyme_exponentialallocation: the
+// function itself, or the block of it that Enzyme inlined (it branches to
+// "__enzyme_exponentialallocation.exit").
+bool grows_enzyme_cache(LLVMValueRef fn, LLVMBasicBlockRef bb) {
+  static const char kGrow[] = "__enzyme_exponentialallocation";
+  size_t length = 0;
+  const char *name = LLVMGetValueName2(fn, &length);
+  if (starts_with(name, length, kGrow)) return true;
+  LLVMValueRef term = LLVMGetBasicBlockTerminator(bb);
+  if (!term) return false;
+  for (unsigned i = 0, n = LLVMGetNumSuccessors(term); i < n; ++i) {
+    const char *next = LLVMGetBasicBlockName(LLVMGetSuccessor(term, i));
+    if (next && starts_with(next, std::strlen(next), "__enzyme_exponentialallocation.exit")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+// On loops that cache a few values per iteration (one malloc per iteration),
+// malloc and free took more time than the derivative itself. Every free is
+// routed: the tape's free hands blocks it does not own to free().
+void route_tape_to_arena(LLVMModuleRef mod) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  static const char kCacheAlloc[] = "enzyme_cache_alloc";
+  const unsigned cache_alloc =
+      LLVMGetMDKindIDInContext(ctx, kCacheAlloc, sizeof kCacheAlloc - 1);
+  LLVMValueRef malloc_fn = LLVMGetNamedFunction(mod, "malloc");
+  LLVMValueRef free_fn = LLVMGetNamedFunction(mod, "free");
+  LLVMValueRef realloc_fn = LLVMGetNamedFunction(mod, "realloc");
+  auto replacement = [mod](LLVMValueRef original, const char *name) {
+    LLVMValueRef f = LLVMGetNamedFunction(mod, name);
+    return f ? f : LLVMAddFunction(mod, name, LLVMGlobalGetValueType(original));
+  };
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (LLVMIsDeclaration(fn)) continue;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst;
+           inst = LLVMGetNextInstruction(inst)) {
+        if (!LLVMIsACallInst(inst)) continue;
+        LLVMValueRef callee = LLVMGetCalledValue(inst);
+        const char *to = nullptr;
+        if (callee == malloc_fn && malloc_fn && LLVMGetMetadata(inst, cache_alloc)) {
+          to = kTapeAlloc;
+        } else if (callee == free_fn && free_fn) {
+          to = kTapeFree;
+        } else if (callee == realloc_fn && realloc_fn && grows_enzyme_cache(fn, bb)) {
+          to = kTapeRealloc;
+        }
+        if (to) {
+          LLVMSetOperand(inst, LLVMGetNumOperands(inst) - 1, replacement(callee, to));
+        }
+      }
+    }
+  }
+}
+
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
+  static const char *kinds[] = {"readnone", "readonly", "writeonly", "argmemonly",
+                                "inaccessiblememonly",
+                                "inaccessiblemem_or_argmemonly"};
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (!LLVMIsDeclaration(fn)) continue;
+    for (const char *name : kinds) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
+      if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
+    }
+  }
+}
+
+const char *const kSimplifyPasses =
+    "always-inline,"
+    "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"
+    "loop-mssa(licm),gvn,instcombine,simplifycfg,loop(indvars,loop-deletion),"
+    "loop-mssa(licm),gvn,instcombine,simplifycfg)";
+
+void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
+  compute_nrt_data_pointers(mod);
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  const unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+  const unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
+  static const char *rule_kinds[] = {"enzyme_augment", "enzyme_gradient", "enzyme_derivative"};
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (LLVMIsDeclaration(fn) || LLVMGetLinkage(fn) != LLVMLinkOnceODRLinkage) continue;
+    if (LLVMGetEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never)) continue;
+    bool has_rule = false;  // a custom derivative applies to calls of it
+    for (const char *kind : rule_kinds) {
+      unsigned id = LLVMGetMDKindIDInContext(ctx, kind, static_cast<unsigned>(std::strlen(kind)));
+      has_rule = has_rule || LLVMGetMetadata(fn, id);
+    }
+    if (has_rule) continue;
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(ctx, always, 0));
+  }
+  jit.prepare(mod);
+  jit.optimize(mod, kSimplifyPasses);
+}
+
+}  // namespace enzyme_py

@@ -1,0 +1,42 @@
+// Rewrites of LLVM modules around Enzyme.
+//
+// Before Enzyme: what makes its analyses see what is true (declarations
+// without memory attributes it would mis-extend, Numba temporaries that do
+// not alias, callees inlined and loops simplified). After Enzyme: its tape
+// moved from malloc to enzyme_py's per-thread stack (arena.h).
+#pragma once
+
+#include <string>
+
+#include <llvm-c/Core.h>
+
+namespace enzyme_py {
+
+class HostJit;
+
+// Numba and others declare some libm functions readonly; Enzyme would then add
+// readnone and the verifier rejects the result. External declarations carry
+// no memory attributes into Enzyme.
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
+
+// Loads of a Numba temporary's data pointer from its MemInfo header become the
+// constant offset enzyme_py's arena puts the data at, from the (noalias)
+// allocation call: LLVM and Enzyme then know temporaries do not alias.
+void compute_nrt_data_pointers(LLVMModuleRef mod);
+
+// The pass pipeline simplify_for_enzyme runs (no unrolling, no vectorisation:
+// those make Enzyme cache more).
+extern const char *const kSimplifyPasses;
+
+// For Numba code, once per module: compute_nrt_data_pointers, then the
+// functions Numba links in (linkonce_odr: callees, library code) inlined, and
+// kSimplifyPasses (loop-invariant loads hoisted, which Enzyme then caches once
+// per loop instead of once per iteration, and loop exits made computable, so
+// Enzyme sizes its caches once instead of growing them).
+void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
+
+// Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
+// __enzyme_exponentialallocation) and every free go to arena.h's tape.
+void route_tape_to_arena(LLVMModuleRef mod);
+
+}  // namespace enzyme_py
