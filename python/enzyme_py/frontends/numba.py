@@ -345,6 +345,7 @@ def _simplified(module: SourceModule) -> SourceModule:
     module.native.simplify_for_enzyme()
     return module
 
+
 # Parts of Numba's IR that differ between compiles of the same code: the version in
 # mangled names (..B2v17B..), the ids in names of pickled constants, and object
 # addresses in the reprs its wrapper keeps for messages.
