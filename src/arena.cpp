@@ -173,6 +173,7 @@ class Tape {
       drop_chunks();
       if (want <= kKeepBytes) add_chunk(want);
     }
+    last_high_ = high_;
     used_ = high_ = 0;
     for (TapeChunk &c : chunks_) {
       c.top = 0;
@@ -238,6 +239,10 @@ class Tape {
   size_t current_ = 0;
   size_t used_ = 0;  // bytes of blocks (headers included) not popped
   size_t high_ = 0;  // the most used_ has been since the last reset
+  size_t last_high_ = 0;  // high_ at the last reset
+
+ public:
+  size_t last_call_peak() const { return last_high_; }
 };
 
 thread_local Tape tape;
@@ -273,6 +278,7 @@ const char *const kTapeRealloc = "__enzyme_py_tape_realloc";
 
 size_t tape_bytes_in_use() { return tape.in_use(); }
 size_t tape_bytes_reserved() { return tape.reserved(); }
+size_t tape_bytes_last_call() { return tape.last_call_peak(); }
 
 void arena_release() {
   for (void *block : blocks) std::free(block);

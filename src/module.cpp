@@ -97,8 +97,16 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "tape_bytes",
-      []() { return py::make_tuple(tape_bytes_in_use(), tape_bytes_reserved()); },
-      "(in use, reserved) bytes of this thread's stack for Enzyme's tapes.");
+      []() {
+        return py::make_tuple(tape_bytes_in_use(), tape_bytes_reserved(),
+                              tape_bytes_last_call());
+      },
+      "(in use, reserved, most in use during the last call) bytes of this thread's\n"
+      "stack for Enzyme's tapes.");
+  m.def("release_arena", &arena_release,
+        "Free this thread's temporaries and reset its tape (as after each derivative call).");
+  m.def("nrt_data_offset", &nrt_data_offset, py::arg("align"),
+        "Bytes from a MemInfo header of the arena to its data, for an alignment.");
   m.def("runtime_symbols", &arena_symbols,
         "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
 

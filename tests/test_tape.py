@@ -1,0 +1,204 @@
+"""Derivatives' memory: Enzyme's tape on enzyme_py's per-thread stack, and the
+arena's Numba temporaries, whose data pointers the engine computes instead of
+loading (so that LLVM and Enzyme know two temporaries never alias)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+
+
+def native():
+    from enzyme_py import _state
+
+    return _state.native
+
+
+class Tape:
+    """The tape's malloc/free/realloc, called from this thread (as a derivative would)."""
+
+    def __init__(self) -> None:
+        symbols = native().runtime_symbols()
+        self.alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(
+            symbols["__enzyme_py_tape_alloc"]
+        )
+        self.free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(symbols["__enzyme_py_tape_free"])
+        self.realloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)(
+            symbols["__enzyme_py_tape_realloc"]
+        )
+
+    @staticmethod
+    def in_use() -> int:
+        return int(native().tape_bytes()[0])
+
+    @staticmethod
+    def reserved() -> int:
+        return int(native().tape_bytes()[1])
+
+    @staticmethod
+    def last_call() -> int:
+        return int(native().tape_bytes()[2])
+
+
+@pytest.fixture
+def tape():
+    native().release_arena()
+    yield Tape()
+    native().release_arena()
+
+
+def fill(address: int, n: int, value: int) -> None:
+    ctypes.memset(address, value, n)
+
+
+def holds(address: int, n: int, value: int) -> bool:
+    return ctypes.string_at(address, n) == bytes([value]) * n
+
+
+def test_blocks_are_aligned_distinct_and_popped_in_reverse_order(tape):
+    sizes = [1, 8, 24, 100, 4096, 3]
+    blocks = [tape.alloc(n) for n in sizes]
+    assert all(b % 16 == 0 for b in blocks)
+    for i, (b, n) in enumerate(zip(blocks, sizes, strict=True)):
+        fill(b, n, i + 1)
+    for i, (b, n) in enumerate(zip(blocks, sizes, strict=True)):
+        assert holds(b, n, i + 1), f"block {i} was overwritten"
+    assert tape.in_use() > sum(sizes)
+    for b in reversed(blocks):
+        tape.free(b)
+    assert tape.in_use() == 0
+
+
+def test_blocks_freed_out_of_order_are_popped_with_the_top(tape):
+    a, b, c = tape.alloc(32), tape.alloc(32), tape.alloc(32)
+    tape.free(b)  # not on top: marked only
+    in_use = tape.in_use()
+    tape.free(c)  # pops c and the freed b under it
+    assert tape.in_use() < in_use
+    d = tape.alloc(32)
+    assert d == b, "the space of b and c is reused"
+    tape.free(d)
+    tape.free(a)
+    assert tape.in_use() == 0
+
+
+def test_realloc_grows_the_top_block_in_place_and_moves_others(tape):
+    a = tape.alloc(16)
+    fill(a, 16, 7)
+    grown = tape.realloc(a, 4000)
+    assert grown == a and holds(grown, 16, 7)
+    b = tape.alloc(16)
+    moved = tape.realloc(grown, 100_000)
+    assert moved != grown and holds(moved, 16, 7)
+    fresh = tape.realloc(None, 64)  # realloc(NULL, n) allocates
+    assert fresh and fresh % 16 == 0
+    for block in (fresh, moved, b):
+        tape.free(block)
+    assert tape.in_use() == 0
+
+
+def test_pointers_from_malloc_go_back_to_libc(tape):
+    outside = libc.malloc(64)
+    fill(outside, 64, 3)
+    outside = tape.realloc(outside, 1 << 16)  # libc's realloc: contents kept
+    assert holds(outside, 64, 3)
+    tape.free(outside)  # libc's free: no crash, nothing popped
+    assert tape.in_use() == 0
+
+
+def test_large_tapes_span_chunks_and_become_one_chunk_after_the_call(tape):
+    blocks = [tape.alloc(3 << 20) for _ in range(5)]  # more than the first chunk
+    for i, b in enumerate(blocks):
+        fill(b, 3 << 20, i)
+    for i, b in enumerate(blocks):
+        assert holds(b, 3 << 20, i)
+    most = tape.in_use()
+    for b in reversed(blocks):
+        tape.free(b)
+    native().release_arena()
+    assert tape.last_call() == most
+    assert most <= tape.reserved() < most + (2 << 20)
+    again = [tape.alloc(3 << 20) for _ in range(5)]
+    assert tape.reserved() < most + (2 << 20), "the same tape fits without growing"
+    for b in reversed(again):
+        tape.free(b)
+
+
+@pytest.mark.parametrize("align", [16, 32, 64, 128])
+def test_nrt_data_lies_at_the_offset_the_engine_computes(align):
+    # The engine replaces Numba's load of MemInfo.data by this offset.
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)(
+        native().runtime_symbols()["NRT_MemInfo_alloc_aligned"]
+    )
+    info = alloc(100, align)
+    data = ctypes.c_void_p.from_address(info + 24).value
+    assert data == info + native().nrt_data_offset(align)
+    assert data % align == 0
+    assert holds(data, 100, 0), "temporaries start at zero"
+    native().release_arena()
+
+
+numba = pytest.importorskip("numba")
+
+
+@numba.njit
+def triangle_energy(L, x):
+    # Per row: xc = x[i] - mean, q = L xc with L lower triangular (a temporary
+    # written in a triangular loop that reads xc), then sum q^2.
+    n, d = x.shape
+    xc = np.empty(d)
+    q = np.empty(d)
+    total = 0.0
+    for i in range(n):
+        for j in range(d):
+            xc[j] = x[i, j] - L[j, j]
+        for j in range(d):
+            q[j] = math.exp(L[j, j]) * xc[j]
+        for j in range(d):
+            for r in range(j + 1, d):
+                q[r] += L[r, j] * xc[j]
+        for j in range(d):
+            total += q[j] * q[j]
+    return total
+
+
+def triangle_energy_gradient(L, x):
+    n, d = x.shape
+    g = np.zeros_like(L)
+    for i in range(n):
+        xc = x[i] - np.diag(L)
+        M = np.tril(L, -1) + np.diag(np.exp(np.diag(L)))
+        q = M @ xc
+        gq = 2.0 * q
+        gM = np.outer(gq, xc)
+        g += np.tril(gM, -1)
+        g[np.diag_indices(d)] += np.diag(gM) * np.exp(np.diag(L)) - M.T @ gq
+    return g
+
+
+def test_temporaries_in_triangular_loops_are_cached_once_per_loop():
+    rng = np.random.default_rng(0)
+    d, n = 24, 2000
+    L = rng.normal(scale=0.2, size=(d, d))
+    x = rng.normal(size=(n, d))
+    grad = ez.grad(triangle_energy)
+    g = grad(L, x)
+    np.testing.assert_allclose(g, triangle_energy_gradient(L, x), rtol=1e-9, atol=1e-9)
+    assert Tape.in_use() == 0, "the derivative popped its whole tape"
+    # xc[j] is loop-invariant in the triangle; cached once per (i, j) that is
+    # n * d values. Cached once per (i, j, r) (temporaries that may alias) it
+    # would be n * d^2 / 2: about 4.4 MiB here.
+    per_iteration = n * d * d // 2 * 8
+    assert 0 < Tape.last_call() < per_iteration / 2, Tape.last_call()
