@@ -514,6 +514,10 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
     if (!LLVMIsDeclaration(f)) LLVMSetLinkage(f, LLVMInternalLinkage);
   }
   for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g)) {
+    size_t length = 0;
+    const char *name = LLVMGetValueName2(g, &length);
+    // LLVM's own (llvm.compiler.used, from an earlier vectorisation) keep theirs.
+    if (length >= 5 && std::strncmp(name, "llvm.", 5) == 0) continue;
     if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
   }
   LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx_), 0);

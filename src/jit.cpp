@@ -1,8 +1,11 @@
 #include "jit.h"
 
+#include <dlfcn.h>
+
 #include <stdexcept>
 
 #include <llvm-c/Core.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
@@ -26,9 +29,26 @@ std::string take_message(char *msg) {
   return text;
 }
 
+// glibc's vector math library (libmvec, part of libc6): with it, LLVM
+// vectorises loops that call exp, log, sin, cos or pow. Derivatives of such
+// loops evaluate these functions more often than the primal (Enzyme's rules
+// call exp again for exp's adjoint), so this is where their time goes.
+bool use_vector_math() {
+  if (!dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL)) return false;
+  // Also vectorise the remainder of loops whose vector body (4 lanes, 4
+  // interleaved) needs 16 iterations: loops of ~10 iterations are common in
+  // model code (GMM's, over the dimension) and otherwise stay scalar.
+  const char *argv[] = {"enzyme_py", "-vector-library=LIBMVEC-X86",
+                        "-epilogue-vectorization-force-VF=4"};
+  LLVMParseCommandLineOptions(3, argv, nullptr);
+  return true;
+}
+
 }  // namespace
 
 HostJit::HostJit() {
+  static const bool vector_math = use_vector_math();
+  vector_math_ = vector_math;
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
   LLVMInitializeNativeAsmParser();

@@ -36,12 +36,15 @@ class HostJit {
   const std::string &triple() const { return triple_; }
   const std::string &cpu() const { return cpu_; }
   const std::string &features() const { return features_; }
+  // Whether loops may call glibc's vector math functions (libmvec).
+  bool vector_math() const { return vector_math_; }
 
  private:
   LLVMOrcLLJITRef jit_ = nullptr;
   LLVMTargetMachineRef machine_ = nullptr;
   std::string triple_, cpu_, features_, data_layout_;
   std::set<std::string> defined_;
+  bool vector_math_ = false;
 };
 
 // Throws std::runtime_error with LLVM's message, consuming `err`.

@@ -128,7 +128,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("plugin_path", []() { return enzyme_api().path; });
   m.def("host", []() {
     const HostJit &jit = the_engine().jit();
-    return py::make_tuple(jit.triple(), jit.cpu(), jit.features());
+    return py::make_tuple(jit.triple(), jit.cpu(), jit.features(),
+                          jit.vector_math() ? "libmvec" : "");
   });
   m.def(
       "define_symbols",
