@@ -64,7 +64,7 @@ constexpr size_t kNone = ~size_t{0};
 constexpr size_t kTapeAlign = 16;  // what malloc guarantees, so what Enzyme assumes
 constexpr size_t kFirstChunk = size_t{1} << 20;
 // What a thread keeps between calls; a larger tape goes back to the system.
-constexpr size_t kKeepBytes = size_t{1} << 30;
+constexpr size_t kKeepBytes = size_t{256} << 20;
 
 struct TapeBlock {
   size_t size;  // payload bytes, a multiple of kTapeAlign; bit 0: freed
@@ -144,11 +144,10 @@ class Tape {
     size_t old = block->size & ~size_t{1};
     TapeChunk &c = chunks_[current_];
     size_t payload = round_up(bytes ? bytes : 1);
-    size_t offset = static_cast<size_t>(reinterpret_cast<char *>(block) - c.base);
-    if (c.holds(p) && offset == c.last &&
-        offset + sizeof(TapeBlock) + payload <= c.capacity) {
+    const bool on_top = c.holds(p) && reinterpret_cast<char *>(block) == c.base + c.last;
+    if (on_top && c.last + sizeof(TapeBlock) + payload <= c.capacity) {
       block->size = payload;  // the top block grows (or shrinks) in place
-      size_t top = offset + sizeof(TapeBlock) + payload;
+      size_t top = c.last + sizeof(TapeBlock) + payload;
       if (top >= c.top) {
         grew(top - c.top);
       } else {
