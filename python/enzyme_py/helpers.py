@@ -8,6 +8,7 @@ once per combination of activities and reused.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,6 +82,21 @@ class _Derivatives:
         return df
 
 
+_shared: weakref.WeakKeyDictionary[Any, _Derivatives] = weakref.WeakKeyDictionary()
+
+
+def _derivatives_of(f: Any) -> _Derivatives:
+    """The derivatives of ``f`` made so far by the one-shot helpers (jvp, vjp): kept
+    with ``f`` so that a loop calling ``ez.jvp(f, ...)`` builds and plans them once."""
+    try:
+        found = _shared.get(f)
+        if found is None:
+            found = _shared[f] = _Derivatives(f)
+        return found
+    except TypeError:  # not weak-referenceable
+        return _Derivatives(f)
+
+
 def _reverse_call(
     derivatives: _Derivatives,
     args: Sequence[Any],
@@ -148,14 +164,14 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         call.append(p)
         if act is Dual:
             call.append(np.asarray(t, dtype=p.dtype) if isinstance(p, np.ndarray) else float(t))
-    y, dy = autodiff(f, Forward, *acts, Dual)(*call)
+    y, dy = _derivatives_of(f).get(Forward, acts, Dual)(*call)
     return y, dy
 
 
 def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
     the pullback for float arrays and scalars, None for the others."""
-    derivatives = _Derivatives(f)
+    derivatives = _derivatives_of(f)
     nums = tuple(
         i
         for i, p in enumerate(primals)
