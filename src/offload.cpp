@@ -32,6 +32,8 @@ void check(ol_result_t result, const char *what) {
                            (details.empty() ? "" : ": " + details));
 }
 
+const char *const kDeviceHeapBytes = "268435456";  // 256 MiB
+
 // Loaded and initialised once; liboffload keeps its plugins for the process.
 const OffloadApi &offload_api() {
   static OffloadApi api;
@@ -70,6 +72,10 @@ const OffloadApi &offload_api() {
   resolve(resolved, resolved.GetSymbol, "olGetSymbol");
   resolve(resolved, resolved.LaunchKernel, "olLaunchKernel");
   resolve(resolved, resolved.Init, "olInit");
+  // The device heap (CUDA's default is 8 MiB) holds the tapes of reverse
+  // kernels whose body loops: one per GPU thread. liboffload's plugins size it
+  // from this variable when they start; a value the user set is kept.
+  setenv("LIBOMPTARGET_HEAP_SIZE", kDeviceHeapBytes, /*overwrite=*/0);
   check(resolved.Init(), "olInit");
   api = resolved;
   return api;

@@ -194,3 +194,49 @@ def test_ptx_of_kernel_with_host_only_calls_is_refused():
 
     with pytest.raises(RuntimeError, match="do not exist on the GPU: .*NRT_MemInfo_alloc"):
         ez.offload.kernel(with_temporary).ptx(np.zeros(2), np.zeros(2))
+
+
+# horner(i, x, c, m, out): out[i] = c[0] x^(m-1) + ... + c[m-1], by Horner's rule. Its
+# reverse needs the partial sums of the loop: a tape per index (malloc; on a GPU the
+# device heap).
+HORNER = """
+define void @horner(i64 %i, double* %x, double* %c, i64 %m, double* %out) {
+entry:
+  %px = getelementptr double, double* %x, i64 %i
+  %xi = load double, double* %px
+  br label %loop
+loop:
+  %j = phi i64 [0, %entry], [%j1, %loop]
+  %s = phi double [0.0, %entry], [%s1, %loop]
+  %pc = getelementptr double, double* %c, i64 %j
+  %cj = load double, double* %pc
+  %sx = fmul double %s, %xi
+  %s1 = fadd double %sx, %cj
+  %j1 = add i64 %j, 1
+  %done = icmp eq i64 %j1, %m
+  br i1 %done, label %exit, label %loop
+exit:
+  %po = getelementptr double, double* %out, i64 %i
+  store double %s1, double* %po
+  ret void
+}
+"""
+
+
+def test_reverse_kernel_whose_body_loops_keeps_a_tape_per_index():
+    k = ez.offload.kernel(ez.llvm_ir(HORNER, "horner"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Duplicated)
+    n, m = 2000, 6
+    x, c = np.linspace(-1.5, 1.5, n), np.arange(1.0, m + 1)
+    dx, dc, out, dout = np.zeros(n), np.zeros(m), np.zeros(n), np.ones(n)
+    dk.launch(n, x, dx, c, dc, m, out, dout, threads=3)
+    poly = np.polynomial.polynomial
+    coef = c[::-1]  # numpy's order: lowest power first
+    np.testing.assert_allclose(out, poly.polyval(x, coef), rtol=1e-13)
+    np.testing.assert_allclose(dx, poly.polyval(x, poly.polyder(coef)), rtol=1e-12)
+    expected_dc = [np.sum(x ** (m - 1 - j)) for j in range(m)]  # odd powers sum to ~0
+    np.testing.assert_allclose(dc, expected_dc, rtol=1e-12, atol=1e-9)
+    ptx = dk.ptx(x, dx, c, dc, m, out, dout)
+    assert "malloc" in ptx and "free" in ptx, "the tape comes from the device heap"
+    if _ptxas_available():
+        assert dk.cubin(x, dx, c, dc, m, out, dout, arch="sm_90")[:4] == b"\x7fELF"

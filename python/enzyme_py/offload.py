@@ -6,8 +6,12 @@
     dk.launch(n, x, dx, out, dout)       # shadows after their arrays; atomic accumulation
 
 The CPU device is enzyme_py's own JIT running the body over the range, split across
-threads. GPUs are listed through LLVM's offload runtime (liboffload); launching on
-them is not implemented yet, and asking for it says so.
+threads. CUDA GPUs are listed and launched through LLVM's offload runtime (liboffload):
+the body is compiled to PTX by LLVM 15's NVPTX backend (with libdevice), one index per
+GPU thread, assembled by ``ptxas`` when it is installed. A reverse kernel whose body
+loops keeps a tape per index; on a GPU it comes from CUDA's device heap, which
+enzyme_py asks liboffload to make 256 MiB (``LIBOMPTARGET_HEAP_SIZE``, unless set).
+The GPU path has not yet run on a real GPU (``tests/gpu/run_device_checks.sh``).
 """
 
 from __future__ import annotations

@@ -55,6 +55,31 @@ define void @gather(i64 %i, i64* %idx, double* %x, double* %out) {
 }
 """
 
+# horner(i, x, c, m, out): Horner's rule over c; its reverse keeps a tape per index
+# (the loop's partial sums), which on the GPU comes from the device heap (malloc).
+HORNER = """
+define void @horner(i64 %i, double* %x, double* %c, i64 %m, double* %out) {
+entry:
+  %px = getelementptr double, double* %x, i64 %i
+  %xi = load double, double* %px
+  br label %loop
+loop:
+  %j = phi i64 [0, %entry], [%j1, %loop]
+  %s = phi double [0.0, %entry], [%s1, %loop]
+  %pc = getelementptr double, double* %c, i64 %j
+  %cj = load double, double* %pc
+  %sx = fmul double %s, %xi
+  %s1 = fadd double %sx, %cj
+  %j1 = add i64 %j, 1
+  %done = icmp eq i64 %j1, %m
+  br i1 %done, label %exit, label %loop
+exit:
+  %po = getelementptr double, double* %out, i64 %i
+  store double %s1, double* %po
+  ret void
+}
+"""
+
 
 def timed(label, fn):
     start = time.perf_counter()
@@ -107,3 +132,23 @@ def test_device_arrays_stay_on_the_gpu():
         k.launch(n, dx, do, device=GPUS[0])
         np.testing.assert_allclose(do.to_host(), x * x * np.sin(x), rtol=1e-13)
         np.testing.assert_array_equal(dx.to_host(), x)
+
+
+@needs_gpu
+def test_reverse_kernel_with_a_tape_on_the_device_heap_matches_cpu():
+    k = ez.offload.kernel(ez.llvm_ir(HORNER, "horner"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Duplicated)
+    n, m = 1 << 16, 8
+    x, c = np.linspace(-1.0, 1.0, n), np.linspace(0.5, 2.0, m)
+    results = {}
+    for device in (GPUS[0], ez.offload.CPU):
+        dx, dc, out, dout = np.zeros(n), np.zeros(m), np.zeros(n), np.ones(n)
+        timed(
+            f"reverse with a tape, {device.name}",
+            lambda d=device, dx=dx, dc=dc, out=out, dout=dout: dk.launch(
+                n, x, dx, c, dc, m, out, dout, device=d
+            ),
+        )
+        results[device.name] = (dx, dc)
+    np.testing.assert_allclose(results[GPUS[0].name][0], results["cpu"][0], rtol=1e-12)
+    np.testing.assert_allclose(results[GPUS[0].name][1], results["cpu"][1], rtol=1e-9, atol=1e-9)
