@@ -76,6 +76,10 @@ struct DerivativeRequest {
 
 // What building one derivative produces: object code with one visible
 // symbol, the entry point, plus what the Python side needs to call it.
+// Changes whenever what the engine generates for the same request does (IR
+// rewrites, pipelines): part of the derivative caches' keys.
+constexpr int kCodegenRevision = 2;
+
 struct Artifact {
   std::string object;      // host object code
   std::string entry_name;  // its only exported symbol

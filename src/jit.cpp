@@ -5,9 +5,9 @@
 #include <stdexcept>
 
 #include <llvm-c/Core.h>
-#include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/Orc.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 

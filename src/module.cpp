@@ -91,8 +91,7 @@ std::string type_tree_string(int kind, int pointee) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "enzyme_py's C++ core: Enzyme in-process, LLVM 15, ORC JIT, liboffload";
   m.attr("llvm_version") = LLVM_VERSION_STRING;
-  // Changes whenever the engine's code generation does: part of cache keys.
-  m.attr("codegen_revision") = 2;
+  m.attr("codegen_revision") = kCodegenRevision;
   py::register_exception<EnzymeFailure>(m, "EnzymeFailure", PyExc_RuntimeError);
 
   m.def(

@@ -19,6 +19,8 @@ def test_info_describes_the_toolchain():
     assert details["enzyme_version"] == "0.0.289"
     assert details["llvm_version"].startswith("15.")
     assert details["enzyme_plugin"].endswith("LLVMEnzyme-15.so")
+    # glibc's libmvec is part of libc6 on Debian 12: loops calling exp vectorise.
+    assert details["vector_math"] == "libmvec"
 
 
 def test_offload_devices_listed_through_liboffload():

@@ -27,9 +27,10 @@ def info() -> dict[str, Any]:
     """A description of this installation.
 
     Keys: ``autodiff`` (bool), ``enzyme_version``, ``enzyme_plugin`` (path),
-    ``llvm_version``, ``offload_devices`` (list of dicts with name, platform, type,
-    memory; or a string saying why none can be listed), and ``reason`` (why AD is
-    unavailable, or None).
+    ``llvm_version``, ``vector_math`` (the vector math library derivatives may call:
+    ``"libmvec"``, or None), ``offload_devices`` (list of dicts with name, platform,
+    type, memory; or a string saying why none can be listed), and ``reason`` (why AD
+    is unavailable, or None).
     """
     native = _state.native
     return {
@@ -37,6 +38,7 @@ def info() -> dict[str, Any]:
         "enzyme_version": ENZYME_VERSION if native is not None else None,
         "enzyme_plugin": native.plugin_path() if native is not None else None,
         "llvm_version": native.llvm_version if native is not None else None,
+        "vector_math": (native.host()[3] or None) if native is not None else None,
         "offload_devices": _offload_devices(),
         "reason": _state.unavailable_reason,
     }
