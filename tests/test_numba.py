@@ -194,6 +194,39 @@ def test_numba_exceptions_surface_as_python_exceptions():
         dd(1.0, 0.0, 1.0)
 
 
+@numba.njit
+def checked_sum(x, limit):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    if s > limit:
+        raise OverflowError("sum above the limit")
+    if s < 0.5:
+        raise ValueError("sum below one half")
+    return s
+
+
+def test_concurrent_calls_that_raise_each_report_their_own_exception():
+    # Numba's exception info is written into each call's own slot: threads
+    # running the derivative at once (the GIL is released) never swap details.
+    from concurrent.futures import ThreadPoolExecutor
+
+    df = ez.autodiff(checked_sum, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    big, small = np.full(200_000, 2.0), np.full(3, 0.1)
+
+    def call(x):
+        try:
+            df(x, np.zeros_like(x), 1000.0, 1.0)
+        except (OverflowError, ValueError) as exc:
+            return type(exc)
+        return None
+
+    inputs = [big, small] * 100
+    with ThreadPoolExecutor(4) as pool:
+        kinds = list(pool.map(call, inputs))
+    assert kinds == [OverflowError, ValueError] * 100
+
+
 def test_activity_errors_name_python_parameters():
     with pytest.raises(
         ez.ActivityError, match=r"parameter 2 \('n'\) of 'weighted_sin' is an integer"

@@ -254,32 +254,28 @@ def _specialize(
         )
     ret_param = None if ret_llvm == "void" else _scalar_param(restype, "return")
     slot_type = retptr_type[:-1]
-    excinfo_pointee = excinfo_type[:-1]
     signature_text.append("i64* %errors")
     lines = [
         f"define {ret_llvm} @{WRAPPER}({', '.join(signature_text)}) {{",
         "entry:",
         f"  %result = alloca {slot_type}",
         f"  store {slot_type} zeroinitializer, {slot_type}* %result",
-        f"  store {excinfo_pointee} null, {excinfo_type} @__enzyme_py_excinfo",
+        # Numba writes its exception info pointer into errors[1]: a slot per call,
+        # so concurrent calls that raise never see each other's details.
+        "  %errors1 = getelementptr i64, i64* %errors, i64 1",
+        "  store i64 0, i64* %errors1",
+        f"  %excinfo = bitcast i64* %errors1 to {excinfo_type}",
         *body,
         f"  %status = call i32 @{fndesc.mangled_name}({retptr_type} %result, "
-        f"{excinfo_type} @__enzyme_py_excinfo, {', '.join(call_args)})",
+        f"{excinfo_type} %excinfo, {', '.join(call_args)})",
         "  %status64 = sext i32 %status to i64",
         "  store i64 %status64, i64* %errors",
-        f"  %exc = load {excinfo_pointee}, {excinfo_type} @__enzyme_py_excinfo",
-        f"  %excaddr = ptrtoint {excinfo_pointee} %exc to i64",
-        "  %errors1 = getelementptr i64, i64* %errors, i64 1",
-        "  store i64 %excaddr, i64* %errors1",
     ]
     if ret_llvm == "void":
         lines.append("  ret void")
     else:
         lines += [f"  %value = load {ret_llvm}, {ret_llvm}* %result", f"  ret {ret_llvm} %value"]
     lines.append("}")
-    lines.append(
-        f"@__enzyme_py_excinfo = internal global {excinfo_pointee} null, !enzyme_inactive !{{}}"
-    )
 
     _define_runtime_symbols()
     numba_ir = _without_reference_counting(cres.library.get_llvm_str())
