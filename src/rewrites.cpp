@@ -119,9 +119,29 @@ void route_tape_to_arena(LLVMModuleRef mod) {
   LLVMValueRef malloc_fn = LLVMGetNamedFunction(mod, "malloc");
   LLVMValueRef free_fn = LLVMGetNamedFunction(mod, "free");
   LLVMValueRef realloc_fn = LLVMGetNamedFunction(mod, "realloc");
-  auto replacement = [mod](LLVMValueRef original, const char *name) {
+  auto replacement = [mod, ctx](LLVMValueRef original, const char *name) {
     LLVMValueRef f = LLVMGetNamedFunction(mod, name);
-    return f ? f : LLVMAddFunction(mod, name, LLVMGlobalGetValueType(original));
+    if (f) return f;
+    f = LLVMAddFunction(mod, name, LLVMGlobalGetValueType(original));
+    // What malloc's declaration tells the optimizer, and what lets it hoist
+    // loads of cached pointers out of loops that write through them: a block
+    // is a new object, its address is never kept, and these functions touch
+    // only memory the program cannot reach (block headers, chunk lists).
+    auto add = [ctx](LLVMValueRef fn, LLVMAttributeIndex at, const char *attr) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(attr, std::strlen(attr));
+      LLVMAddAttributeAtIndex(fn, at, LLVMCreateEnumAttribute(ctx, kind, 0));
+    };
+    add(f, LLVMAttributeFunctionIndex, "nounwind");
+    add(f, LLVMAttributeFunctionIndex, "willreturn");
+    if (std::strcmp(name, kTapeAlloc) == 0) {
+      add(f, LLVMAttributeReturnIndex, "noalias");
+      add(f, LLVMAttributeFunctionIndex, "inaccessiblememonly");
+    } else {
+      add(f, 1, "nocapture");
+      add(f, LLVMAttributeFunctionIndex, "inaccessiblemem_or_argmemonly");
+      if (std::strcmp(name, kTapeRealloc) == 0) add(f, LLVMAttributeReturnIndex, "noalias");
+    }
+    return f;
   };
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     if (LLVMIsDeclaration(fn)) continue;
