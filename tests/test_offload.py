@@ -55,17 +55,23 @@ def test_numba_kernel_launch(threads):
     np.testing.assert_allclose(out, np.sin(x) * x, rtol=1e-15)
 
 
-def test_reverse_kernel_accumulates_atomically():
+@pytest.mark.parametrize("threads", [4, 1])
+def test_reverse_kernel_accumulates_atomically(threads):
+    # Many indices write the same shadow entry: atomic adds on several threads,
+    # plain adds (a derivative built without atomics) on one.
     k = ez.offload.kernel(gather_square)
     dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated)
     n = 20_000
-    idx = np.arange(n, dtype=np.int64) % 3  # many indices write the same shadow entry
+    idx = np.arange(n, dtype=np.int64) % 3
     x = np.array([1.0, 2.0, 3.0])
     dx, out, dout = np.zeros(3), np.zeros(n), np.ones(n)
-    dk.launch(n, idx, x, dx, out, dout, threads=4)
+    dk.launch(n, idx, x, dx, out, dout, threads=threads)
     counts = np.bincount(idx, minlength=3)
     np.testing.assert_allclose(dx, 2 * x * counts, rtol=1e-12)
     np.testing.assert_allclose(out, x[idx] ** 2)
+    (launcher,) = dk._launchers.values()
+    atomics = "atomicrmw" in launcher.inspect_llvm(optimized=True)
+    assert atomics is (threads > 1), "one thread runs the derivative without atomic adds"
 
 
 def test_forward_kernel_equals_cpu_derivative():
