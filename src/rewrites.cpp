@@ -190,16 +190,11 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   LLVMContextRef ctx = LLVMGetModuleContext(mod);
   const unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
   const unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
-  static const char *rule_kinds[] = {"enzyme_augment", "enzyme_gradient", "enzyme_derivative"};
+  // Only definitions are inlined; custom rules (attached later, by the engine)
+  // are for the external functions these call, which stay calls.
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     if (LLVMIsDeclaration(fn) || LLVMGetLinkage(fn) != LLVMLinkOnceODRLinkage) continue;
     if (LLVMGetEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never)) continue;
-    bool has_rule = false;  // a custom derivative applies to calls of it
-    for (const char *kind : rule_kinds) {
-      unsigned id = LLVMGetMDKindIDInContext(ctx, kind, static_cast<unsigned>(std::strlen(kind)));
-      has_rule = has_rule || LLVMGetMetadata(fn, id);
-    }
-    if (has_rule) continue;
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                             LLVMCreateEnumAttribute(ctx, always, 0));
   }

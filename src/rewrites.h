@@ -29,7 +29,8 @@ void compute_nrt_data_pointers(LLVMModuleRef mod);
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module: compute_nrt_data_pointers, then the
-// functions Numba links in (linkonce_odr: callees, library code) inlined, and
+// functions Numba links in (linkonce_odr: callees, library code; not those
+// marked noinline, such as NRT_incref) inlined, and
 // kSimplifyPasses (loop-invariant loads hoisted, which Enzyme then caches once
 // per loop instead of once per iteration, and loop exits made computable, so
 // Enzyme sizes its caches once instead of growing them).
