@@ -181,11 +181,7 @@ class Tape {
     current_ = 0;
   }
 
-  size_t in_use() const {
-    size_t n = 0;
-    for (const TapeChunk &c : chunks_) n += c.top;
-    return n;
-  }
+  size_t in_use() const { return used_; }
 
   size_t reserved() const {
     size_t n = 0;

@@ -15,8 +15,6 @@ bool starts_with(const char *text, size_t length, const char *prefix) {
   return length >= n && std::memcmp(text, prefix, n) == 0;
 }
 
-}  // namespace
-
 // Numba reads a temporary's data pointer from its header, so LLVM (and Enzyme,
 // which asks LLVM) cannot tell two temporaries apart: a store to one may change
 // any other, and Enzyme caches every value read from them, even loop-invariant
@@ -84,8 +82,6 @@ void compute_nrt_data_pointers(LLVMModuleRef mod) {
   for (LLVMValueRef load : dead) LLVMInstructionEraseFromParent(load);
   LLVMDisposeBuilder(b);
 }
-
-namespace {
 
 // Whether `bb` is part of Enzyme's __enzyme_exponentialallocation: the
 // function itself, or the block of it that Enzyme inlined (it branches to

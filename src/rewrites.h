@@ -19,21 +19,19 @@ class HostJit;
 // no memory attributes into Enzyme.
 void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
 
-// Loads of a Numba temporary's data pointer from its MemInfo header become the
-// constant offset enzyme_py's arena puts the data at, from the (noalias)
-// allocation call: LLVM and Enzyme then know temporaries do not alias.
-void compute_nrt_data_pointers(LLVMModuleRef mod);
-
 // The pass pipeline simplify_for_enzyme runs (no unrolling, no vectorisation:
 // those make Enzyme cache more).
 extern const char *const kSimplifyPasses;
 
-// For Numba code, once per module: compute_nrt_data_pointers, then the
-// functions Numba links in (linkonce_odr: callees, library code; not those
-// marked noinline, such as NRT_incref) inlined, and
-// kSimplifyPasses (loop-invariant loads hoisted, which Enzyme then caches once
-// per loop instead of once per iteration, and loop exits made computable, so
-// Enzyme sizes its caches once instead of growing them).
+// For Numba code, once per module:
+// - loads of a temporary's data pointer from its MemInfo header become the
+//   constant offset enzyme_py's arena puts the data at, from the (noalias)
+//   allocation call: LLVM and Enzyme then know temporaries do not alias;
+// - the functions Numba links in (linkonce_odr: callees, library code; not
+//   those marked noinline, such as NRT_incref) are inlined;
+// - kSimplifyPasses run: loop-invariant loads hoisted (Enzyme then caches them
+//   once per loop instead of once per iteration) and loop exits made
+//   computable (Enzyme sizes its caches once instead of growing them).
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
 
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
