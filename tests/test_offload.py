@@ -7,6 +7,8 @@ import pytest
 
 import enzyme_py as ez
 
+from ir_kernels import HORNER
+
 numba = pytest.importorskip("numba")
 pytestmark = pytest.mark.needs_enzyme
 
@@ -200,33 +202,6 @@ def test_ptx_of_kernel_with_host_only_calls_is_refused():
 
     with pytest.raises(RuntimeError, match="do not exist on the GPU: .*NRT_MemInfo_alloc"):
         ez.offload.kernel(with_temporary).ptx(np.zeros(2), np.zeros(2))
-
-
-# horner(i, x, c, m, out): out[i] = c[0] x^(m-1) + ... + c[m-1], by Horner's rule. Its
-# reverse needs the partial sums of the loop: a tape per index (malloc; on a GPU the
-# device heap).
-HORNER = """
-define void @horner(i64 %i, double* %x, double* %c, i64 %m, double* %out) {
-entry:
-  %px = getelementptr double, double* %x, i64 %i
-  %xi = load double, double* %px
-  br label %loop
-loop:
-  %j = phi i64 [0, %entry], [%j1, %loop]
-  %s = phi double [0.0, %entry], [%s1, %loop]
-  %pc = getelementptr double, double* %c, i64 %j
-  %cj = load double, double* %pc
-  %sx = fmul double %s, %xi
-  %s1 = fadd double %sx, %cj
-  %j1 = add i64 %j, 1
-  %done = icmp eq i64 %j1, %m
-  br i1 %done, label %exit, label %loop
-exit:
-  %po = getelementptr double, double* %out, i64 %i
-  store double %s1, double* %po
-  ret void
-}
-"""
 
 
 def test_reverse_kernel_whose_body_loops_keeps_a_tape_per_index():

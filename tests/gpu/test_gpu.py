@@ -12,6 +12,8 @@ import pytest
 
 import enzyme_py as ez
 
+from ir_kernels import HORNER  # tests/, on the path through its conftest.py
+
 pytestmark = pytest.mark.needs_enzyme
 
 
@@ -51,31 +53,6 @@ define void @gather(i64 %i, i64* %idx, double* %x, double* %out) {
   %r = fmul double %v, %v
   %po = getelementptr double, double* %out, i64 %i
   store double %r, double* %po
-  ret void
-}
-"""
-
-# horner(i, x, c, m, out): Horner's rule over c; its reverse keeps a tape per index
-# (the loop's partial sums), which on the GPU comes from the device heap (malloc).
-HORNER = """
-define void @horner(i64 %i, double* %x, double* %c, i64 %m, double* %out) {
-entry:
-  %px = getelementptr double, double* %x, i64 %i
-  %xi = load double, double* %px
-  br label %loop
-loop:
-  %j = phi i64 [0, %entry], [%j1, %loop]
-  %s = phi double [0.0, %entry], [%s1, %loop]
-  %pc = getelementptr double, double* %c, i64 %j
-  %cj = load double, double* %pc
-  %sx = fmul double %s, %xi
-  %s1 = fadd double %sx, %cj
-  %j1 = add i64 %j, 1
-  %done = icmp eq i64 %j1, %m
-  br i1 %done, label %exit, label %loop
-exit:
-  %po = getelementptr double, double* %out, i64 %i
-  store double %s1, double* %po
   ret void
 }
 """
