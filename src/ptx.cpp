@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <llvm-c/BitReader.h>
@@ -26,28 +27,23 @@ namespace {
 
 const char *const kTriple = "nvptx64-nvidia-cuda";
 
-// libm names and LLVM intrinsics NVPTX cannot lower -> libdevice.
+// LLVM intrinsics NVPTX cannot lower -> libdevice. (sqrt, fabs, fma, floor, ceil,
+// trunc, rint, minnum and maxnum it lowers to instructions.)
 struct MathName {
   const char *from;
   const char *to;
 };
-const MathName kMath[] = {
-    {"sin", "__nv_sin"},       {"cos", "__nv_cos"},       {"tan", "__nv_tan"},
-    {"exp", "__nv_exp"},       {"log", "__nv_log"},       {"pow", "__nv_pow"},
-    {"tanh", "__nv_tanh"},     {"sinh", "__nv_sinh"},     {"cosh", "__nv_cosh"},
-    {"atan", "__nv_atan"},     {"atan2", "__nv_atan2"},   {"asin", "__nv_asin"},
-    {"acos", "__nv_acos"},     {"log1p", "__nv_log1p"},   {"expm1", "__nv_expm1"},
-    {"log10", "__nv_log10"},   {"log2", "__nv_log2"},     {"exp2", "__nv_exp2"},
-    {"erf", "__nv_erf"},       {"cbrt", "__nv_cbrt"},     {"hypot", "__nv_hypot"},
-    {"sinf", "__nv_sinf"},     {"cosf", "__nv_cosf"},     {"expf", "__nv_expf"},
-    {"logf", "__nv_logf"},     {"powf", "__nv_powf"},     {"tanhf", "__nv_tanhf"},
+const MathName kIntrinsics[] = {
     {"llvm.sin.f64", "__nv_sin"},   {"llvm.cos.f64", "__nv_cos"},
     {"llvm.exp.f64", "__nv_exp"},   {"llvm.log.f64", "__nv_log"},
     {"llvm.pow.f64", "__nv_pow"},   {"llvm.log10.f64", "__nv_log10"},
     {"llvm.log2.f64", "__nv_log2"}, {"llvm.exp2.f64", "__nv_exp2"},
+    {"llvm.round.f64", "__nv_round"},
     {"llvm.sin.f32", "__nv_sinf"},  {"llvm.cos.f32", "__nv_cosf"},
     {"llvm.exp.f32", "__nv_expf"},  {"llvm.log.f32", "__nv_logf"},
-    {"llvm.pow.f32", "__nv_powf"},
+    {"llvm.pow.f32", "__nv_powf"},  {"llvm.log10.f32", "__nv_log10f"},
+    {"llvm.log2.f32", "__nv_log2f"}, {"llvm.exp2.f32", "__nv_exp2f"},
+    {"llvm.round.f32", "__nv_roundf"},
 };
 
 std::string take(char *msg) {
@@ -72,14 +68,31 @@ void strip_host_attributes(LLVMModuleRef mod) {
   }
 }
 
-void route_math_to_libdevice(LLVMModuleRef mod) {
-  for (const MathName &m : kMath) {
+void redirect(LLVMModuleRef mod, LLVMValueRef fn, const std::string &to) {
+  LLVMValueRef target = LLVMGetNamedFunction(mod, to.c_str());
+  if (!target) target = LLVMAddFunction(mod, to.c_str(), LLVMGlobalGetValueType(fn));
+  LLVMReplaceAllUsesWith(fn, target);
+}
+
+// Math the kernel calls -> libdevice: the intrinsics above, and every C library
+// function libdevice implements as __nv_<name> (sqrt, fabs, exp, sinf, ...).
+void route_math_to_libdevice(LLVMModuleRef mod, LLVMModuleRef libdevice) {
+  for (const MathName &m : kIntrinsics) {
     LLVMValueRef fn = LLVMGetNamedFunction(mod, m.from);
-    if (!fn || !LLVMIsDeclaration(fn)) continue;
-    LLVMValueRef target = LLVMGetNamedFunction(mod, m.to);
-    if (!target) target = LLVMAddFunction(mod, m.to, LLVMGlobalGetValueType(fn));
-    LLVMReplaceAllUsesWith(fn, target);
+    if (fn && LLVMIsDeclaration(fn)) redirect(mod, fn, m.to);
   }
+  std::vector<std::pair<LLVMValueRef, std::string>> found;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    size_t len = 0;
+    const char *name = LLVMGetValueName2(fn, &len);
+    std::string n(name, len);
+    if (!LLVMIsDeclaration(fn) || n.rfind("llvm.", 0) == 0 || n.rfind("__nv_", 0) == 0) {
+      continue;
+    }
+    LLVMValueRef device = LLVMGetNamedFunction(libdevice, ("__nv_" + n).c_str());
+    if (device && !LLVMIsDeclaration(device)) found.emplace_back(fn, "__nv_" + n);
+  }
+  for (const auto &[fn, to] : found) redirect(mod, fn, to);
 }
 
 void mark_kernel(LLVMContextRef ctx, LLVMModuleRef mod, LLVMValueRef kernel) {
@@ -126,22 +139,22 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
   LLVMSetTarget(mod, kTriple);
   LLVMSetDataLayout(mod, layout_text.c_str());
   strip_host_attributes(mod);
-  route_math_to_libdevice(mod);
 
   if (!libdevice_path.empty()) {
     LLVMMemoryBufferRef bc = nullptr;
     if (LLVMCreateMemoryBufferWithContentsOfFile(libdevice_path.c_str(), &bc, &error)) {
       throw std::runtime_error("cannot read libdevice " + libdevice_path + ": " + take(error));
     }
-    LLVMModuleRef libdevice = nullptr;
-    bool failed = LLVMParseBitcodeInContext2(ctx, bc, &libdevice);
+    ModuleOwner libdevice;
+    bool failed = LLVMParseBitcodeInContext2(ctx, bc, &libdevice.mod);
     LLVMDisposeMemoryBuffer(bc);
     if (failed) throw std::runtime_error("libdevice does not parse: " + libdevice_path);
-    LLVMSetTarget(libdevice, kTriple);
-    LLVMSetDataLayout(libdevice, layout_text.c_str());
-    if (LLVMLinkModules2(mod, libdevice)) {  // consumes libdevice
-      throw std::runtime_error("linking libdevice failed");
-    }
+    LLVMSetTarget(libdevice.mod, kTriple);
+    LLVMSetDataLayout(libdevice.mod, layout_text.c_str());
+    route_math_to_libdevice(mod, libdevice.mod);
+    LLVMModuleRef linked = libdevice.mod;
+    libdevice.mod = nullptr;  // the linker consumes it
+    if (LLVMLinkModules2(mod, linked)) throw std::runtime_error("linking libdevice failed");
   }
 
   LLVMValueRef entry = LLVMGetNamedFunction(mod, kernel.c_str());

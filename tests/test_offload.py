@@ -149,11 +149,11 @@ def test_in_place_kernel_with_overlapping_arrays():
 
 
 def _ptxas_available():
-    import shutil
-
-    return shutil.which("ptxas") is not None or __import__("os").path.isfile(
-        "/usr/local/cuda/bin/ptxas"
-    )
+    try:
+        ez.offload._ptxas()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _device_kernels():
@@ -191,6 +191,39 @@ def test_ptx_for_every_test_kernel_and_assembled_by_ptxas():
         if _ptxas_available():
             cubin = k.cubin(*args, arch="sm_90")
             assert cubin[:4] == b"\x7fELF", name
+
+
+# libm functions and intrinsics NVPTX cannot lower come from libdevice.
+MATH = """
+declare double @fmod(double, double)
+declare double @cbrt(double)
+declare float @llvm.exp2.f32(float)
+declare double @llvm.round.f64(double)
+define void @math(i64 %i, double* %x, float* %y) {
+  %px = getelementptr double, double* %x, i64 %i
+  %v = load double, double* %px
+  %a = call double @fmod(double %v, double 3.0)
+  %b = call double @cbrt(double %a)
+  %c = call double @llvm.round.f64(double %b)
+  store double %c, double* %px
+  %py = getelementptr float, float* %y, i64 %i
+  %w = load float, float* %py
+  %e = call float @llvm.exp2.f32(float %w)
+  store float %e, float* %py
+  ret void
+}
+"""
+
+
+def test_math_calls_come_from_libdevice():
+    if not ez.offload._libdevice():
+        pytest.skip("no libdevice here (the CUDA toolkit or the cuda extra has it)")
+    k = ez.offload.kernel(ez.llvm_ir(MATH, "math"))
+    ptx = k.ptx(np.zeros(2), np.zeros(2, np.float32))
+    for name in ("fmod", "cbrt", "llvm.exp2", "llvm.round", "__nv_"):
+        assert f"{name}" not in ptx.replace("__enzyme_py_kernel", ""), name  # all inlined
+    if _ptxas_available():
+        assert k.cubin(np.zeros(2), np.zeros(2, np.float32))[:4] == b"\x7fELF"
 
 
 def test_ptx_of_kernel_with_host_only_calls_is_refused():

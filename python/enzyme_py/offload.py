@@ -11,12 +11,13 @@ the body is compiled to PTX by LLVM 15's NVPTX backend (with libdevice), one ind
 GPU thread, assembled by ``ptxas`` when it is installed. A reverse kernel whose body
 loops keeps a tape per index; on a GPU it comes from CUDA's device heap, which
 enzyme_py asks liboffload to make 256 MiB (``LIBOMPTARGET_HEAP_SIZE``, unless set).
-The GPU path has not yet run on a real GPU (``tests/gpu/run_device_checks.sh``).
+The GPU path is tested against a simulated CUDA driver (tests/gpu/simulator.py) under
+liboffload's real CUDA plugin; its PTX has not yet run on a real GPU
+(``tests/gpu/run_device_checks.sh``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -154,9 +155,12 @@ class DeviceArray:
         self._open, self._data, self._address = False, None, 0
 
     def __del__(self) -> None:
-        # At interpreter shutdown there may be nothing left to free with.
-        with contextlib.suppress(Exception):
+        # At interpreter shutdown module globals (contextlib, the native module) may
+        # already be gone: nothing here may need them, and nothing may raise.
+        try:  # noqa: SIM105 - contextlib.suppress is one of the globals that may be gone
             self.close()
+        except Exception:
+            pass
 
     def __enter__(self) -> DeviceArray:
         return self
@@ -344,22 +348,42 @@ def _gpu_arch() -> str:
     return os.environ.get("ENZYME_PY_GPU_ARCH", "sm_90")
 
 
+def _from_nvcc_wheel(relative: str) -> str:
+    """A file of NVIDIA's ``nvidia-cuda-nvcc-cu12`` wheel (ptxas, libdevice: the
+    ``cuda`` extra), or "" when it is not installed."""
+    from importlib import metadata
+
+    try:
+        found = metadata.distribution("nvidia-cuda-nvcc-cu12").locate_file(
+            f"nvidia/cuda_nvcc/{relative}"
+        )
+    except metadata.PackageNotFoundError:
+        return ""
+    return str(found) if os.path.isfile(str(found)) else ""
+
+
 def _libdevice() -> str:
     """CUDA's libdevice bitcode (math functions for the GPU), or "" if not found."""
     candidates = [os.environ.get("ENZYME_PY_LIBDEVICE", "")]
     candidates += [
         "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
         "/usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc",
+        _from_nvcc_wheel("nvvm/libdevice/libdevice.10.bc"),
     ]
     return next((c for c in candidates if c and os.path.isfile(c)), "")
 
 
 def _ptxas() -> str:
-    found = shutil.which("ptxas") or (
-        "/usr/local/cuda/bin/ptxas" if os.path.isfile("/usr/local/cuda/bin/ptxas") else None
+    found = (
+        shutil.which("ptxas")
+        or ("/usr/local/cuda/bin/ptxas" if os.path.isfile("/usr/local/cuda/bin/ptxas") else "")
+        or _from_nvcc_wheel("bin/ptxas")
     )
     if not found:
-        raise RuntimeError("CUDA's ptxas is needed to assemble PTX and was not found")
+        raise RuntimeError(
+            "CUDA's ptxas is needed to assemble PTX and was not found (install the CUDA "
+            "toolkit, or enzyme_py's cuda extra: pip install 'enzyme_py[cuda]')"
+        )
     return found
 
 
@@ -475,10 +499,18 @@ class Kernel:
         kernel = self._gpu_kernels.get(key)
         if kernel is None:
             try:
-                image = self.cubin(*like, arch=_gpu_arch())
+                image, what = self.cubin(*like, arch=_gpu_arch()), f"a cubin for {_gpu_arch()}"
             except RuntimeError:  # no ptxas here: the driver takes PTX as well
-                image = self.ptx(*like).encode() + b"\0"
-            kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
+                image, what = self.ptx(*like).encode() + b"\0", "PTX"
+            try:
+                kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
+            except RuntimeError as error:
+                raise RuntimeError(
+                    f"{device.name} did not load kernel {self.name} ({what}): {error}. "
+                    "A cubin runs only on GPUs of the architecture it was built for: set "
+                    "ENZYME_PY_GPU_ARCH to the GPU's (sm_90 for H100/H200, sm_80 for "
+                    "A100)."
+                ) from error
             self._gpu_kernels[key] = kernel
         info = next(i for i in per_index.module.functions() if i["name"] == per_index.name)
         temporaries: list[tuple[DeviceArray, np.ndarray | None]] = []

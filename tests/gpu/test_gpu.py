@@ -12,7 +12,10 @@ import pytest
 
 import enzyme_py as ez
 
+import simulator  # beside this file: plays the GPU under the simulated driver, else idle
 from ir_kernels import HORNER  # tests/, on the path through its conftest.py
+
+simulator.connect()
 
 pytestmark = pytest.mark.needs_enzyme
 

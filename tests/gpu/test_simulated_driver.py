@@ -1,0 +1,218 @@
+"""The GPU path against the simulated CUDA driver (simulator.py): what liboffload's CUDA
+plugin and enzyme_py do with a GPU, checked on machines without one. Skipped unless
+these tests run under the simulator (tests/test_simulated_gpu.py starts them so)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+import simulator
+
+SIMULATOR = simulator.connect()
+
+pytestmark = [
+    pytest.mark.needs_enzyme,
+    pytest.mark.skipif(SIMULATOR is None, reason="runs under the simulated CUDA driver"),
+]
+
+# scaled(i, k, x, a, out): out[i] = a * k * x[i], x float32. The kernel's parameters
+# (n, k, x, a, out) are 8, 4, 8, 4 and 8 bytes: the buffer has padding before x and
+# before out, which a wrong layout would misplace.
+SCALED = """
+define void @scaled(i64 %i, i32 %k, float* %x, float %a, double* %out) {
+  %px = getelementptr float, float* %x, i64 %i
+  %v = load float, float* %px
+  %kf = sitofp i32 %k to float
+  %ak = fmul float %a, %kf
+  %r = fmul float %ak, %v
+  %rd = fpext float %r to double
+  %po = getelementptr double, double* %out, i64 %i
+  store double %rd, double* %po
+  ret void
+}
+"""
+
+
+def gpu():
+    return next(d for d in ez.offload.devices() if d.is_gpu)
+
+
+def test_liboffload_lists_the_simulated_gpu_as_the_default_device():
+    device = gpu()
+    assert (device.name, device.platform, device.type) == ("Simulated H200", "cuda", "gpu")
+    assert device.memory == 150 << 30
+    assert device.can_launch
+    assert ez.offload.default_device() == device
+
+
+def test_the_device_heap_is_sized_for_tapes():
+    gpu()  # liboffload starts its plugins here
+    assert SIMULATOR.heap_limit() == 256 << 20
+
+
+def test_a_heap_size_the_user_set_is_kept():
+    code = (
+        "import enzyme_py as ez, simulator\n"
+        "sim = simulator.connect()\n"
+        "ez.offload.devices()\n"
+        "print(sim.heap_limit())\n"
+    )
+    env = {**os.environ, "LIBOMPTARGET_HEAP_SIZE": str(64 << 20)}
+    here = os.path.dirname(__file__)
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.split()[-1] == str(64 << 20)
+
+
+@pytest.mark.parametrize("n", [1, 255, 1000])
+def test_parameters_with_padding_and_a_partial_last_block(n):
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    x = np.linspace(-1, 1, n).astype(np.float32)
+    out = np.full(n, np.nan)
+    k.launch(n, 3, x, np.float32(0.5), out, device=gpu())
+    np.testing.assert_allclose(out, 1.5 * x.astype(np.float64), rtol=1e-6)
+
+
+def test_reverse_kernel_with_padding():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Const, ez.Duplicated)
+    n = 777
+    x = np.linspace(-1, 1, n).astype(np.float32)
+    dx = np.zeros(n, np.float32)
+    out, dout = np.zeros(n), np.linspace(1, 2, n)
+    dk.launch(n, 3, x, dx, np.float32(0.5), out, dout, device=gpu())
+    np.testing.assert_allclose(dx, 1.5 * np.linspace(1, 2, n), rtol=1e-6)
+    np.testing.assert_array_equal(dout, 0)  # the adjoint of a store clears its shadow
+
+
+def test_numba_kernel_with_shapes_and_errors():
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def body(i, x, out):
+        if x[i] < 0:
+            raise ValueError("negative")
+        out[i] = np.sqrt(x[i]) * x.shape[0]
+
+    k = ez.offload.kernel(body)
+    x, out = np.linspace(0, 4, 300), np.zeros(300)
+    k.launch(300, x, out, device=gpu())
+    np.testing.assert_allclose(out, np.sqrt(x) * 300)
+    x[17] = -1
+    with pytest.raises(RuntimeError, match="kernel body failed with status 1 on Simulated H200"):
+        k.launch(300, x, out, device=gpu())
+
+
+def test_numba_reverse_kernel():
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def body(i, x, out):
+        out[i] = np.sin(x[i]) * x[(i + 1) % x.shape[0]]
+
+    dk = ez.autodiff(ez.offload.kernel(body), ez.Reverse, ez.Duplicated, ez.Duplicated)
+    n = 500
+    x = np.linspace(0, 2, n)
+    dx, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
+    dk.launch(n, x, dx, out, dout, device=gpu())
+    expected = np.cos(x) * np.roll(x, -1) + np.roll(np.sin(x), 1)
+    np.testing.assert_allclose(dx, expected, rtol=1e-12)
+
+
+def test_device_arrays_are_not_copied_by_launches():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    n = 4096
+    x = np.linspace(0, 1, n).astype(np.float32)
+    with ez.offload.to_device(x, gpu()) as dx, ez.offload.to_device(np.zeros(n), gpu()) as do:
+        before = SIMULATOR.bytes_copied()
+        k.launch(n, 2, dx, np.float32(1.0), do, device=gpu())
+        assert SIMULATOR.bytes_copied() == before
+        np.testing.assert_allclose(do.to_host(), 2 * x, rtol=1e-6)
+
+
+def test_host_arrays_go_to_the_device_and_back():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    n = 4096
+    x, out = np.linspace(0, 1, n).astype(np.float32), np.zeros(n)
+    to_device, to_host = SIMULATOR.bytes_copied()
+    k.launch(n, 2, x, np.float32(1.0), out, device=gpu())
+    sent, received = SIMULATOR.bytes_copied()
+    assert sent - to_device == x.nbytes + out.nbytes
+    assert received - to_host >= out.nbytes
+    np.testing.assert_allclose(out, 2 * x, rtol=1e-6)
+
+
+def test_device_memory_is_freed_when_closed_or_collected():
+    big = np.zeros(4 << 20)  # past liboffload's pool of small allocations
+    live = SIMULATOR.live_allocations()
+    array = ez.offload.to_device(big, gpu())
+    assert SIMULATOR.live_allocations() == live + 1
+    array.close()
+    assert SIMULATOR.live_allocations() == live
+    with pytest.raises(ValueError, match="freed"):
+        array.to_host()
+    array = ez.offload.to_device(big, gpu())
+    del array
+    assert SIMULATOR.live_allocations() == live
+
+
+def test_a_failed_launch_raises_and_the_next_one_runs():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    x, out = np.ones(64, np.float32), np.zeros(64)
+    SIMULATOR.fail_next_launch(719)  # CUDA_ERROR_LAUNCH_FAILED
+    with pytest.raises(RuntimeError, match="olLaunchKernel failed.*error 719"):
+        k.launch(64, 1, x, np.float32(1.0), out, device=gpu())
+    k.launch(64, 1, x, np.float32(1.0), out, device=gpu())
+    np.testing.assert_array_equal(out, 1.0)
+
+
+def test_a_cubin_for_another_architecture_is_refused_with_advice(monkeypatch):
+    monkeypatch.setenv("ENZYME_PY_GPU_ARCH", "sm_89")
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    try:
+        k.cubin(1, np.ones(1, np.float32), np.float32(1.0), np.zeros(1), arch="sm_89")
+    except RuntimeError:
+        pytest.skip("no ptxas here: images are PTX")
+    with pytest.raises(RuntimeError, match="a cubin for sm_89.*ENZYME_PY_GPU_ARCH"):
+        k.launch(4, 1, np.ones(4, np.float32), np.float32(1.0), np.zeros(4), device=gpu())
+
+
+def test_ptx_is_loaded_where_ptxas_is_missing(monkeypatch):
+    from enzyme_py import offload
+
+    def no_ptxas():
+        raise RuntimeError("CUDA's ptxas is needed to assemble PTX and was not found")
+
+    monkeypatch.setattr(offload, "_ptxas", no_ptxas)
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    n = 300
+    x, out = np.linspace(0, 1, n).astype(np.float32), np.zeros(n)
+    launches = SIMULATOR.launches()
+    k.launch(n, 4, x, np.float32(0.25), out, device=gpu())
+    assert SIMULATOR.launches() == launches + 1
+    np.testing.assert_allclose(out, x, rtol=1e-6)
+
+
+def test_device_arrays_alive_at_exit_are_freed_quietly():
+    code = (
+        "import numpy as np, enzyme_py as ez, simulator\n"
+        "simulator.connect()\n"
+        "gpu = next(d for d in ez.offload.devices() if d.is_gpu)\n"
+        "kept = ez.offload.to_device(np.zeros(4 << 20), gpu)\n"
+        "closed = ez.offload.to_device(np.zeros(10), gpu)\n"
+        "closed.close()\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr
