@@ -26,3 +26,20 @@ exit:
   ret void
 }
 """
+
+# scaled(i, k, x, a, out): out[i] = a * k * x[i], x float32. The kernel's parameters
+# (n, k, x, a, out) are 8, 4, 8, 4 and 8 bytes: the buffer has padding before x and
+# before out, which a wrong layout would misplace.
+SCALED = """
+define void @scaled(i64 %i, i32 %k, float* %x, float %a, double* %out) {
+  %px = getelementptr float, float* %x, i64 %i
+  %v = load float, float* %px
+  %kf = sitofp i32 %k to float
+  %ak = fmul float %a, %kf
+  %r = fmul float %ak, %v
+  %rd = fpext float %r to double
+  %po = getelementptr double, double* %out, i64 %i
+  store double %rd, double* %po
+  ret void
+}
+"""

@@ -13,7 +13,7 @@ import pytest
 import enzyme_py as ez
 
 import simulator  # beside this file: plays the GPU under the simulated driver, else idle
-from ir_kernels import HORNER  # tests/, on the path through its conftest.py
+from ir_kernels import HORNER, SCALED  # tests/, on the path through its conftest.py
 
 simulator.connect()
 
@@ -132,3 +132,38 @@ def test_reverse_kernel_with_a_tape_on_the_device_heap_matches_cpu():
         results[device.name] = (dx, dc)
     np.testing.assert_allclose(results[GPUS[0].name][0], results["cpu"][0], rtol=1e-12)
     np.testing.assert_allclose(results[GPUS[0].name][1], results["cpu"][1], rtol=1e-9, atol=1e-9)
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [1, 255, 1000])
+def test_parameters_with_padding_and_a_partial_last_block(n):
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    x = np.linspace(-1, 1, n).astype(np.float32)
+    out = np.full(n, np.nan)
+    k.launch(n, 3, x, np.float32(0.5), out, device=GPUS[0])
+    np.testing.assert_allclose(out, 1.5 * x.astype(np.float64), rtol=1e-6)
+
+
+@needs_gpu
+def test_reverse_kernel_with_padding():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Const, ez.Duplicated)
+    n = 777
+    x = np.linspace(-1, 1, n).astype(np.float32)
+    dx = np.zeros(n, np.float32)
+    out, dout = np.zeros(n), np.linspace(1, 2, n)
+    dk.launch(n, 3, x, dx, np.float32(0.5), out, dout, device=GPUS[0])
+    np.testing.assert_allclose(dx, 1.5 * np.linspace(1, 2, n), rtol=1e-6)
+    np.testing.assert_array_equal(dout, 0)  # the adjoint of a store clears its shadow
+
+
+@needs_gpu
+def test_forward_kernel_matches_the_analytic_derivative():
+    k = ez.offload.kernel(ez.llvm_ir(BODY, "body"))
+    dk = ez.autodiff(k, ez.Forward, ez.Dual, ez.Dual)
+    n = 10_000
+    x = np.linspace(0, 3, n)
+    dx, out, dout = np.ones(n), np.zeros(n), np.zeros(n)
+    dk.launch(n, x, dx, out, dout, device=GPUS[0])
+    np.testing.assert_allclose(out, x * x * np.sin(x), rtol=1e-13)
+    np.testing.assert_allclose(dout, 2 * x * np.sin(x) + x * x * np.cos(x), rtol=1e-12, atol=1e-14)

@@ -12,6 +12,7 @@ import pytest
 import enzyme_py as ez
 
 import simulator
+from ir_kernels import SCALED  # tests/, on the path through its conftest.py
 
 SIMULATOR = simulator.connect()
 
@@ -19,23 +20,6 @@ pytestmark = [
     pytest.mark.needs_enzyme,
     pytest.mark.skipif(SIMULATOR is None, reason="runs under the simulated CUDA driver"),
 ]
-
-# scaled(i, k, x, a, out): out[i] = a * k * x[i], x float32. The kernel's parameters
-# (n, k, x, a, out) are 8, 4, 8, 4 and 8 bytes: the buffer has padding before x and
-# before out, which a wrong layout would misplace.
-SCALED = """
-define void @scaled(i64 %i, i32 %k, float* %x, float %a, double* %out) {
-  %px = getelementptr float, float* %x, i64 %i
-  %v = load float, float* %px
-  %kf = sitofp i32 %k to float
-  %ak = fmul float %a, %kf
-  %r = fmul float %ak, %v
-  %rd = fpext float %r to double
-  %po = getelementptr double, double* %out, i64 %i
-  store double %rd, double* %po
-  ret void
-}
-"""
 
 
 def gpu():
@@ -69,27 +53,6 @@ def test_a_heap_size_the_user_set_is_kept():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.split()[-1] == str(64 << 20)
-
-
-@pytest.mark.parametrize("n", [1, 255, 1000])
-def test_parameters_with_padding_and_a_partial_last_block(n):
-    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
-    x = np.linspace(-1, 1, n).astype(np.float32)
-    out = np.full(n, np.nan)
-    k.launch(n, 3, x, np.float32(0.5), out, device=gpu())
-    np.testing.assert_allclose(out, 1.5 * x.astype(np.float64), rtol=1e-6)
-
-
-def test_reverse_kernel_with_padding():
-    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
-    dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Const, ez.Duplicated)
-    n = 777
-    x = np.linspace(-1, 1, n).astype(np.float32)
-    dx = np.zeros(n, np.float32)
-    out, dout = np.zeros(n), np.linspace(1, 2, n)
-    dk.launch(n, 3, x, dx, np.float32(0.5), out, dout, device=gpu())
-    np.testing.assert_allclose(dx, 1.5 * np.linspace(1, 2, n), rtol=1e-6)
-    np.testing.assert_array_equal(dout, 0)  # the adjoint of a store clears its shadow
 
 
 def test_numba_kernel_with_shapes_and_errors():
