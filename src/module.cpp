@@ -265,6 +265,14 @@ PYBIND11_MODULE(_native, m) {
       py::arg("ir_text"), py::arg("kernel"), py::arg("libdevice_path"), py::arg("cpu"),
       "PTX for the kernel `kernel` of the module in `ir_text` (NVPTX backend).");
 
+  m.def(
+      "read_only_params",
+      [](const std::string &ir_text, const std::string &function) {
+        return read_only_params(the_engine().context(), ir_text, function);
+      },
+      py::arg("ir_text"), py::arg("function"),
+      "Per parameter of `function`: whether it provably writes nothing through it.");
+
   m.def("gpu_alloc", &gpu_alloc, py::arg("device"), py::arg("bytes"));
   m.def("gpu_free", &gpu_free, py::arg("address"));
   m.def(

@@ -206,4 +206,38 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
   return ptx;
 }
 
+std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
+                                   const std::string &function) {
+  ModuleOwner work;
+  char *error = nullptr;
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
+  if (LLVMParseIRInContext(ctx, buffer, &work.mod, &error)) {
+    throw std::runtime_error("kernel IR does not parse: " + take(error));
+  }
+  LLVMValueRef fn = LLVMGetNamedFunction(work.mod, function.c_str());
+  if (!fn || LLVMIsDeclaration(fn)) {
+    throw std::runtime_error("no function named '" + function + "' in the module");
+  }
+  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+  LLVMErrorRef err = LLVMRunPasses(work.mod, "function(sroa,early-cse),cgscc(function-attrs)",
+                                   nullptr, options);
+  LLVMDisposePassBuilderOptions(options);
+  if (err) {
+    char *msg = LLVMGetErrorMessage(err);
+    std::string text = msg;
+    LLVMDisposeErrorMessage(msg);
+    throw std::runtime_error("inferring the kernel's attributes: " + text);
+  }
+  const unsigned readonly = LLVMGetEnumAttributeKindForName("readonly", 8);
+  const unsigned readnone = LLVMGetEnumAttributeKindForName("readnone", 8);
+  std::vector<bool> result;
+  for (unsigned k = 0, n = LLVMCountParams(fn); k < n; ++k) {
+    const unsigned index = k + 1;  // attribute index 0 is the return value
+    result.push_back(LLVMGetEnumAttributeAtIndex(fn, index, readonly) != nullptr ||
+                     LLVMGetEnumAttributeAtIndex(fn, index, readnone) != nullptr);
+  }
+  return result;
+}
+
 }  // namespace enzyme_py

@@ -226,6 +226,31 @@ def test_math_calls_come_from_libdevice():
         assert k.cubin(np.zeros(2), np.zeros(2, np.float32))[:4] == b"\x7fELF"
 
 
+READ_WRITE = """
+declare void @opaque(double*)
+define void @rw(i64 %i, double* %a, double* %b, double* %c, double* %d) {
+  %pa = getelementptr double, double* %a, i64 %i
+  %va = load double, double* %pa
+  %pb = getelementptr double, double* %b, i64 %i
+  store double %va, double* %pb
+  %pc = getelementptr double, double* %c, i64 %i
+  %vc = load double, double* %pc
+  %w = fadd double %vc, 1.0
+  store double %w, double* %pc
+  call void @opaque(double* %d)
+  ret void
+}
+"""
+
+
+def test_read_only_parameters_are_inferred():
+    # a is only read; b written; c read and written; d goes to a function nobody can see
+    from enzyme_py import _state
+
+    flags = _state.native.read_only_params(READ_WRITE, "rw")
+    assert flags == [False, True, False, False, False]  # the index: not a pointer
+
+
 def test_ptx_of_kernel_with_host_only_calls_is_refused():
     @numba.njit
     def with_temporary(i, x, out):

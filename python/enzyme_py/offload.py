@@ -395,6 +395,7 @@ class Kernel:
         self._derivative_of = derivative_of  # (mode, activities, options) of a derivative
         self._launchers: dict[Any, Any] = {}
         self._gpu_kernels: dict[Any, int] = {}
+        self._read_only: dict[Any, list[bool]] = {}
 
     @property
     def name(self) -> str:
@@ -492,7 +493,8 @@ class Kernel:
             future.result()
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
-        """One index per GPU thread. Host arrays are copied to the device and back."""
+        """One index per GPU thread. Host arrays are copied to the device, and back
+        unless the body provably does not write them."""
         like = tuple(np.empty(a.shape, a.dtype) if isinstance(a, DeviceArray) else a for a in args)
         per_index = self._per_index_for(like)
         key = (device.index, *_launch_key(like))
@@ -512,6 +514,11 @@ class Kernel:
                     "A100)."
                 ) from error
             self._gpu_kernels[key] = kernel
+            # Arrays the body cannot write need not come back from the device.
+            self._read_only[key] = _state.native.read_only_params(
+                per_index.module.ir(), per_index.name
+            )
+        read_only = self._read_only[key]
         info = next(i for i in per_index.module.functions() if i["name"] == per_index.name)
         temporaries: list[tuple[DeviceArray, np.ndarray | None]] = []
         try:
@@ -541,7 +548,7 @@ class Kernel:
                         on_device = arg
                     else:
                         on_device = DeviceArray(np.asarray(arg), device)
-                        temporaries.append((on_device, arg))
+                        temporaries.append((on_device, None if read_only[k] else arg))
                     arrays[k] = on_device
                     values.append(("ptr", on_device.address))
                 else:
@@ -551,7 +558,7 @@ class Kernel:
                 device.index, kernel, _pack(values), max(1, -(-n // group)), group
             )
             for on_device, host in temporaries:
-                if host is not None and host.flags.writeable:  # kernels may write any array
+                if host is not None and host.flags.writeable:
                     host[...] = on_device.to_host()
             if errors is not None:
                 status = int(errors.to_host()[0])

@@ -167,3 +167,27 @@ def test_forward_kernel_matches_the_analytic_derivative():
     dk.launch(n, x, dx, out, dout, device=GPUS[0])
     np.testing.assert_allclose(out, x * x * np.sin(x), rtol=1e-13)
     np.testing.assert_allclose(dout, 2 * x * np.sin(x) + x * x * np.cos(x), rtol=1e-12, atol=1e-14)
+
+
+# twice(i, x): x[i] = 2 x[i], in place
+TWICE = """
+define void @twice(i64 %i, double* %x) {
+  %p = getelementptr double, double* %x, i64 %i
+  %v = load double, double* %p
+  %r = fmul double %v, 2.0
+  store double %r, double* %p
+  ret void
+}
+"""
+
+
+@needs_gpu
+def test_host_arrays_the_kernel_writes_come_back_and_read_only_ones_stay():
+    x = np.linspace(0, 1, 3000)
+    ez.offload.kernel(ez.llvm_ir(TWICE, "twice")).launch(3000, x, device=GPUS[0])
+    np.testing.assert_array_equal(x, 2 * np.linspace(0, 1, 3000))
+    k = ez.offload.kernel(ez.llvm_ir(BODY, "body"))
+    x.flags.writeable = False  # a read-only input is never written back
+    out = np.zeros(3000)
+    k.launch(3000, x, out, device=GPUS[0])
+    np.testing.assert_allclose(out, x * x * np.sin(x), rtol=1e-13)
