@@ -41,8 +41,8 @@ def test_gpu_tests_pass_against_the_simulated_driver(tmp_path):
     assert proc.returncode == 0, report
     passed = re.search(r"(\d+) passed", report)
     assert passed and int(passed.group(1)) >= 20, report
-    # Only a test that needs ptxas may skip (where it is not installed); the tests of
+    # Only the tests that need ptxas may skip (where it is not installed); the tests of
     # test_gpu.py must all have found the simulated GPU.
     skips = re.findall(r"SKIPPED \[\d+\] (\S+)", report)
     assert all("test_simulated_driver.py" in s for s in skips), report
-    assert len(skips) <= 1, report
+    assert len(skips) <= 2, report

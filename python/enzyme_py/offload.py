@@ -501,9 +501,11 @@ class Kernel:
         kernel = self._gpu_kernels.get(key)
         if kernel is None:
             try:
-                image, what = self.cubin(*like, arch=_gpu_arch()), f"a cubin for {_gpu_arch()}"
-            except RuntimeError:  # no ptxas here: the driver takes PTX as well
+                _ptxas()
+            except RuntimeError:  # no ptxas here: the driver compiles PTX itself
                 image, what = self.ptx(*like).encode() + b"\0", "PTX"
+            else:  # ptxas's own errors are the user's to see
+                image, what = self.cubin(*like, arch=_gpu_arch()), f"a cubin for {_gpu_arch()}"
             try:
                 kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
             except RuntimeError as error:

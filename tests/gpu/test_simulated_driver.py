@@ -147,6 +147,17 @@ def test_a_cubin_for_another_architecture_is_refused_with_advice(monkeypatch):
         k.launch(4, 1, np.ones(4, np.float32), np.float32(1.0), np.zeros(4), device=gpu())
 
 
+def test_an_error_of_ptxas_is_reported_not_papered_over_with_ptx(monkeypatch):
+    try:
+        ez.offload._ptxas()
+    except RuntimeError:
+        pytest.skip("no ptxas here")
+    monkeypatch.setenv("ENZYME_PY_GPU_ARCH", "sm_1")  # no such architecture
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    with pytest.raises(RuntimeError, match="ptxas failed for scaled"):
+        k.launch(4, 1, np.ones(4, np.float32), np.float32(1.0), np.zeros(4), device=gpu())
+
+
 def test_ptx_is_loaded_where_ptxas_is_missing(monkeypatch):
     from enzyme_py import offload
 
