@@ -35,6 +35,7 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
         "fit_scipy.py",
         "check_and_pickle.py",
         "custom_rule.py",
+        "offload_kernel.py",
         "torch_bridge.py",
         "jax_bridge.py",
     ],

@@ -190,3 +190,14 @@ def test_device_arrays_alive_at_exit_are_freed_quietly():
     )
     assert out.returncode == 0, out.stderr
     assert "Exception ignored" not in out.stderr, out.stderr
+
+
+def test_the_offload_example_runs_on_the_gpu(capsys):
+    pytest.importorskip("numba")
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "offload_kernel.py"
+    runpy.run_path(str(example), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "device: Simulated H200" in printed and "OK" in printed
