@@ -65,7 +65,6 @@ static struct {
   size_t size;
 } allocations[MAX_ALLOCATIONS];
 static int allocation_count;
-static long long total_allocations, total_frees;
 static long long bytes_to_device, bytes_to_host;
 
 static size_t limits[8];
@@ -98,8 +97,6 @@ EXPORT void sim_fail_next_launch(int result) { next_launch_result = result; }
 EXPORT long long sim_launches(void) { return launches; }
 EXPORT size_t sim_limit(int which) { return which >= 0 && which < 8 ? limits[which] : 0; }
 EXPORT int sim_live_allocations(void) { return allocation_count; }
-EXPORT long long sim_total_allocations(void) { return total_allocations; }
-EXPORT long long sim_total_frees(void) { return total_frees; }
 EXPORT long long sim_bytes_to_device(void) { return bytes_to_device; }
 EXPORT long long sim_bytes_to_host(void) { return bytes_to_host; }
 
@@ -132,7 +129,6 @@ static CUresult allocate(CUdeviceptr *out, size_t bytes) {
   allocations[allocation_count].base = (uintptr_t)memory;
   allocations[allocation_count].size = bytes;
   ++allocation_count;
-  ++total_allocations;
   pthread_mutex_unlock(&lock);
   *out = (CUdeviceptr)(uintptr_t)memory;
   return kSuccess;
@@ -143,7 +139,6 @@ static CUresult release(CUdeviceptr address) {
   for (int k = 0; k < allocation_count; ++k) {
     if (allocations[k].base == (uintptr_t)address) {
       allocations[k] = allocations[--allocation_count];
-      ++total_frees;
       pthread_mutex_unlock(&lock);
       free((void *)(uintptr_t)address);
       return kSuccess;
@@ -474,8 +469,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t s, const void *desc, size_t
   return kNotSupported;
 }
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
-  (void)prop, (void)option;
-  *g = 2u << 20;
+  (void)g, (void)prop, (void)option;
   return kNotSupported;
 }
 
