@@ -2,16 +2,18 @@
 
 Usage::
 
-    python benchmarks/offload_stencil.py [--quick] [--out DIR]
+    python benchmarks/offload_stencil.py [--quick] [--out DIR] [--body numba|ir]
 
 The kernel is one explicit step of the 1-D heat equation per index,
 ``out[i] = u[i] + r (u[i-1] - 2 u[i] + u[i+1])`` (ends fixed), written as a Numba
-``body(i, u, out, r)``; its reverse derivative (``ez.autodiff(k, ez.Reverse, ...)``:
-Duplicated u and out, atomic accumulation into du) is launched over n = 2^22 indices
-on the CPU device with one thread and with all cores, and on each CUDA GPU when there
-is one (the transfer of host arrays is timed apart from the launch on device arrays).
-Median of at least 5 runs after a warm-up. Results go to ``offload_stencil.json`` /
-``.md`` in ``--out`` (default ``benchmarks/results/``). No timing is asserted.
+``body(i, u, out, r)`` (or, with ``--body ir``, the same body in LLVM IR taking n as a
+last argument, for machines whose Numba enzyme_py cannot read). Its reverse derivative
+(``ez.autodiff(k, ez.Reverse, ...)``: Duplicated u and out, atomic accumulation into
+du) is launched over n = 2^22 indices on the CPU device with one thread and with all
+cores, and on each CUDA GPU when there is one (the transfer of host arrays is timed
+apart from the launch on device arrays). Median of at least 5 runs after a warm-up.
+Results go to ``offload_stencil.json`` / ``.md`` in ``--out`` (default
+``benchmarks/results/``). No timing is asserted.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
 import enzyme_py as ez
@@ -34,7 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import median_time
 
 
-@numba.njit
 def heat_step(i, u, out, r):
     n = u.shape[0]
     if i == 0 or i == n - 1:
@@ -43,20 +43,60 @@ def heat_step(i, u, out, r):
         out[i] = u[i] + r * (u[i - 1] - 2.0 * u[i] + u[i + 1])
 
 
+HEAT_STEP_IR = """
+define void @heat_step(i64 %i, double* %u, double* %out, double %r, i64 %n) {
+entry:
+  %pu = getelementptr double, double* %u, i64 %i
+  %ui = load double, double* %pu
+  %po = getelementptr double, double* %out, i64 %i
+  %first = icmp eq i64 %i, 0
+  %last_index = add i64 %n, -1
+  %last = icmp eq i64 %i, %last_index
+  %end = or i1 %first, %last
+  br i1 %end, label %fixed, label %inner
+fixed:
+  store double %ui, double* %po
+  ret void
+inner:
+  %pl = getelementptr double, double* %u, i64 -1
+  %pl_i = getelementptr double, double* %pl, i64 %i
+  %ul = load double, double* %pl_i
+  %pr = getelementptr double, double* %pu, i64 1
+  %ur = load double, double* %pr
+  %twice = fmul double %ui, 2.0
+  %a = fsub double %ul, %twice
+  %lap = fadd double %a, %ur
+  %step = fmul double %r, %lap
+  %new = fadd double %ui, %step
+  store double %new, double* %po
+  ret void
+}
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--body", choices=["numba", "ir"], default="numba")
     args = parser.parse_args(argv)
     n = 4096 if args.quick else 1 << 22
     repeats = 3 if args.quick else 7
     u = np.random.default_rng(0).random(n)
-    kernel = ez.offload.kernel(heat_step)
-    reverse = ez.autodiff(kernel, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+    if args.body == "numba":
+        import numba
+
+        kernel = ez.offload.kernel(numba.njit(heat_step))
+        reverse = ez.autodiff(kernel, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+        extra: tuple[int, ...] = ()
+    else:
+        kernel = ez.offload.kernel(ez.llvm_ir(HEAT_STEP_IR, "heat_step"))
+        reverse = ez.autodiff(kernel, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Const)
+        extra = (n,)
 
     def run(device: Any, threads: int | None = None, arrays: Any = None) -> None:
         du, out, dout = arrays or (np.zeros(n), np.zeros(n), np.ones(n))
-        reverse.launch(n, u, du, out, dout, 0.25, device=device, threads=threads)
+        reverse.launch(n, u, du, out, dout, 0.25, *extra, device=device, threads=threads)
 
     rows = [
         {
@@ -71,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     # Check: with dout = 1, du[j] sums column j of the step's Jacobian; away from the
     # ends that is r + (1 - 2r) + r = 1.
     du, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
-    reverse.launch(n, u, du, out, dout, 0.25)
+    reverse.launch(n, u, du, out, dout, 0.25, *extra)  # on the default device
     error = float(np.max(np.abs(du[2:-2] - 1.0)))
     for gpu in [d for d in ez.offload.devices() if d.is_gpu and d.can_launch]:
         rows.append(
@@ -85,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
 
         def device_only(g: Any = gpu, a: Any = on_device) -> None:
-            reverse.launch(n, a[0], a[1], a[2], a[3], 0.25, device=g)
+            reverse.launch(n, a[0], a[1], a[2], a[3], 0.25, *extra, device=g)
 
         rows.append(
             {"device": f"{gpu.name} (device arrays)", "launch_s": median_time(device_only, repeats)}
@@ -96,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "n": n,
         "quick": args.quick,
+        "body": args.body,
         "check_error": error,
     }
     out_dir = Path(args.out)
@@ -104,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "rows": rows}, indent=2)
     )
     lines = [
-        f"Reverse derivative of one heat-equation step, n = {n}, {meta['date']}, "
+        f"Reverse derivative of one heat-equation step ({args.body} body), n = {n}, "
+        f"{meta['date']}, "
         f"{meta['cpus']} CPUs; max |du - 1| in the interior: {error:.1e}",
         "",
         "| device | launch |",

@@ -104,11 +104,18 @@ def test_numba_gradients_benchmark_quick(tmp_path):
         assert row["primal_s"] > 0 and row["gradient_s"] > 0
 
 
-def test_offload_stencil_benchmark_quick(tmp_path):
+@pytest.mark.parametrize("body", ["numba", "ir"])
+def test_offload_stencil_benchmark_quick(tmp_path, body):
     proc = run_script(
-        str(ROOT / "benchmarks" / "offload_stencil.py"), "--quick", "--out", str(tmp_path)
+        str(ROOT / "benchmarks" / "offload_stencil.py"),
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--body",
+        body,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"({body} body)" in proc.stdout
     results = json.loads((tmp_path / "offload_stencil.json").read_text())
     assert results["meta"]["check_error"] < 1e-12  # the derivative kernel is right
     devices = [row["device"] for row in results["rows"]]
