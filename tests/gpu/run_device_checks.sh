@@ -72,5 +72,5 @@ grep -E "^(PASSED|FAILED|SKIPPED|ERROR)" "$out/gpu_checks.txt" || true
 # body: the device's Numba may be newer than the LLVM 15 IR enzyme_py reads.
 echo "== benchmarks/offload_stencil.py --body ir =="
 timeout 300 "$PYTHON" benchmarks/offload_stencil.py --body ir --out "$out" 2>&1 | tail -n 25 \
-  || echo "(the benchmark did not run to the end)"
+  || echo "(the benchmark failed or its check did not pass: see above)"
 exit "$status"
