@@ -95,6 +95,30 @@ void route_math_to_libdevice(LLVMModuleRef mod, LLVMModuleRef libdevice) {
   for (const auto &[fn, to] : found) redirect(mod, fn, to);
 }
 
+// Parses `ir_text` into `owner`; throws std::runtime_error with LLVM's message.
+void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &owner) {
+  char *error = nullptr;
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
+  if (LLVMParseIRInContext(ctx, buffer, &owner.mod, &error)) {  // consumes the buffer
+    throw std::runtime_error("kernel IR does not parse: " + take(error));
+  }
+}
+
+// Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
+void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
+                const char *what) {
+  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+  LLVMErrorRef err = LLVMRunPasses(mod, passes, machine, options);
+  LLVMDisposePassBuilderOptions(options);
+  if (err) {
+    char *msg = LLVMGetErrorMessage(err);
+    std::string text = msg;
+    LLVMDisposeErrorMessage(msg);
+    throw std::runtime_error(std::string(what) + ": " + text);
+  }
+}
+
 void mark_kernel(LLVMContextRef ctx, LLVMModuleRef mod, LLVMValueRef kernel) {
   LLVMValueRef ops[] = {
       kernel,
@@ -114,13 +138,9 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
   LLVMInitializeNVPTXAsmPrinter();
 
   ModuleOwner work;
-  char *error = nullptr;
-  LLVMMemoryBufferRef buffer =
-      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
-  if (LLVMParseIRInContext(ctx, buffer, &work.mod, &error)) {
-    throw std::runtime_error("kernel IR does not parse: " + take(error));
-  }
+  parse_kernel(ctx, ir_text, work);
   LLVMModuleRef mod = work.mod;
+  char *error = nullptr;
 
   LLVMTargetRef target = nullptr;
   if (LLVMGetTargetFromTriple(kTriple, &target, &error)) {
@@ -169,16 +189,8 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
   }
   mark_kernel(ctx, mod, entry);
 
-  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
-  LLVMErrorRef err =
-      LLVMRunPasses(mod, "function(nvvm-reflect),default<O2>", machine, options);
-  LLVMDisposePassBuilderOptions(options);
-  if (err) {
-    char *msg = LLVMGetErrorMessage(err);
-    std::string text = msg;
-    LLVMDisposeErrorMessage(msg);
-    throw std::runtime_error("optimizing the kernel for NVPTX: " + text);
-  }
+  run_passes(mod, "function(nvvm-reflect),default<O2>", machine,
+             "optimizing the kernel for NVPTX");
   // Anything still external and undefined cannot run on the device, except
   // the device heap of CUDA's runtime: what Enzyme's tape of a derivative
   // whose body has a loop is allocated from (ptxas resolves malloc and free).
@@ -209,26 +221,13 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
 std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
                                    const std::string &function) {
   ModuleOwner work;
-  char *error = nullptr;
-  LLVMMemoryBufferRef buffer =
-      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
-  if (LLVMParseIRInContext(ctx, buffer, &work.mod, &error)) {
-    throw std::runtime_error("kernel IR does not parse: " + take(error));
-  }
+  parse_kernel(ctx, ir_text, work);
   LLVMValueRef fn = LLVMGetNamedFunction(work.mod, function.c_str());
   if (!fn || LLVMIsDeclaration(fn)) {
     throw std::runtime_error("no function named '" + function + "' in the module");
   }
-  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
-  LLVMErrorRef err = LLVMRunPasses(work.mod, "function(sroa,early-cse),cgscc(function-attrs)",
-                                   nullptr, options);
-  LLVMDisposePassBuilderOptions(options);
-  if (err) {
-    char *msg = LLVMGetErrorMessage(err);
-    std::string text = msg;
-    LLVMDisposeErrorMessage(msg);
-    throw std::runtime_error("inferring the kernel's attributes: " + text);
-  }
+  run_passes(work.mod, "function(sroa,early-cse),cgscc(function-attrs)", nullptr,
+             "inferring the kernel's attributes");
   const unsigned readonly = LLVMGetEnumAttributeKindForName("readonly", 8);
   const unsigned readnone = LLVMGetEnumAttributeKindForName("readnone", 8);
   std::vector<bool> result;
