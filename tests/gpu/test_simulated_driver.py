@@ -26,6 +26,16 @@ def gpu():
     return next(d for d in ez.offload.devices() if d.is_gpu)
 
 
+def run_under_the_simulator(code, **env):
+    """Runs `code` in a fresh interpreter under the simulated driver (it inherits the
+    driver's environment); `simulator` is importable there."""
+    full = {**os.environ, **env}
+    full["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), full.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, check=False
+    )
+
+
 def test_liboffload_lists_the_simulated_gpu_as_the_default_device():
     device = gpu()
     assert (device.name, device.platform, device.type) == ("Simulated H200", "cuda", "gpu")
@@ -46,12 +56,8 @@ def test_a_heap_size_the_user_set_is_kept():
         "ez.offload.devices()\n"
         "print(sim.heap_limit())\n"
     )
-    env = {**os.environ, "LIBOMPTARGET_HEAP_SIZE": str(64 << 20)}
-    here = os.path.dirname(__file__)
-    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    )
+    out = run_under_the_simulator(code, LIBOMPTARGET_HEAP_SIZE=str(64 << 20))
+    assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == str(64 << 20)
 
 
@@ -183,11 +189,7 @@ def test_device_arrays_alive_at_exit_are_freed_quietly():
         "closed = ez.offload.to_device(np.zeros(10), gpu)\n"
         "closed.close()\n"
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
-    )
+    out = run_under_the_simulator(code)
     assert out.returncode == 0, out.stderr
     assert "Exception ignored" not in out.stderr, out.stderr
 
