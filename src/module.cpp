@@ -313,6 +313,7 @@ PYBIND11_MODULE(_native, m) {
       entry["platform"] = d.platform;
       entry["type"] = d.type;
       entry["memory"] = d.memory;
+      entry["uid"] = d.uid;
       out.append(entry);
     }
     return out;

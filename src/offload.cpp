@@ -120,6 +120,7 @@ bool collect(ol_device_handle_t device, void *user) {
   auto &c = *static_cast<Collector *>(user);
   OffloadDevice d;
   d.name = device_string(*c.api, device, OL_DEVICE_INFO_NAME);
+  d.uid = device_string(*c.api, device, OL_DEVICE_INFO_UID);
   ol_device_type_t type = OL_DEVICE_TYPE_DEFAULT;
   if (c.api->GetDeviceInfo(device, OL_DEVICE_INFO_TYPE, sizeof type, &type) == nullptr) {
     d.type = type_name(type);

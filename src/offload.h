@@ -12,6 +12,7 @@ struct OffloadDevice {
   std::string platform;  // "cuda", "amdgpu", "host", "level_zero", "unknown"
   std::string type;      // "gpu", "cpu", "host"
   uint64_t memory = 0;   // global memory in bytes, 0 when unknown
+  std::string uid;       // "CUDA-<UUID in hex>" for CUDA devices: the driver's own key
 };
 
 // Devices liboffload reports. Throws std::runtime_error when liboffload cannot

@@ -48,13 +48,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Device:
-    """A device: name, platform (cpu, cuda, amdgpu), type (cpu, gpu), memory in bytes."""
+    """A device: name, platform (cpu, cuda, amdgpu), type (cpu, gpu), memory in bytes;
+    for a CUDA GPU also its architecture as ptxas names it ("sm_90"), read from the
+    driver ("" where it could not be read)."""
 
     name: str
     platform: str
     type: str
     memory: int
     index: int = -1  # position in liboffload's device list (-1: enzyme_py's CPU device)
+    uid: str = ""  # liboffload's device UID ("CUDA-<uuid>")
+    arch: str = ""
 
     @property
     def can_launch(self) -> bool:
@@ -83,7 +87,13 @@ def devices() -> list[Device]:
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.devices"))
     found = [Device(**d, index=i) for i, d in enumerate(_state.native.offload_devices())]
-    return [CPU, *(d for d in found if d.type == "gpu")]
+    gpus = [d for d in found if d.type == "gpu"]
+    if any(d.platform == "cuda" for d in gpus):
+        from enzyme_py import _cuda_driver
+
+        arch = _cuda_driver.architectures()
+        gpus = [replace(d, arch=arch.get(d.uid, "")) if d.platform == "cuda" else d for d in gpus]
+    return [CPU, *gpus]
 
 
 def default_device() -> Device:
@@ -343,9 +353,24 @@ def _pack(values: list[tuple[str, Any]]) -> bytes:
     return bytes(out)
 
 
-def _gpu_arch() -> str:
-    """The ptxas target for launches (ENZYME_PY_GPU_ARCH, default sm_90: H100/H200)."""
-    return os.environ.get("ENZYME_PY_GPU_ARCH", "sm_90")
+def _gpu_arch(device: Device) -> str:
+    """The ptxas target for launches on ``device``: ENZYME_PY_GPU_ARCH when set, else
+    the architecture the driver reports, else sm_90 (H100/H200)."""
+    return os.environ.get("ENZYME_PY_GPU_ARCH") or device.arch or "sm_90"
+
+
+#: The newest target LLVM 15's NVPTX backend knows; ptxas and the driver take its PTX
+#: to newer GPUs.
+_NEWEST_PTX_TARGET = 86
+
+
+def _ptx_target(arch: str) -> str:
+    """The PTX target for a GPU of ``arch``: the GPU's own, up to what LLVM 15 knows."""
+    try:
+        number = int(arch.removeprefix("sm_"))
+    except ValueError:
+        return arch  # not a number: let ptxas name the problem
+    return f"sm_{min(number, _NEWEST_PTX_TARGET)}"
 
 
 def _from_nvcc_wheel(relative: str) -> str:
@@ -500,20 +525,24 @@ class Kernel:
         key = (device.index, *_launch_key(like))
         kernel = self._gpu_kernels.get(key)
         if kernel is None:
+            arch = _gpu_arch(device)
             try:
                 _ptxas()
             except RuntimeError:  # no ptxas here: the driver compiles PTX itself
-                image, what = self.ptx(*like).encode() + b"\0", "PTX"
+                image = self.ptx(*like, arch=_ptx_target(arch)).encode() + b"\0"
+                what = f"PTX for {_ptx_target(arch)}"
             else:  # ptxas's own errors are the user's to see
-                image, what = self.cubin(*like, arch=_gpu_arch()), f"a cubin for {_gpu_arch()}"
+                image, what = self.cubin(*like, arch=arch), f"a cubin for {arch}"
             try:
                 kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
             except RuntimeError as error:
+                reported = device.arch or "not readable from the driver"
                 raise RuntimeError(
                     f"{device.name} did not load kernel {self.name} ({what}): {error}. "
-                    "A cubin runs only on GPUs of the architecture it was built for: set "
-                    "ENZYME_PY_GPU_ARCH to the GPU's (sm_90 for H100/H200, sm_80 for "
-                    "A100)."
+                    f"The GPU's architecture: {reported}. A cubin runs only on GPUs of the "
+                    "architecture it was built for: set ENZYME_PY_GPU_ARCH to the GPU's "
+                    "(sm_90 for H100/H200, sm_80 for A100), or unset it to use the "
+                    "driver's."
                 ) from error
             self._gpu_kernels[key] = kernel
             # Arrays the body cannot write need not come back from the device.
@@ -590,7 +619,7 @@ class Kernel:
     def cubin(self, *args: Any, arch: str = "sm_90") -> bytes:
         """The PTX assembled by CUDA's ``ptxas`` for ``arch`` (RuntimeError without it)."""
         ptxas = _ptxas()
-        ptx = self.ptx(*args)
+        ptx = self.ptx(*args, arch=_ptx_target(arch))
         with tempfile.TemporaryDirectory(prefix="enzyme_py_ptx_") as tmp:
             source = os.path.join(tmp, "kernel.ptx")
             target = os.path.join(tmp, "kernel.cubin")

@@ -165,8 +165,13 @@ static void *new_handle(void) { return calloc(1, 16); }
 
 /* ---- initialisation and devices --------------------------------------------------- */
 
+/* Compute capability 9.0 (an H200), or ENZYME_PY_SIMULATED_GPU_ARCH (e.g. 80). */
+static int device_arch = 90;
+
 EXPORT CUresult cuInit(unsigned flags) {
   TRACE("cuInit(%u)", flags);
+  const char *arch = getenv("ENZYME_PY_SIMULATED_GPU_ARCH");
+  if (arch && atoi(arch) > 0) device_arch = atoi(arch);
   initialised = 1;
   return kSuccess;
 }
@@ -215,7 +220,7 @@ EXPORT CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
   return cuMemGetInfo_v2(free_bytes, total);
 }
 
-/* CUdevice_attribute values of an H100/H200; the rest are 0. */
+/* CUdevice_attribute values of an H100/H200 (but the compute capability); the rest are 0. */
 EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
   (void)device;
   switch (attribute) {
@@ -236,8 +241,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device)
     case 37: *value = 6144; break;       /* memory bus width */
     case 39: *value = 2048; break;       /* max threads per multiprocessor */
     case 41: *value = 1; break;          /* unified addressing */
-    case 75: *value = 9; break;          /* compute capability major */
-    case 76: *value = 0; break;          /* minor */
+    case 75: *value = device_arch / 10; break; /* compute capability major */
+    case 76: *value = device_arch % 10; break; /* minor */
     default: *value = 0; break;
   }
   return kSuccess;
@@ -533,10 +538,9 @@ EXPORT CUresult cuEventSynchronize(Handle event) {
 
 /* ---- modules and kernels ---------------------------------------------------------- */
 
-/* The device is compute capability 9.0. A cubin runs only if it was built for sm_90
- * (ptxas records the target in e_flags: bits 8-15 from ELF ABI version 8 on, else the
- * low byte); PTX is compiled by the driver for any target up to sm_90. */
-static const int kDeviceArch = 90;
+/* A cubin runs only if it was built for the device's architecture (ptxas records the
+ * target in e_flags: bits 8-15 from ELF ABI version 8 on, else the low byte); PTX is
+ * compiled by the driver for any target up to the device's. */
 EXPORT CUresult cuModuleLoadDataEx(Handle *module, const void *image, unsigned options,
                                    void *option_keys, void **option_values) {
   (void)options, (void)option_keys, (void)option_values;
@@ -554,13 +558,13 @@ EXPORT CUresult cuModuleLoadDataEx(Handle *module, const void *image, unsigned o
     size = sections + (size_t)entry_size * count;
     int arch = bytes[8] >= 8 ? (int)((flags >> 8) & 0xff) : (int)(flags & 0xff);
     TRACE("cuModuleLoadDataEx(cubin for sm_%d, %zu bytes)", arch, size);
-    if (arch != kDeviceArch) return 209; /* CUDA_ERROR_NO_BINARY_FOR_GPU */
+    if (arch != device_arch) return 209; /* CUDA_ERROR_NO_BINARY_FOR_GPU */
   } else {
     size = strlen(image) + 1;
     const char *target = strstr(image, ".target sm_");
     int arch = target ? atoi(target + strlen(".target sm_")) : 0;
     TRACE("cuModuleLoadDataEx(PTX for sm_%d, %zu bytes)", arch, size);
-    if (arch == 0 || arch > kDeviceArch) return 218; /* CUDA_ERROR_INVALID_PTX */
+    if (arch == 0 || arch > device_arch) return 218; /* CUDA_ERROR_INVALID_PTX */
   }
   struct Module *m = calloc(1, sizeof *m);
   m->image = malloc(size);

@@ -44,6 +44,40 @@ def test_liboffload_lists_the_simulated_gpu_as_the_default_device():
     assert ez.offload.default_device() == device
 
 
+def test_the_gpu_architecture_is_read_from_the_driver():
+    device = gpu()
+    assert device.uid == "CUDA-" + bytes(range(0x51, 0x61)).hex()  # the simulator's UUID
+    assert device.arch == "sm_90"
+
+
+KERNEL_ON_THE_GPU = """
+import numpy as np, enzyme_py as ez, simulator
+from enzyme_py import offload
+simulator.connect()
+if {no_ptxas}:
+    def missing():
+        raise RuntimeError("no ptxas")
+    offload._ptxas = missing
+device = next(d for d in ez.offload.devices() if d.is_gpu)
+scaled = ez.offload.kernel(ez.llvm_ir({source!r}, "scaled"))
+x, out = np.arange(300, dtype=np.float32), np.zeros(300)
+scaled.launch(300, 3, x, np.float32(0.5), out, device=device)
+assert np.array_equal(out, 1.5 * x), out
+print(device.arch)
+"""
+
+
+@pytest.mark.parametrize("no_ptxas", [False, True], ids=["cubin", "ptx"])
+@pytest.mark.parametrize("arch", ["75", "80", "89"])
+def test_kernels_are_built_for_the_architecture_the_driver_reports(arch, no_ptxas):
+    # The simulated driver refuses a cubin for another architecture and PTX for a newer
+    # one, as CUDA does; PTX targets are capped at LLVM 15's newest, sm_86.
+    code = KERNEL_ON_THE_GPU.format(no_ptxas=no_ptxas, source=SCALED)
+    out = run_under_the_simulator(code, ENZYME_PY_SIMULATED_GPU_ARCH=arch, ENZYME_PY_GPU_ARCH="")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == f"sm_{arch}"
+
+
 def test_the_device_heap_is_sized_for_tapes():
     gpu()  # liboffload starts its plugins here
     assert SIMULATOR.heap_limit() == 256 << 20
