@@ -2,12 +2,13 @@
 
 Usage::
 
-    python benchmarks/offload_stencil.py [--quick] [--out DIR] [--body numba|ir]
+    python benchmarks/offload_stencil.py [--quick] [--out DIR] [--body numba|numba-unchecked|ir]
 
 The kernel is one explicit step of the 1-D heat equation per index,
 ``out[i] = u[i] + r (u[i-1] - 2 u[i] + u[i+1])`` (ends fixed), written as a Numba
-``body(i, u, out, r)`` (or, with ``--body ir``, the same body in LLVM IR taking n as a
-last argument, for machines whose Numba enzyme_py cannot read). Its reverse derivative
+``body(i, u, out, r)``, its indexing checked (``numba-unchecked``: launched with
+``boundscheck=False``), or, with ``--body ir``, the same body in LLVM IR taking n as a
+last argument, for machines whose Numba enzyme_py cannot read. Its reverse derivative
 (``ez.autodiff(k, ez.Reverse, ...)``: Duplicated u and out, atomic accumulation into
 du) is launched over n = 2^22 indices on the CPU device with one thread and with all
 cores, and on each CUDA GPU when there is one (the transfer of host arrays is timed
@@ -78,15 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    parser.add_argument("--body", choices=["numba", "ir"], default="numba")
+    parser.add_argument("--body", choices=["numba", "numba-unchecked", "ir"], default="numba")
     args = parser.parse_args(argv)
     n = 4096 if args.quick else 1 << 22
     repeats = 3 if args.quick else 7
     u = np.random.default_rng(0).random(n)
-    if args.body == "numba":
+    if args.body.startswith("numba"):
         import numba
 
-        kernel = ez.offload.kernel(numba.njit(heat_step))
+        # Kernels check a Numba body's indexing unless told not to.
+        checked = args.body == "numba"
+        kernel = ez.offload.kernel(numba.njit(heat_step), boundscheck=checked)
         reverse = ez.autodiff(kernel, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
         extra: tuple[int, ...] = ()
     else:

@@ -104,7 +104,7 @@ def test_numba_gradients_benchmark_quick(tmp_path):
         assert row["primal_s"] > 0 and row["gradient_s"] > 0
 
 
-@pytest.mark.parametrize("body", ["numba", "ir"])
+@pytest.mark.parametrize("body", ["numba", "numba-unchecked", "ir"])
 def test_offload_stencil_benchmark_quick(tmp_path, body):
     proc = run_script(
         str(ROOT / "benchmarks" / "offload_stencil.py"),

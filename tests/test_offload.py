@@ -107,6 +107,52 @@ def test_kernel_errors_surface():
         ez.offload.kernel(ez.c("void f(double *x) { x[0] = 1; }").f).launch(1, np.zeros(1))
 
 
+def inside(parent, n):
+    """The first n elements of parent: an array whose neighbours a test can watch."""
+    return parent[:n]
+
+
+@pytest.mark.parametrize("threads", [1, None])
+def test_a_launch_past_the_arrays_raises_and_writes_nothing_outside(threads):
+    x_parent, out_parent = np.arange(20.0), np.full(20, 7.0)
+    x, out = inside(x_parent, 10), inside(out_parent, 10)
+    with pytest.raises(IndexError, match="out of bounds"):
+        ez.offload.kernel(sin_x).launch(15, x, out, threads=threads)
+    np.testing.assert_array_equal(out_parent[10:], 7.0)
+
+    dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Reverse, ez.Duplicated, ez.Duplicated)
+    dx_parent = np.full(20, 7.0)
+    with pytest.raises(IndexError, match="out of bounds"):
+        dk.launch(15, x, inside(dx_parent, 10), out, np.ones(10), threads=threads)
+    np.testing.assert_array_equal(dx_parent[10:], 7.0)
+
+
+@numba.njit(boundscheck=False)
+def sin_x_unchecked(i, x, out):
+    out[i] = math.sin(x[i]) * x[i]
+
+
+@pytest.mark.parametrize(
+    "body, boundscheck",
+    [(sin_x, False), (sin_x_unchecked, None)],
+    ids=["kernel(boundscheck=False)", "njit(boundscheck=False)"],
+)
+def test_boundscheck_can_be_turned_off(body, boundscheck):
+    # Unchecked, indices past the arrays reach their neighbours (here: the parent's).
+    x_parent, out_parent = np.arange(20.0), np.zeros(20)
+    k = ez.offload.kernel(body, boundscheck=boundscheck)
+    k.launch(12, inside(x_parent, 10), inside(out_parent, 10), threads=1)
+    np.testing.assert_allclose(out_parent[:12], np.sin(x_parent[:12]) * x_parent[:12])
+
+
+def test_boundscheck_errors():
+    with pytest.raises(TypeError, match="boundscheck=True needs a Numba body"):
+        ez.offload.kernel(C.scale_exp, boundscheck=True)
+    with pytest.raises(TypeError, match="boundscheck must be True, False or None, not 'yes'"):
+        ez.offload.kernel(sin_x, boundscheck="yes")
+    ez.offload.kernel(C.scale_exp, boundscheck=False)  # unchecked already: allowed
+
+
 def test_device_arrays():
     x = np.linspace(0, 1, 16)
     with ez.offload.to_device(x) as dx:

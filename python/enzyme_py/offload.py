@@ -415,9 +415,23 @@ def _ptxas() -> str:
 class Kernel:
     """A per-index body launched over a range (see the module docstring)."""
 
-    def __init__(self, body: Any, derivative_of: tuple[Any, ...] | None = None):
+    def __init__(
+        self,
+        body: Any,
+        derivative_of: tuple[Any, ...] | None = None,
+        boundscheck: bool | None = None,
+    ):
+        from enzyme_py.frontends import numba as numba_frontend
+
         self.body = body
         self._derivative_of = derivative_of  # (mode, activities, options) of a derivative
+        self._boundscheck = boundscheck
+        # What is compiled: a Numba body with its indexing checked (see ``kernel``).
+        self._compiled = (
+            numba_frontend.with_boundscheck(body, boundscheck)
+            if numba_frontend.is_dispatcher(body)
+            else body
+        )
         self._launchers: dict[Any, Any] = {}
         self._gpu_kernels: dict[Any, int] = {}
         self._read_only: dict[Any, list[bool]] = {}
@@ -432,9 +446,9 @@ class Kernel:
         """The IRFunction to run per index, for these arguments."""
         from enzyme_py.frontends import numba as numba_frontend
 
-        if numba_frontend.is_dispatcher(self.body):
-            types = (self.body.typeof_pyval(0), *self._primal_types(args))
-            return numba_frontend.specialize(self.body, types).wrapper
+        if numba_frontend.is_dispatcher(self._compiled):
+            types = (self._compiled.typeof_pyval(0), *self._primal_types(args))
+            return numba_frontend.specialize(self._compiled, types).wrapper
         return self.body
 
     def _per_index(self, fn: Any, one_thread: bool = False) -> Any:
@@ -595,8 +609,10 @@ class Kernel:
                 status = int(errors.to_host()[0])
                 if status:
                     raise RuntimeError(
-                        f"kernel {self.name} failed with status {status} on {device.name} "
-                        "(exception details do not cross from the GPU)"
+                        f"kernel {self.name} failed with status {status} on {device.name}: "
+                        "the body raised, or indexed past an array (boundscheck). "
+                        "Exception details do not cross from the GPU: launch on "
+                        "ez.offload.CPU to see the exception."
                     )
         finally:
             for on_device, _ in temporaries:
@@ -644,16 +660,33 @@ class Kernel:
         if mode is not Reverse and mode is not Forward:
             raise TypeError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
         options = _api._Options(1, False, False, atomic_add=mode is Reverse)
-        return Kernel(self.body, (mode, tuple(activities), options))
+        # The body as compiled here (its boundscheck already settled), not recompiled.
+        return Kernel(self._compiled, (mode, tuple(activities), options), self._boundscheck)
 
     def __repr__(self) -> str:
         what = "derivative kernel" if self._derivative_of else "kernel"
         return f"<enzyme_py {what} of '{self.name}'>"
 
 
-def kernel(body: Any) -> Kernel:
+def kernel(body: Any, *, boundscheck: bool | None = None) -> Kernel:
     """A kernel from a per-index body ``body(i, *args)``: an ``@numba.njit`` function, or
-    a function of ``ez.c``/``ez.llvm_ir`` whose first parameter is a 64-bit index."""
+    a function of ``ez.c``/``ez.llvm_ir`` whose first parameter is a 64-bit index.
+
+    ``boundscheck``: a Numba body's indexing is checked against its arrays' shapes, so a
+    launch over more indices than its arrays hold raises IndexError (on a GPU: a
+    RuntimeError) instead of writing past them. On by default, unless the body was
+    compiled with ``njit(boundscheck=False)``; ``False`` trades the check for speed.
+    C and LLVM IR bodies carry no array sizes: keeping their indices inside their
+    arrays is up to them, and ``boundscheck=True`` is a TypeError."""
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.kernel"))
-    return Kernel(body)
+    from enzyme_py.frontends import numba as numba_frontend
+
+    if boundscheck is not None and not isinstance(boundscheck, bool):
+        raise TypeError(f"boundscheck must be True, False or None, not {boundscheck!r}")
+    if boundscheck and not numba_frontend.is_dispatcher(body):
+        raise TypeError(
+            "boundscheck=True needs a Numba body: a C or LLVM IR body has no array "
+            "sizes to check its indices against"
+        )
+    return Kernel(body, boundscheck=boundscheck)

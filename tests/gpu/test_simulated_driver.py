@@ -113,6 +113,18 @@ def test_numba_kernel_with_shapes_and_errors():
         k.launch(300, x, out, device=gpu())
 
 
+def test_a_launch_past_the_arrays_fails_on_the_gpu():
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def body(i, x, out):
+        out[i] = 2 * x[i]
+
+    x, out = np.ones(10), np.zeros(10)
+    with pytest.raises(RuntimeError, match="indexed past an array.*launch on ez.offload.CPU"):
+        ez.offload.kernel(body).launch(15, x, out, device=gpu())
+
+
 def test_numba_reverse_kernel():
     numba = pytest.importorskip("numba")
 

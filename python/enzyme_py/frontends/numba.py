@@ -148,6 +148,20 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     return clone.overloads[tuple(signature)]
 
 
+def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
+    """``dispatcher``, or a twin of it whose own indexing is checked as asked: ``None``
+    checks unless the dispatcher was made with ``boundscheck=False``. Functions the body
+    calls keep their own setting (Numba's flag is per function; ``NUMBA_BOUNDSCHECK``
+    overrides all)."""
+    import numba
+
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
+    wanted = options.get("boundscheck") is not False if boundscheck is None else boundscheck
+    if bool(options.get("boundscheck")) == wanted:
+        return dispatcher
+    return numba.njit(**{**options, "boundscheck": wanted})(dispatcher.py_func)
+
+
 _specialized: weakref.WeakKeyDictionary[Any, dict[Any, NumbaSignature]] = (
     weakref.WeakKeyDictionary()
 )
