@@ -153,6 +153,34 @@ def test_boundscheck_errors():
     ez.offload.kernel(C.scale_exp, boundscheck=False)  # unchecked already: allowed
 
 
+@pytest.mark.parametrize(
+    "n, args, options, error, message",
+    [
+        (3.5, 2, {}, TypeError, "n, the number of indices, must be an integer, not float"),
+        ("10", 2, {}, TypeError, "n, the number of indices, must be an integer, not str"),
+        (-1, 2, {}, ValueError, "n, the number of indices, must be 0 or more, not -1"),
+        (10, 1, {}, TypeError, r"kernel sin_x takes 2 arguments after n \(x, out\); 1 were"),
+        (10, 3, {}, TypeError, "kernel sin_x takes 2 arguments after n"),
+        (10, 2, {"threads": 0}, ValueError, "threads must be a positive integer or None, not 0"),
+        (10, 2, {"threads": "2"}, ValueError, "threads must be a positive integer"),
+        (10, 2, {"device": "cpu"}, TypeError, "device must be an ez.offload.Device"),
+    ],
+)
+def test_launch_argument_errors(n, args, options, error, message):
+    x, out = np.ones(10), np.full(10, 7.0)
+    with pytest.raises(error, match=message):
+        ez.offload.kernel(sin_x).launch(n, *(x, out, x)[:args], **options)
+    np.testing.assert_array_equal(out, 7.0)  # nothing ran
+
+
+def test_launch_argument_count_of_derivative_and_c_kernels():
+    dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Reverse, ez.Duplicated, ez.Const)
+    with pytest.raises(TypeError, match=r"3 arguments after n \(x, the shadow of x, out\)"):
+        dk.launch(4, np.ones(4), np.zeros(4), np.zeros(4), np.zeros(4))
+    with pytest.raises(TypeError, match=r"scale_exp takes 3 arguments after n \(x, out, a\)"):
+        ez.offload.kernel(C.scale_exp).launch(4, np.ones(4), np.zeros(4))
+
+
 def test_device_arrays():
     x = np.linspace(0, 1, 16)
     with ez.offload.to_device(x) as dx:

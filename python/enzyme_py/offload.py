@@ -511,13 +511,13 @@ class Kernel:
         arrays may be mixed; host arrays are used in place. A reverse kernel adds into
         its shadows atomically, except on one thread (``threads=1``), where plain adds
         are several times faster."""
+        n = self._check_launch(n, args, device, threads)
         device = device or default_device()
         _require_launchable(device)
         if device.is_gpu:
-            self._launch_gpu(int(n), args, device)
+            self._launch_gpu(n, args, device)
             return
         host_args = tuple(a.data if isinstance(a, DeviceArray) else a for a in args)
-        n = int(n)
         parts = max(1, min(threads or os.cpu_count() or 1, n))
         bounds = np.linspace(0, n, parts + 1).astype(np.int64)
         if parts == 1:
@@ -530,6 +530,63 @@ class Kernel:
         ]
         for future in futures:
             future.result()
+
+    def _argument_names(self) -> list[str] | None:
+        """What ``launch`` takes after ``n`` (None where the body does not say)."""
+        import inspect
+
+        from enzyme_py.frontends import numba as numba_frontend
+
+        if numba_frontend.is_dispatcher(self.body):
+            names = list(inspect.signature(self.body.py_func).parameters)[1:]
+        elif hasattr(self.body, "visible_params"):
+            params = [p for _, p in self.body.visible_params]
+            if not params or params[0].dtype != np.dtype(np.int64):
+                return None  # not a body: _range_driver says what is wrong
+            names = [p.name for p in params[1:]]
+        else:
+            return None
+        if self._derivative_of is None:
+            return names
+        _, activities, _ = self._derivative_of
+        if len(activities) != len(names) or not all(hasattr(a, "shadow") for a in activities):
+            return None  # the activity check names these at the first launch
+        with_shadows = []
+        for name, activity in zip(names, activities, strict=True):
+            with_shadows += [name, f"the shadow of {name}"] if activity.shadow else [name]
+        return with_shadows
+
+    def _check_launch(self, n: Any, args: tuple[Any, ...], device: Any, threads: Any) -> int:
+        """``n`` as an int, once the arguments of a launch are known to fit."""
+        import operator
+
+        try:
+            count = operator.index(n)
+        except TypeError:
+            raise TypeError(
+                f"n, the number of indices, must be an integer, not {type(n).__name__}"
+            ) from None
+        if count < 0:
+            raise ValueError(f"n, the number of indices, must be 0 or more, not {count}")
+        if device is not None and not isinstance(device, Device):
+            raise TypeError(
+                f"device must be an ez.offload.Device (ez.offload.CPU, or one of "
+                f"ez.offload.devices()), not {device!r}"
+            )
+        if threads is not None:
+            try:
+                valid = operator.index(threads) >= 1
+            except TypeError:
+                valid = False
+            if not valid:
+                raise ValueError(f"threads must be a positive integer or None, not {threads!r}")
+        names = self._argument_names()
+        if names is not None and len(args) != len(names):
+            raise TypeError(
+                f"kernel {self.name} takes {len(names)} arguments after n "
+                f"({', '.join(names)}); {len(args)} were given"
+            )
+        return count
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back

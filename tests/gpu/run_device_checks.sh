@@ -1,43 +1,32 @@
 #!/usr/bin/env bash
 # GPU checks for a lent device machine (an H200): a pass/fail table and timings.
 #
-# Here first:  bash scripts/device_pack.sh    (.device/lib: liboffload; .device/wheel:
-#                                              enzyme_py for the device's Python 3.12)
-# Then, through the device tool, two calls back to back (each part alone fits the
-# 64 MiB a call carries; the machine keeps /tmp while it is warm):
-#   run(command="bash tests/gpu/run_device_checks.sh", carry=[".device/lib"])
-#   run(command="bash tests/gpu/run_device_checks.sh", carry=[".device/wheel"])
-# Each call stages what it carries under $STAGE and runs the checks once both parts
-# are there; exit code 3 means a part is still missing (the machine was given back in
-# between: carry both again). Nothing is fetched: the device's python3 must have NumPy
-# and pytest (the CUDA image's does). Kernels are LLVM IR: neither clang nor Numba is
-# used. Locally, under the simulated driver (tests/gpu/simulator.py), the same script
-# rehearses everything but the GPU.
+# Here first:  bash scripts/device_pack.sh   (.device/pack: enzyme_py for the device's
+#                                             Python 3.12, liboffload, libLLVM-22)
+# Then, through the device tool, one call:
+#   run(command="bash tests/gpu/run_device_checks.sh", carry=[".device/pack"])
+# Exit code 3: the pack was not carried. Nothing is fetched: the device's python3 must
+# have NumPy and pytest (the CUDA image's does). Kernels are LLVM IR: neither clang nor
+# Numba is used. Locally, under the simulated driver (tests/gpu/simulator.py), the same
+# script rehearses everything but the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python3}"
 STAGE="${STAGE:-/tmp/enzyme_py_device}"
-mkdir -p "$STAGE/lib" "$STAGE/site"
+pack=.device/pack/enzyme_py_device.tar.xz
 
-if [ -f .device/lib/liboffload.tar.xz ] && [ ! -f "$STAGE/lib/libLLVMOffload.so.22.1" ]; then
-  tar -xJf .device/lib/liboffload.tar.xz -C "$STAGE/lib" && echo "staged liboffload"
-fi
-tag="$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-wheel="$(ls -t .device/wheel/enzyme_py-*-"$tag"-*.whl 2>/dev/null | head -n1)"
-if [ -n "$wheel" ] && [ ! -d "$STAGE/site/enzyme_py" ]; then
-  "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --target "$STAGE/site" \
-    "$wheel" && echo "staged $(basename "$wheel")"
-elif [ -z "$wheel" ] && ls .device/wheel/*.whl >/dev/null 2>&1; then
-  echo "the wheels in .device/wheel are not for this $tag Python: DEVICE_PYTHON=... scripts/device_pack.sh"
-  exit 2
-fi
-missing=""
-[ -f "$STAGE/lib/libLLVMOffload.so.22.1" ] || missing+=" .device/lib"
-[ -d "$STAGE/site/enzyme_py" ] || missing+=" .device/wheel"
-if [ -n "$missing" ]; then
-  echo "still missing:$missing (carry it in the next call)"
+if [ ! -f "$pack" ]; then
+  echo "no $pack: run scripts/device_pack.sh here, then carry .device/pack"
   exit 3
 fi
+rm -rf "$STAGE" && mkdir -p "$STAGE"
+tar -xJf "$pack" -C "$STAGE" || { echo "could not unpack $pack"; exit 3; }
+tag="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
+if ! ls "$STAGE"/site/enzyme_py/_native.cpython-"$tag"-*.so >/dev/null 2>&1; then
+  echo "the pack is not for this Python ($tag): DEVICE_PYTHON=... scripts/device_pack.sh"
+  exit 2
+fi
+echo "staged $(ls "$STAGE"/site | tr '\n' ' ')"
 
 # libLLVM-22's dependencies the machine lacks: the wheel's bundled (renamed) copies.
 for need in libz3.so.4 libedit.so.2 libxml2.so.2 libffi.so.8 libzstd.so.1 libtinfo.so.6 \
