@@ -68,6 +68,17 @@ def timed(label, fn):
 
 
 @needs_gpu
+def test_the_architecture_comes_from_the_driver():
+    import re
+
+    device = GPUS[0]
+    print(f"  {device.name}: {device.arch}, UID {device.uid}")
+    assert re.fullmatch(r"sm_\d{2,3}", device.arch), device
+    if "H100" in device.name or "H200" in device.name:
+        assert device.arch == "sm_90"
+
+
+@needs_gpu
 def test_primal_kernel_matches_cpu():
     k = ez.offload.kernel(ez.llvm_ir(BODY, "body"))
     n = 1 << 20
