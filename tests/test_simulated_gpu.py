@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,17 +19,22 @@ sys.path.insert(0, str(GPU_TESTS))
 import simulator  # noqa: E402 - tests/gpu is not a package
 
 
-def test_gpu_tests_pass_against_the_simulated_driver(tmp_path):
+def simulated_environment(tmp_path):
+    """The environment of a process whose liboffload finds the simulated driver."""
     try:
         ez.offload.devices()
     except RuntimeError as error:  # liboffload missing: nothing to drive the driver
         pytest.skip(str(error))
     driver = simulator.build(tmp_path)
-    env = {
+    return {
         **os.environ,
         simulator.ENV: str(driver),
         "LD_LIBRARY_PATH": os.pathsep.join([str(tmp_path), os.environ.get("LD_LIBRARY_PATH", "")]),
     }
+
+
+def test_gpu_tests_pass_against_the_simulated_driver(tmp_path):
+    env = simulated_environment(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(GPU_TESTS)],
         capture_output=True,
@@ -46,3 +52,42 @@ def test_gpu_tests_pass_against_the_simulated_driver(tmp_path):
     skips = re.findall(r"SKIPPED \[\d+\] (\S+)", report)
     assert all("test_simulated_driver.py" in s for s in skips), report
     assert len(skips) <= 2, report
+
+
+LIBOFFLOAD = Path("/usr/lib/llvm-22/lib/libLLVMOffload.so.22.1")
+
+
+def test_the_device_script_runs_from_a_pack(tmp_path):
+    # What scripts/device_pack.sh makes (enzyme_py in site/, liboffload in lib/), here
+    # from the installed package; the device machine's run, rehearsed.
+    env = simulated_environment(tmp_path)
+    if not LIBOFFLOAD.exists():
+        pytest.skip(f"{LIBOFFLOAD} is not here")
+    pack = tmp_path / "enzyme_py_device.tar.xz"
+    with tarfile.open(pack, "w:xz", preset=0) as tar:
+        tar.add(Path(ez.__file__).parent, "site/enzyme_py")
+        tar.add(LIBOFFLOAD, "lib/libLLVMOffload.so.22.1")
+    env.update(PYTHON=sys.executable, PACK=str(pack), STAGE=str(tmp_path / "stage"))
+    env.update(OUT=str(tmp_path))
+    script = GPU_TESTS / "run_device_checks.sh"
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert "staged enzyme_py" in report
+    assert "Simulated H200" in report and "arch='sm_90'" in report  # the devices line
+    table = report.split("== pass/fail ==")[1].split("== benchmarks")[0].split()
+    assert table.count("PASSED") >= 11, report
+    assert not {"FAILED", "SKIPPED", "ERROR"} & set(table), report
+    assert "| cpu, 1 thread |" in report  # the benchmark ran
+
+
+def test_the_device_script_says_when_the_pack_is_missing(tmp_path):
+    env = {**os.environ, "PACK": str(tmp_path / "none.tar.xz"), "STAGE": str(tmp_path / "stage")}
+    script = GPU_TESTS / "run_device_checks.sh"
+    proc = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 3
+    assert "run scripts/device_pack.sh here, then carry .device/pack" in proc.stdout

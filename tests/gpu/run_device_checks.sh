@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python3}"
 STAGE="${STAGE:-/tmp/enzyme_py_device}"
-pack=.device/pack/enzyme_py_device.tar.xz
+pack="${PACK:-.device/pack/enzyme_py_device.tar.xz}"
 
 if [ ! -f "$pack" ]; then
   echo "no $pack: run scripts/device_pack.sh here, then carry .device/pack"
