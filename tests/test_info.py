@@ -28,7 +28,7 @@ def test_offload_devices_listed_through_liboffload():
     assert isinstance(devices, list), devices
     assert devices, "liboffload lists at least its virtual host device"
     for d in devices:
-        assert set(d) == {"name", "platform", "type", "memory"}
+        assert set(d) == {"name", "platform", "type", "memory", "uid"}
     if not any(d["type"] == "gpu" for d in devices):
         # A machine without a GPU shows only liboffload's virtual host device.
         assert [d["name"] for d in devices] == ["Virtual Host Device"]

@@ -29,7 +29,7 @@ def info() -> dict[str, Any]:
     Keys: ``autodiff`` (bool), ``enzyme_version``, ``enzyme_plugin`` (path),
     ``llvm_version``, ``vector_math`` (the vector math library derivatives may call:
     ``"libmvec"``, or None), ``offload_devices`` (list of dicts with name, platform,
-    type, memory; or a string saying why none can be listed), and ``reason`` (why AD
+    type, memory, uid; or a string saying why none can be listed), and ``reason`` (why AD
     is unavailable, or None).
     """
     native = _state.native
