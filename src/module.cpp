@@ -171,6 +171,15 @@ PYBIND11_MODULE(_native, m) {
           [](SourceModule &self) { simplify_for_enzyme(self.get(), the_engine().jit()); },
           "Prepare Numba code for Enzyme in place: temporaries made provably distinct,\n"
           "linked-in callees inlined, loops simplified (see rewrites.h).")
+      .def(
+          "make_adds_plain",
+          [](SourceModule &self, const std::string &function,
+             const std::vector<unsigned> &params) {
+            return make_adds_plain(self.get(), function, params);
+          },
+          py::arg("function"), py::arg("params"),
+          "Atomic float adds of `function` into memory based on the parameters\n"
+          "`params` made plain, in place (see rewrites.h); returns how many.")
       .def("functions", &module_functions)
       .def(
           "names",

@@ -1,6 +1,7 @@
 #include "rewrites.h"
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -196,6 +197,69 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   }
   jit.prepare(mod);
   jit.optimize(mod, kSimplifyPasses);
+}
+
+namespace {
+
+// The parameter `address` is based on, through GEPs and casts; -1 if none.
+int based_on_param(LLVMValueRef address) {
+  for (int steps = 0; address && steps < 64; ++steps) {
+    if (LLVMIsAArgument(address)) {
+      LLVMValueRef fn = LLVMGetParamParent(address);
+      for (unsigned k = 0, n = LLVMCountParams(fn); k < n; ++k) {
+        if (LLVMGetParam(fn, k) == address) return static_cast<int>(k);
+      }
+      return -1;
+    }
+    const bool through = LLVMIsAGetElementPtrInst(address) || LLVMIsABitCastInst(address) ||
+                         LLVMIsAAddrSpaceCastInst(address) ||
+                         (LLVMIsAConstantExpr(address) &&
+                          (LLVMGetConstOpcode(address) == LLVMGetElementPtr ||
+                           LLVMGetConstOpcode(address) == LLVMBitCast));
+    if (!through) return -1;
+    address = LLVMGetOperand(address, 0);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int make_adds_plain(LLVMModuleRef mod, const std::string &function,
+                    const std::vector<unsigned> &params) {
+  LLVMValueRef fn = LLVMGetNamedFunction(mod, function.c_str());
+  if (!fn || LLVMIsDeclaration(fn)) {
+    throw std::runtime_error("no function named '" + function + "' in the module");
+  }
+  std::vector<LLVMValueRef> atomics;
+  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+    for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst;
+         inst = LLVMGetNextInstruction(inst)) {
+      if (!LLVMIsAAtomicRMWInst(inst)) continue;
+      const LLVMAtomicRMWBinOp op = LLVMGetAtomicRMWBinOp(inst);
+      if (op != LLVMAtomicRMWBinOpFAdd && op != LLVMAtomicRMWBinOpFSub) continue;
+      const int param = based_on_param(LLVMGetOperand(inst, 0));
+      for (unsigned p : params) {
+        if (param == static_cast<int>(p)) atomics.push_back(inst);
+      }
+    }
+  }
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(LLVMGetModuleContext(mod));
+  for (LLVMValueRef atomic : atomics) {
+    LLVMValueRef address = LLVMGetOperand(atomic, 0);
+    LLVMValueRef value = LLVMGetOperand(atomic, 1);
+    const unsigned align = LLVMGetAlignment(atomic);
+    LLVMPositionBuilderBefore(b, atomic);
+    LLVMValueRef old = LLVMBuildLoad2(b, LLVMTypeOf(value), address, "");
+    LLVMSetAlignment(old, align);
+    LLVMValueRef updated = LLVMGetAtomicRMWBinOp(atomic) == LLVMAtomicRMWBinOpFAdd
+                               ? LLVMBuildFAdd(b, old, value, "")
+                               : LLVMBuildFSub(b, old, value, "");
+    LLVMSetAlignment(LLVMBuildStore(b, updated, address), align);
+    LLVMReplaceAllUsesWith(atomic, old);  // an atomicrmw yields the value it replaced
+    LLVMInstructionEraseFromParent(atomic);
+  }
+  LLVMDisposeBuilder(b);
+  return static_cast<int>(atomics.size());
 }
 
 }  // namespace enzyme_py

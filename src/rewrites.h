@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <llvm-c/Core.h>
 
@@ -37,5 +38,13 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
 // __enzyme_exponentialallocation) and every free go to arena.h's tape.
 void route_tape_to_arena(LLVMModuleRef mod);
+
+// Reverse kernels on the CPU device: a shadow each thread has a private copy of
+// needs no atomic adds. In `function`, every atomic fadd/fsub into memory based
+// on one of its parameters `params` (0-based) becomes a load, an add and a
+// store; one whose address cannot be traced to a parameter through GEPs and
+// casts stays atomic (always correct). Returns how many were made plain.
+int make_adds_plain(LLVMModuleRef mod, const std::string &function,
+                    const std::vector<unsigned> &params);
 
 }  // namespace enzyme_py

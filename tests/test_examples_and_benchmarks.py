@@ -120,3 +120,14 @@ def test_offload_stencil_benchmark_quick(tmp_path, body):
     assert results["meta"]["check_error"] < 1e-12  # the derivative kernel is right
     devices = [row["device"] for row in results["rows"]]
     assert devices[0] == "cpu, 1 thread" and devices[1].startswith("cpu,")
+
+
+def test_offload_fit_benchmark_quick(tmp_path):
+    proc = run_script(
+        str(ROOT / "benchmarks" / "offload_fit.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "offload_fit.json").read_text())
+    assert results["meta"]["check_error"] < 1e-10  # against the analytic gradient
+    devices = [row["device"] for row in results["rows"]]
+    assert devices[0] == "cpu, 1 thread" and devices[1].startswith("cpu,")

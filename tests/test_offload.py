@@ -58,22 +58,50 @@ def test_numba_kernel_launch(threads):
 
 
 @pytest.mark.parametrize("threads", [4, 1])
-def test_reverse_kernel_accumulates_atomically(threads):
-    # Many indices write the same shadow entry: atomic adds on several threads,
-    # plain adds (a derivative built without atomics) on one.
+def test_reverse_kernel_into_a_small_shared_shadow(threads):
+    # Many indices add into the same shadow entries. On several threads each gets a
+    # copy of the small shadow, added up at the end (atomic adds would contend); on
+    # one thread the derivative is built without atomic adds at all.
     k = ez.offload.kernel(gather_square)
     dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated)
     n = 20_000
     idx = np.arange(n, dtype=np.int64) % 3
     x = np.array([1.0, 2.0, 3.0])
-    dx, out, dout = np.zeros(3), np.zeros(n), np.ones(n)
+    dx, out, dout = np.full(3, 0.5), np.zeros(n), np.ones(n)  # adds onto what dx holds
     dk.launch(n, idx, x, dx, out, dout, threads=threads)
     counts = np.bincount(idx, minlength=3)
-    np.testing.assert_allclose(dx, 2 * x * counts, rtol=1e-12)
+    np.testing.assert_allclose(dx, 0.5 + 2 * x * counts, rtol=1e-12)
     np.testing.assert_allclose(out, x[idx] ** 2)
+    np.testing.assert_array_equal(dout, 0)  # the adjoint of a store clears its shadow
     (launcher,) = dk._launchers.values()
-    atomics = "atomicrmw" in launcher.inspect_llvm(optimized=True)
-    assert atomics is (threads > 1), "one thread runs the derivative without atomic adds"
+    assert "atomicrmw" not in launcher.inspect_llvm(optimized=True)
+
+
+def test_reverse_kernel_adds_atomically_into_shadows_too_big_to_copy(monkeypatch):
+    from enzyme_py import offload
+
+    monkeypatch.setattr(offload, "_PRIVATE_BYTES", 0)
+    k = ez.offload.kernel(gather_square)
+    dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated)
+    n = 20_000
+    idx = (np.arange(n, dtype=np.int64) * 7) % 1000
+    x = np.linspace(1, 2, n)  # only its first 1000 entries are read
+    dx, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
+    assert dk._private_shadows((idx, x, dx, out, dout), n, 4) == frozenset()
+    dk.launch(n, idx, x, dx, out, dout, threads=4)
+    np.testing.assert_allclose(dx, 2 * x * np.bincount(idx, minlength=n), rtol=1e-12)
+    (launcher,) = dk._launchers.values()
+    assert "atomicrmw" in launcher.inspect_llvm(optimized=True)
+
+
+def test_which_shadows_threads_get_copies_of():
+    dk = ez.autodiff(ez.offload.kernel(gather_square), ez.Reverse, ez.Const, *[ez.Duplicated] * 2)
+    n = 1 << 20
+    idx, x, dx = np.zeros(n, np.int64), np.ones(8), np.zeros(8)
+    out, dout = np.zeros(n), np.ones(n)
+    assert dk._private_shadows((idx, x, dx, out, dout), n, 4) == {2}  # dx; dout is as big as n
+    assert dk._private_shadows((idx, x, dx, out, dout), n, 1) == frozenset()  # one thread
+    assert dk._private_shadows((idx, x, x, out, dout), n, 4) == frozenset()  # dx is x
 
 
 def test_forward_kernel_equals_cpu_derivative():
@@ -353,3 +381,34 @@ def test_reverse_kernel_whose_body_loops_keeps_a_tape_per_index():
     assert "malloc" in ptx and "free" in ptx, "the tape comes from the device heap"
     if _ptxas_available():
         assert dk.cubin(x, dx, c, dc, m, out, dout, arch="sm_90")[:4] == b"\x7fELF"
+
+
+ATOMIC_ADDS = """
+define void @f(double* %a, double* %b, double** %c, double %v) {
+  %pa = getelementptr double, double* %a, i64 3
+  %old = atomicrmw fadd double* %pa, double %v monotonic, align 8
+  %raw = bitcast double* %b to i8*
+  %pb = bitcast i8* %raw to double*
+  %s = atomicrmw fsub double* %pb, double %v monotonic, align 8
+  %pc = load double*, double** %c
+  %t = atomicrmw fadd double* %pc, double %v monotonic, align 8
+  %u = atomicrmw fadd double* %a, double %old monotonic, align 8
+  %w = atomicrmw xchg double* %a, double %v monotonic, align 8
+  ret void
+}
+"""
+
+
+def test_atomic_adds_into_chosen_parameters_are_made_plain():
+    from enzyme_py.frontends.ir import parse_module
+
+    module = parse_module(ATOMIC_ADDS)
+    assert module.native.make_adds_plain("f", [2]) == 0  # %c's target is loaded: unknown
+    assert module.native.make_adds_plain("f", [0, 1]) == 3
+    ir = module.ir()
+    # Left atomic: the add through the loaded pointer, and the exchange (not an add).
+    assert ir.count("atomicrmw") == 2 and "atomicrmw xchg" in ir
+    assert "fsub double" in ir and ir.count("store double") == 3
+    parse_module(ir)  # still valid IR
+    with pytest.raises(RuntimeError, match="no function named 'g'"):
+        module.native.make_adds_plain("g", [0])

@@ -3,7 +3,7 @@
     k = ez.offload.kernel(body)          # body(i, *args): an @njit function or C function
     k.launch(n, x, out)                  # body(i, x, out) for i in range(n)
     dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated)
-    dk.launch(n, x, dx, out, dout)       # shadows after their arrays; atomic accumulation
+    dk.launch(n, x, dx, out, dout)       # shadows after their arrays, accumulated into
 
 The CPU device is enzyme_py's own JIT running the body over the range, split across
 threads. CUDA GPUs are listed and launched through LLVM's offload runtime (liboffload):
@@ -218,6 +218,10 @@ def _threads() -> ThreadPoolExecutor:
 
 
 _RANGE = "__enzyme_py_range"
+
+#: Shadows up to this size (all threads' copies together) are copied per thread in
+#: multi-threaded reverse launches rather than added into atomically.
+_PRIVATE_BYTES = 16 << 20
 
 
 def _range_driver(body: Any, alias_safe: Any = None) -> Any:
@@ -451,9 +455,13 @@ class Kernel:
             return numba_frontend.specialize(self._compiled, types).wrapper
         return self.body
 
-    def _per_index(self, fn: Any, one_thread: bool = False) -> Any:
+    def _per_index(
+        self, fn: Any, one_thread: bool = False, private: frozenset[int] = frozenset()
+    ) -> Any:
         """What runs per index: the body, or the derivative the kernel is of (on one
-        thread, its shadows updated with plain adds instead of atomic ones)."""
+        thread, its shadows updated with plain adds instead of atomic ones; on several,
+        plain adds into the shadows at launch positions ``private``, which each thread
+        has a copy of)."""
         from enzyme_py import _api
 
         if self._derivative_of is None:
@@ -462,7 +470,39 @@ class Kernel:
         if one_thread:
             options = replace(options, atomic_add=False)
         full, ret = _api._check_activities(fn, mode, (Const, *activities))
-        return _api.Derivative(fn, mode, full, ret, options).as_function()
+        derivative = _api.Derivative(fn, mode, full, ret, options).as_function()
+        if not private or one_thread:
+            return derivative
+        from enzyme_py.frontends.ir import parse_module
+
+        module = parse_module(derivative.module.ir())  # a copy: the derivative keeps its own
+        positions = [k for k, _ in derivative.visible_params]  # [index, *launch arguments]
+        module.native.make_adds_plain(derivative.name, [positions[1 + k] for k in private])
+        return replace(derivative, module=module)
+
+    def _private_shadows(self, args: tuple[Any, ...], n: int, parts: int) -> frozenset[int]:
+        """The launch positions of the shadows that each of ``parts`` threads of a
+        reverse launch gets a copy of: those small next to the launch (their copies and
+        sums cost little), which many indices likely share (atomic adds into one
+        shadow from several threads contend)."""
+        if parts == 1 or self._derivative_of is None or self._derivative_of[0] is not Reverse:
+            return frozenset()
+        arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, np.ndarray)]
+        private = set()
+        pos = 0
+        for activity in self._derivative_of[1]:
+            shadow = args[pos + 1] if activity.shadow and pos + 1 < len(args) else None
+            if (
+                isinstance(shadow, np.ndarray)
+                and shadow.size
+                and shadow.flags.c_contiguous
+                and shadow.flags.writeable
+                and (shadow.nbytes * parts <= _PRIVATE_BYTES or shadow.size * parts <= n)
+                and not any(k != pos + 1 and np.may_share_memory(a, shadow) for k, a in arrays)
+            ):
+                private.add(pos + 1)
+            pos += 2 if activity.shadow else 1
+        return frozenset(private)
 
     def _primal_types(self, args: tuple[Any, ...]) -> list[Any]:
         if self._derivative_of is None:
@@ -475,7 +515,9 @@ class Kernel:
             pos += 2 if act.shadow else 1
         return types
 
-    def _launcher(self, args: tuple[Any, ...], one_thread: bool = False) -> Any:
+    def _launcher(
+        self, args: tuple[Any, ...], one_thread: bool = False, private: frozenset[int] = frozenset()
+    ) -> Any:
         from enzyme_py import _api
 
         # Reverse kernels accumulate atomically only when threads share shadows.
@@ -483,6 +525,7 @@ class Kernel:
         key = (
             tuple((a.dtype.str, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args),
             one_thread,
+            private,
         )
         launcher = self._launchers.get(key)
         if launcher is None:
@@ -494,9 +537,11 @@ class Kernel:
                 unsafe_body = body
 
                 def safe() -> Any:
-                    return _range_driver(self._per_index(unsafe_body.alias_safe(), one_thread))
+                    return _range_driver(
+                        self._per_index(unsafe_body.alias_safe(), one_thread, private)
+                    )
 
-            driver = _range_driver(self._per_index(body, one_thread), safe)
+            driver = _range_driver(self._per_index(body, one_thread, private), safe)
             options = _api._Options(1, False, False, primal_only=True)
             acts, _ = _api._check_activities(driver, Forward, [Const] * len(driver.visible_params))
             launcher = _api.Derivative(driver, Forward, acts, None, options)
@@ -508,9 +553,10 @@ class Kernel:
     ) -> None:
         """Run the body for i in range(n) on ``device`` (default: the CPU device, the
         range split across ``threads``, default all cores). Device arrays and host
-        arrays may be mixed; host arrays are used in place. A reverse kernel adds into
-        its shadows atomically, except on one thread (``threads=1``), where plain adds
-        are several times faster."""
+        arrays may be mixed; host arrays are used in place. On several threads a reverse
+        kernel gives each thread its own copy of the shadows that are small next to the
+        launch and adds the copies up at the end; into the others it adds atomically.
+        On one thread (``threads=1``) all adds are plain."""
         n = self._check_launch(n, args, device, threads)
         device = device or default_device()
         _require_launchable(device)
@@ -523,13 +569,26 @@ class Kernel:
         if parts == 1:
             self._launcher(host_args, one_thread=True)(0, n, *host_args)
             return
-        launcher = self._launcher(host_args)
+        private = self._private_shadows(host_args, n, parts)
+        launcher = self._launcher(host_args, private=private)
+        copies = {k: [np.array(host_args[k]) for _ in range(parts)] for k in private}
         futures = [
-            _threads().submit(launcher, int(bounds[j]), int(bounds[j + 1]), *host_args)
+            _threads().submit(
+                launcher,
+                int(bounds[j]),
+                int(bounds[j + 1]),
+                *(copies[k][j] if k in copies else a for k, a in enumerate(host_args)),
+            )
             for j in range(parts)
         ]
         for future in futures:
             future.result()
+        for k, mine in copies.items():
+            # Each copy started as the shadow: what a thread added is its difference.
+            shared, start = host_args[k], np.array(host_args[k])
+            for copy in mine:
+                copy -= start
+                shared += copy
 
     def _argument_names(self) -> list[str] | None:
         """What ``launch`` takes after ``n`` (None where the body does not say)."""
