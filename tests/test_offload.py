@@ -412,3 +412,23 @@ def test_atomic_adds_into_chosen_parameters_are_made_plain():
     parse_module(ir)  # still valid IR
     with pytest.raises(RuntimeError, match="no function named 'g'"):
         module.native.make_adds_plain("g", [0])
+
+
+@numba.njit
+def slow_unless_first(i, out):
+    if i == 0:
+        raise ValueError("index 0")
+    s = 0.0
+    for k in range(2000):
+        s += math.sin(k * 1e-3 + i)
+    out[i] = s
+
+
+def test_a_failing_thread_is_raised_after_every_thread_has_stopped():
+    n = 20_000
+    out = np.zeros(n)
+    with pytest.raises(ValueError, match="index 0"):
+        ez.offload.kernel(slow_unless_first).launch(n, out, threads=4)
+    last = out[3 * n // 4 :].copy()  # the last thread's share, complete when launch raised
+    assert np.all(last != 0)
+    np.testing.assert_array_equal(out[3 * n // 4 :], last)

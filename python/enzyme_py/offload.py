@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -581,6 +581,7 @@ class Kernel:
             )
             for j in range(parts)
         ]
+        wait(futures)  # all threads done before an error of one is raised
         for future in futures:
             future.result()
         for k, mine in copies.items():
