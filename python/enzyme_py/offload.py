@@ -19,6 +19,7 @@ liboffload's real CUDA plugin; its PTX has not yet run on a real GPU
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -286,6 +287,8 @@ def _range_driver(body: Any, alias_safe: Any = None) -> Any:
 
 
 _GPU_KERNEL = "__enzyme_py_kernel"
+_GROUP = 256  # GPU threads per block
+_MAX_GROUPS = 2**31 - 1  # CUDA's grid limit in x
 _SREGS = ("tid.x", "ntid.x", "ctaid.x")
 
 
@@ -439,6 +442,7 @@ class Kernel:
         self._launchers: dict[Any, Any] = {}
         self._gpu_kernels: dict[Any, int] = {}
         self._read_only: dict[Any, list[bool]] = {}
+        self._uses_device_heap: dict[Any, bool] = {}
 
     @property
     def name(self) -> str:
@@ -651,19 +655,24 @@ class Kernel:
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back
         unless the body provably does not write them."""
+        if -(-n // _GROUP) > _MAX_GROUPS:
+            raise ValueError(
+                f"n = {n} is more indices than one GPU launch covers "
+                f"({_MAX_GROUPS * _GROUP}): launch the range in parts"
+            )
         like = tuple(np.empty(a.shape, a.dtype) if isinstance(a, DeviceArray) else a for a in args)
         per_index = self._per_index_for(like)
         key = (device.index, *_launch_key(like))
         kernel = self._gpu_kernels.get(key)
         if kernel is None:
             arch = _gpu_arch(device)
+            ptx = self.ptx(*like, arch=_ptx_target(arch))
             try:
                 _ptxas()
             except RuntimeError:  # no ptxas here: the driver compiles PTX itself
-                image = self.ptx(*like, arch=_ptx_target(arch)).encode() + b"\0"
-                what = f"PTX for {_ptx_target(arch)}"
+                image, what = ptx.encode() + b"\0", f"PTX for {_ptx_target(arch)}"
             else:  # ptxas's own errors are the user's to see
-                image, what = self.cubin(*like, arch=arch), f"a cubin for {arch}"
+                image, what = self._assemble(ptx, arch), f"a cubin for {arch}"
             try:
                 kernel = _state.native.gpu_kernel(device.index, image, _GPU_KERNEL)
             except RuntimeError as error:
@@ -676,6 +685,8 @@ class Kernel:
                     "driver's."
                 ) from error
             self._gpu_kernels[key] = kernel
+            # A tape per index (a reverse kernel whose body loops) is malloc'ed on the GPU.
+            self._uses_device_heap[key] = re.search(r"\bmalloc\b", ptx) is not None
             # Arrays the body cannot write need not come back from the device.
             self._read_only[key] = _state.native.read_only_params(
                 per_index.module.ir(), per_index.name
@@ -715,10 +726,20 @@ class Kernel:
                     values.append(("ptr", on_device.address))
                 else:
                     values.append((llvm_type, arg))
-            group = 256
-            _state.native.gpu_launch(
-                device.index, kernel, _pack(values), max(1, -(-n // group)), group
-            )
+            try:
+                _state.native.gpu_launch(
+                    device.index, kernel, _pack(values), max(1, -(-n // _GROUP)), _GROUP
+                )
+            except RuntimeError as error:
+                if not self._uses_device_heap[key]:
+                    raise
+                raise RuntimeError(
+                    f"{error}. Kernel {self.name} keeps a tape per index on the GPU's "
+                    "heap (LIBOMPTARGET_HEAP_SIZE bytes, 256 MiB unless set; read when "
+                    "the GPU is first used), which a launch over many indices can "
+                    "exhaust: set it higher before the first GPU use, or launch fewer "
+                    "indices at a time."
+                ) from error
             for on_device, host in temporaries:
                 if host is not None and host.flags.writeable:
                     host[...] = on_device.to_host()
@@ -751,8 +772,10 @@ class Kernel:
 
     def cubin(self, *args: Any, arch: str = "sm_90") -> bytes:
         """The PTX assembled by CUDA's ``ptxas`` for ``arch`` (RuntimeError without it)."""
+        return self._assemble(self.ptx(*args, arch=_ptx_target(arch)), arch)
+
+    def _assemble(self, ptx: str, arch: str) -> bytes:
         ptxas = _ptxas()
-        ptx = self.ptx(*args, arch=_ptx_target(arch))
         with tempfile.TemporaryDirectory(prefix="enzyme_py_ptx_") as tmp:
             source = os.path.join(tmp, "kernel.ptx")
             target = os.path.join(tmp, "kernel.cubin")

@@ -12,7 +12,7 @@ import pytest
 import enzyme_py as ez
 
 import simulator
-from ir_kernels import SCALED  # tests/, on the path through its conftest.py
+from ir_kernels import HORNER, SCALED  # tests/, on the path through its conftest.py
 
 SIMULATOR = simulator.connect()
 
@@ -182,8 +182,9 @@ def test_a_failed_launch_raises_and_the_next_one_runs():
     k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
     x, out = np.ones(64, np.float32), np.zeros(64)
     SIMULATOR.fail_next_launch(719)  # CUDA_ERROR_LAUNCH_FAILED
-    with pytest.raises(RuntimeError, match="olLaunchKernel failed.*error 719"):
+    with pytest.raises(RuntimeError, match="olLaunchKernel failed.*error 719") as failed:
         k.launch(64, 1, x, np.float32(1.0), out, device=gpu())
+    assert "heap" not in str(failed.value)  # this kernel keeps no tape
     k.launch(64, 1, x, np.float32(1.0), out, device=gpu())
     np.testing.assert_array_equal(out, 1.0)
 
@@ -249,3 +250,25 @@ def test_the_offload_example_runs_on_the_gpu(capsys):
     runpy.run_path(str(example), run_name="__main__")
     printed = capsys.readouterr().out
     assert "device: Simulated H200" in printed and "OK" in printed
+
+
+def test_a_failed_launch_of_a_kernel_with_a_tape_points_at_the_device_heap():
+    k = ez.offload.kernel(ez.llvm_ir(HORNER, "horner"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Duplicated)
+    n, m = 1000, 4
+    x, c = np.linspace(-1, 1, n), np.ones(m)
+    dx, dc, out, dout = np.zeros(n), np.zeros(m), np.zeros(n), np.ones(n)
+    dk.launch(n, x, dx, c, dc, m, out, dout, device=gpu())  # compiled, and it runs
+    SIMULATOR.fail_next_launch(700)  # CUDA_ERROR_ILLEGAL_ADDRESS: what a NULL tape gives
+    with pytest.raises(
+        RuntimeError, match=r"error 700.*tape per index.*LIBOMPTARGET_HEAP_SIZE.*fewer indices"
+    ):
+        dk.launch(n, x, dx, c, dc, m, out, dout, device=gpu())
+
+
+def test_a_range_past_the_gpu_grid_is_refused_before_anything_is_copied():
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    sent = SIMULATOR.bytes_copied()
+    with pytest.raises(ValueError, match=r"n = 1099511627776 is more indices than one GPU"):
+        k.launch(2**40, 1, np.ones(4, np.float32), np.float32(1), np.zeros(4), device=gpu())
+    assert SIMULATOR.bytes_copied() == sent
