@@ -432,3 +432,28 @@ def test_a_failing_thread_is_raised_after_every_thread_has_stopped():
     last = out[3 * n // 4 :].copy()  # the last thread's share, complete when launch raised
     assert np.all(last != 0)
     np.testing.assert_array_equal(out[3 * n // 4 :], last)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "shadow, error, message",
+    [
+        (np.zeros(5), ValueError, r"the shadow of x \(argument 2 after n\) needs shape \(10,\)"),
+        (np.zeros(10, np.float32), ValueError, "needs dtype float64 \\(as its array\\)"),
+        ([0.0] * 10, TypeError, "the shadow of x .* must be an array like x; got list"),
+    ],
+    ids=["shorter", "float32", "list"],
+)
+def test_reverse_kernel_shadows_must_be_like_their_arrays(threads, shadow, error, message):
+    dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Reverse, ez.Duplicated, ez.Duplicated)
+    x, out, dout = np.ones(10), np.zeros(10), np.ones(10)
+    with pytest.raises(error, match=message):
+        dk.launch(10, x, shadow, out, dout, threads=threads)
+    np.testing.assert_array_equal(dout, 1)  # nothing ran
+
+
+def test_device_array_shadows_must_be_like_their_arrays():
+    dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Reverse, ez.Duplicated, ez.Duplicated)
+    x = ez.offload.to_device(np.ones(10), ez.offload.CPU)
+    with pytest.raises(ValueError, match=r"needs shape \(10,\) and dtype float64"):
+        dk.launch(10, x, np.zeros(4), np.zeros(10), np.ones(10), device=ez.offload.CPU)

@@ -650,7 +650,36 @@ class Kernel:
                 f"kernel {self.name} takes {len(names)} arguments after n "
                 f"({', '.join(names)}); {len(args)} were given"
             )
+        if names is not None:
+            self._check_shadows(args, names)
         return count
+
+    def _check_shadows(self, args: tuple[Any, ...], names: list[str]) -> None:
+        """Each shadow is like its array (shape, dtype): the derivative indexes both
+        alike, so a smaller shadow would be written past its end."""
+        from enzyme_py import _api
+
+        if self._derivative_of is None:
+            return
+        pos = 0
+        for activity in self._derivative_of[1]:
+            if activity.shadow:
+                primal, shadow = args[pos], args[pos + 1]
+                where = f"{names[pos + 1]} (argument {pos + 2} after n)"
+                if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
+                    _api._check_shadow(shadow, primal, 1, where)
+                elif isinstance(primal, (np.ndarray, DeviceArray)):
+                    if not isinstance(shadow, (np.ndarray, DeviceArray)):
+                        raise TypeError(
+                            f"{where} must be an array like {names[pos]}; "
+                            f"got {type(shadow).__name__}"
+                        )
+                    if (shadow.shape, shadow.dtype) != (primal.shape, primal.dtype):
+                        raise ValueError(
+                            f"{where} needs shape {primal.shape} and dtype {primal.dtype} "
+                            f"(as its array); got {shadow.shape} {shadow.dtype}"
+                        )
+            pos += 2 if activity.shadow else 1
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back
