@@ -457,3 +457,30 @@ def test_device_array_shadows_must_be_like_their_arrays():
     x = ez.offload.to_device(np.ones(10), ez.offload.CPU)
     with pytest.raises(ValueError, match=r"needs shape \(10,\) and dtype float64"):
         dk.launch(10, x, np.zeros(4), np.zeros(10), np.ones(10), device=ez.offload.CPU)
+
+
+@numba.njit
+def scaled_square(i, x, a, out):
+    out[i] = a * x[i] ** 2
+
+
+@pytest.mark.parametrize(
+    "mode, activities, message",
+    [
+        (ez.Reverse, (ez.Duplicated, ez.Active, ez.Duplicated), "activity of a is Active, which"),
+        (ez.Reverse, (ez.Duplicated, ez.Const), r"takes 3 arguments after the index \(x, a, out\)"),
+        (ez.Reverse, (ez.Dual, ez.Const, ez.Dual), "x is Dual, which is not for Reverse mode"),
+        (ez.Forward, (ez.Duplicated, ez.Const, ez.Dual), "Const or Dual"),
+        (ez.Reverse, ("x", ez.Const, ez.Const), "activity of x must be an activity.*got 'x'"),
+    ],
+    ids=["active-scalar", "count", "dual-in-reverse", "duplicated-in-forward", "not-an-activity"],
+)
+def test_kernel_activity_errors_at_autodiff(mode, activities, message):
+    with pytest.raises(ez.ActivityError, match=message):
+        ez.autodiff(ez.offload.kernel(scaled_square), mode, *activities)
+
+
+def test_a_derivative_kernel_is_not_differentiated_again():
+    dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Forward, ez.Dual, ez.Dual)
+    with pytest.raises(ez.ActivityError, match="already a derivative"):
+        ez.autodiff(dk, ez.Forward, ez.Dual, ez.Dual, ez.Dual, ez.Dual)

@@ -32,7 +32,17 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._signature import Param
-from enzyme_py.core import Const, EnzymeUnavailableError, Forward, Mode, Reverse
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    ActivityError,
+    Const,
+    EnzymeUnavailableError,
+    Forward,
+    Mode,
+    Reverse,
+)
 
 __all__ = [
     "CPU",
@@ -595,22 +605,25 @@ class Kernel:
                 copy -= start
                 shared += copy
 
-    def _argument_names(self) -> list[str] | None:
-        """What ``launch`` takes after ``n`` (None where the body does not say)."""
+    def _parameter_names(self) -> list[str] | None:
+        """The body's parameters after the index (None where the body does not say)."""
         import inspect
 
         from enzyme_py.frontends import numba as numba_frontend
 
         if numba_frontend.is_dispatcher(self.body):
-            names = list(inspect.signature(self.body.py_func).parameters)[1:]
-        elif hasattr(self.body, "visible_params"):
+            return list(inspect.signature(self.body.py_func).parameters)[1:]
+        if hasattr(self.body, "visible_params"):
             params = [p for _, p in self.body.visible_params]
             if not params or params[0].dtype != np.dtype(np.int64):
                 return None  # not a body: _range_driver says what is wrong
-            names = [p.name for p in params[1:]]
-        else:
-            return None
-        if self._derivative_of is None:
+            return [p.name for p in params[1:]]
+        return None
+
+    def _argument_names(self) -> list[str] | None:
+        """What ``launch`` takes after ``n`` (None where the body does not say)."""
+        names = self._parameter_names()
+        if names is None or self._derivative_of is None:
             return names
         _, activities, _ = self._derivative_of
         if len(activities) != len(names) or not all(hasattr(a, "shadow") for a in activities):
@@ -828,6 +841,36 @@ class Kernel:
 
         if mode is not Reverse and mode is not Forward:
             raise TypeError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
+        if self._derivative_of is not None:
+            raise ActivityError(
+                f"{self!r} is already a derivative; differentiating a kernel again is not "
+                "supported (differentiate the body, e.g. ez.autodiff of an @njit function)"
+            )
+        names = self._parameter_names()
+        if names is not None and len(activities) != len(names):
+            raise ActivityError(
+                f"kernel {self.name} takes {len(names)} arguments after the index "
+                f"({', '.join(names)}); {len(activities)} activities were given"
+            )
+        for k, activity in enumerate(activities):
+            what = f"the activity of {names[k]}" if names else f"activity {k}"
+            if not isinstance(activity, Activity):
+                raise ActivityError(
+                    f"{what} must be an activity (ez.Const, ez.Duplicated, ez.Dual, ...); "
+                    f"got {activity!r}"
+                )
+            if not activity.allowed_in(mode):
+                allowed = "Const or Duplicated" if mode is Reverse else "Const or Dual"
+                raise ActivityError(
+                    f"{what} is {activity.name}, which is not for {mode.name} mode: in "
+                    f"{mode.name} mode a kernel's parameters are {allowed}"
+                )
+            if activity in (Active, ActiveOnly):
+                raise ActivityError(
+                    f"{what} is {activity.name}, which a kernel cannot have: it returns "
+                    "nothing, so a scalar's derivative has nowhere to go. Make it Const, or "
+                    "pass it as a 1-element array marked Duplicated"
+                )
         options = _api._Options(1, False, False, atomic_add=mode is Reverse)
         # The body as compiled here (its boundscheck already settled), not recompiled.
         return Kernel(self._compiled, (mode, tuple(activities), options), self._boundscheck)
