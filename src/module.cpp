@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "enzyme_plugin.h"
 #include "offload.h"
+#include "kernel_ir.h"
 #include "ptx.h"
 #include "rewrites.h"
 
@@ -274,6 +275,15 @@ PYBIND11_MODULE(_native, m) {
       py::arg("ir_text"), py::arg("kernel"), py::arg("libdevice_path"), py::arg("cpu"),
       "PTX for the kernel `kernel` of the module in `ir_text` (NVPTX backend).");
 
+  m.def(
+      "index_reach",
+      [](const std::string &ir_text, const std::string &function, unsigned index,
+         const std::vector<unsigned> &params) {
+        return index_reach(the_engine().context(), ir_text, function, index, params);
+      },
+      py::arg("ir_text"), py::arg("function"), py::arg("index"), py::arg("params"),
+      "For each parameter in `params`: how far apart two indices may be and still\n"
+      "touch the same byte of it (None when unknown; see kernel_ir.h).");
   m.def(
       "read_only_params",
       [](const std::string &ir_text, const std::string &function) {

@@ -1,5 +1,7 @@
 #include "ptx.h"
 
+#include "kernel_ir.h"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -52,13 +54,6 @@ std::string take(char *msg) {
   return s;
 }
 
-struct ModuleOwner {
-  LLVMModuleRef mod = nullptr;
-  ~ModuleOwner() {
-    if (mod) LLVMDisposeModule(mod);
-  }
-};
-
 void strip_host_attributes(LLVMModuleRef mod) {
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     for (const char *name : {"target-cpu", "target-features", "tune-cpu"}) {
@@ -93,30 +88,6 @@ void route_math_to_libdevice(LLVMModuleRef mod, LLVMModuleRef libdevice) {
     if (device && !LLVMIsDeclaration(device)) found.emplace_back(fn, "__nv_" + n);
   }
   for (const auto &[fn, to] : found) redirect(mod, fn, to);
-}
-
-// Parses `ir_text` into `owner`; throws std::runtime_error with LLVM's message.
-void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &owner) {
-  char *error = nullptr;
-  LLVMMemoryBufferRef buffer =
-      LLVMCreateMemoryBufferWithMemoryRangeCopy(ir_text.data(), ir_text.size(), "kernel");
-  if (LLVMParseIRInContext(ctx, buffer, &owner.mod, &error)) {  // consumes the buffer
-    throw std::runtime_error("kernel IR does not parse: " + take(error));
-  }
-}
-
-// Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
-void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
-                const char *what) {
-  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
-  LLVMErrorRef err = LLVMRunPasses(mod, passes, machine, options);
-  LLVMDisposePassBuilderOptions(options);
-  if (err) {
-    char *msg = LLVMGetErrorMessage(err);
-    std::string text = msg;
-    LLVMDisposeErrorMessage(msg);
-    throw std::runtime_error(std::string(what) + ": " + text);
-  }
 }
 
 void mark_kernel(LLVMContextRef ctx, LLVMModuleRef mod, LLVMValueRef kernel) {
@@ -216,27 +187,6 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
   std::string ptx(LLVMGetBufferStart(out), LLVMGetBufferSize(out));
   LLVMDisposeMemoryBuffer(out);
   return ptx;
-}
-
-std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
-                                   const std::string &function) {
-  ModuleOwner work;
-  parse_kernel(ctx, ir_text, work);
-  LLVMValueRef fn = LLVMGetNamedFunction(work.mod, function.c_str());
-  if (!fn || LLVMIsDeclaration(fn)) {
-    throw std::runtime_error("no function named '" + function + "' in the module");
-  }
-  run_passes(work.mod, "function(sroa,early-cse),cgscc(function-attrs)", nullptr,
-             "inferring the kernel's attributes");
-  const unsigned readonly = LLVMGetEnumAttributeKindForName("readonly", 8);
-  const unsigned readnone = LLVMGetEnumAttributeKindForName("readnone", 8);
-  std::vector<bool> result;
-  for (unsigned k = 0, n = LLVMCountParams(fn); k < n; ++k) {
-    const unsigned index = k + 1;  // attribute index 0 is the return value
-    result.push_back(LLVMGetEnumAttributeAtIndex(fn, index, readonly) != nullptr ||
-                     LLVMGetEnumAttributeAtIndex(fn, index, readnone) != nullptr);
-  }
-  return result;
 }
 
 }  // namespace enzyme_py

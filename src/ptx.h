@@ -17,11 +17,4 @@ namespace enzyme_py {
 std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::string &kernel,
                      const std::string &libdevice_path, const std::string &cpu);
 
-// For each parameter of `function` in the module `ir_text`: whether the function
-// provably does not write through it (LLVM's readonly/readnone, inferred by
-// function-attrs). A launch need not copy such an array back from the device.
-// Unknown callees make a parameter writable. Throws std::runtime_error.
-std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
-                                   const std::string &function);
-
 }  // namespace enzyme_py

@@ -484,3 +484,82 @@ def test_a_derivative_kernel_is_not_differentiated_again():
     dk = ez.autodiff(ez.offload.kernel(sin_x), ez.Forward, ez.Dual, ez.Dual)
     with pytest.raises(ez.ActivityError, match="already a derivative"):
         ez.autodiff(dk, ez.Forward, ez.Dual, ez.Dual, ez.Dual, ez.Dual)
+
+
+REACH = """
+declare void @use(double*)
+define void @f(i64 %i, double* %near, double* %same, double* %passed, double* %pairs,
+               double* %merged, double* %apart, i1 %c) {
+entry:
+  %m = add i64 %i, -1
+  %p = add i64 %i, 1
+  %a = getelementptr double, double* %near, i64 %m
+  %b = getelementptr double, double* %near, i64 %p
+  %va = load double, double* %a
+  store double %va, double* %b
+  %s = getelementptr double, double* %same, i64 3
+  store double 1.0, double* %s
+  call void @use(double* %passed)
+  %twice = shl i64 %i, 1
+  %odd = or i64 %twice, 1
+  %e = getelementptr double, double* %pairs, i64 %twice
+  store double 1.0, double* %e
+  %x = getelementptr double, double* %merged, i64 %i
+  %y = getelementptr double, double* %merged, i64 %i
+  %z = select i1 %c, double* %x, double* %y
+  store double 2.0, double* %z
+  %u = getelementptr double, double* %apart, i64 %i
+  %v = getelementptr double, double* %apart, i64 %p
+  %w = select i1 %c, double* %u, double* %v
+  store double 2.0, double* %w
+  ret void
+}
+"""
+
+
+def test_how_far_each_index_reaches_into_its_arrays():
+    from enzyme_py import _state
+
+    reach = _state.native.index_reach(REACH, "f", 0, [1, 2, 3, 4, 5, 6])
+    # near: i-1 and i+1 (2 apart); same: one entry for all indices; passed: given away;
+    # pairs: entry 2i only (stride 2); merged: a select of one address; apart: of two.
+    assert reach == [2, None, None, 0, 0, None]
+
+
+@numba.njit
+def heat(i, u, out, r):
+    n = u.shape[0]
+    if i == 0 or i == n - 1:
+        out[i] = u[i]
+    else:
+        out[i] = u[i] + r * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@pytest.mark.parametrize("boundscheck", [True, False])
+def test_a_reverse_stencil_runs_on_several_threads_without_atomic_adds(boundscheck):
+    k = ez.offload.kernel(heat, boundscheck=boundscheck)
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+    n, r = 1001, 0.25
+    u = np.random.default_rng(1).random(n)
+    du, out, dout = np.zeros(n), np.zeros(n), np.linspace(1, 2, n)
+    args = (u, du, out, dout, r)
+    assert dk._shared_reach(args, frozenset()) == 2  # du[i-1], du[i], du[i+1]
+    dk.launch(n, *args, threads=7)
+    # The step's Jacobian, transposed, applied to dout.
+    jacobian = np.eye(n)
+    for i in range(1, n - 1):
+        jacobian[i, i - 1 : i + 2] = [r, 1 - 2 * r, r]
+    np.testing.assert_allclose(du, jacobian.T @ np.linspace(1, 2, n), rtol=1e-13)
+    np.testing.assert_array_equal(dout, 0)
+    for launcher in dk._launchers.values():
+        assert "atomicrmw" not in launcher.inspect_llvm(optimized=True)
+
+
+def test_overlapping_shadows_are_added_into_atomically():
+    dk = ez.autodiff(ez.offload.kernel(heat), ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+    n = 100
+    shadows = np.zeros(n + 5)
+    args = (np.ones(n), shadows[:n], np.zeros(n), shadows[5:], 0.25)  # du[i + 5] is dout[i]
+    assert dk._shared_reach(args, frozenset()) is None
+    apart = np.zeros(2 * n)
+    assert dk._shared_reach((np.ones(n), apart[:n], np.zeros(n), apart[n:], 0.25), frozenset()) == 2

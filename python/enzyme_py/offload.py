@@ -453,6 +453,7 @@ class Kernel:
         self._gpu_kernels: dict[Any, int] = {}
         self._read_only: dict[Any, list[bool]] = {}
         self._uses_device_heap: dict[Any, bool] = {}
+        self._reach: dict[Any, int | None] = {}
 
     @property
     def name(self) -> str:
@@ -518,6 +519,36 @@ class Kernel:
             pos += 2 if activity.shadow else 1
         return frozenset(private)
 
+    def _shared_reach(self, args: tuple[Any, ...], private: frozenset[int]) -> int | None:
+        """For a reverse kernel: how far apart two indices may be and still touch the
+        same entry of a shadow the threads share (those not in ``private``); None when
+        some such shadow may be touched anywhere. 0 for other kernels."""
+        if self._derivative_of is None or self._derivative_of[0] is not Reverse:
+            return 0
+        shared_arrays = [
+            k for k, a in enumerate(args) if isinstance(a, np.ndarray) and k not in private
+        ]
+        for k in shared_arrays:  # overlapping arrays: indices reach each other's entries
+            if any(j != k and np.may_share_memory(args[j], args[k]) for j in shared_arrays):
+                return None
+        key = (_launch_key(args), private)
+        if key not in self._reach:
+            shared, pos = [], 0
+            for activity in self._derivative_of[1]:
+                if activity.shadow and pos + 1 not in private:
+                    shared.append(pos + 1)
+                pos += 2 if activity.shadow else 1
+            reach: int | None = 0
+            if shared:
+                fn = self._per_index(self._body_function(args), one_thread=True)
+                positions = [k for k, _ in fn.visible_params]  # [index, *launch arguments]
+                found = _state.native.index_reach(
+                    fn.module.ir(), fn.name, positions[0], [positions[1 + k] for k in shared]
+                )
+                reach = None if None in found else max(found)
+            self._reach[key] = reach
+        return self._reach[key]
+
     def _primal_types(self, args: tuple[Any, ...]) -> list[Any]:
         if self._derivative_of is None:
             return [self.body.typeof_pyval(a) for a in args]
@@ -569,8 +600,11 @@ class Kernel:
         range split across ``threads``, default all cores). Device arrays and host
         arrays may be mixed; host arrays are used in place. On several threads a reverse
         kernel gives each thread its own copy of the shadows that are small next to the
-        launch and adds the copies up at the end; into the others it adds atomically.
-        On one thread (``threads=1``) all adds are plain."""
+        launch, adding the copies up at the end. Into a shadow the threads share, it adds
+        with plain adds when each index provably touches only entries near its own (as
+        in a stencil; the indices near the ends of each thread's range then run after
+        the rest), else with atomic adds. On one thread (``threads=1``) all adds are
+        plain."""
         n = self._check_launch(n, args, device, threads)
         device = device or default_device()
         _require_launchable(device)
@@ -584,20 +618,37 @@ class Kernel:
             self._launcher(host_args, one_thread=True)(0, n, *host_args)
             return
         private = self._private_shadows(host_args, n, parts)
-        launcher = self._launcher(host_args, private=private)
         copies = {k: [np.array(host_args[k]) for _ in range(parts)] for k in private}
+
+        def arguments(j: int) -> tuple[Any, ...]:
+            return tuple(copies[k][j] if k in copies else a for k, a in enumerate(host_args))
+
+        reach = self._shared_reach(host_args, private)
+        if reach is None:  # some shared shadow is reached anywhere: atomic adds into it
+            launcher = self._launcher(host_args, private=private)
+            held_back = 0
+        else:
+            # Indices more than `reach` apart touch different bytes of the shared
+            # shadows: the threads' chunks, less their last `reach` indices, run at once
+            # with plain adds, and the indices held back after them, one by one.
+            launcher = self._launcher(host_args, one_thread=True)
+            held_back = reach
         futures = [
             _threads().submit(
                 launcher,
                 int(bounds[j]),
-                int(bounds[j + 1]),
-                *(copies[k][j] if k in copies else a for k, a in enumerate(host_args)),
+                max(int(bounds[j]), int(bounds[j + 1]) - held_back),
+                *arguments(j),
             )
             for j in range(parts)
         ]
         wait(futures)  # all threads done before an error of one is raised
         for future in futures:
             future.result()
+        if held_back:
+            for j in range(parts):
+                first = max(int(bounds[j]), int(bounds[j + 1]) - held_back)
+                launcher(first, int(bounds[j + 1]), *arguments(j))
         for k, mine in copies.items():
             # Each copy started as the shadow: what a thread added is its difference.
             shared, start = host_args[k], np.array(host_args[k])

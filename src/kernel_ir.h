@@ -1,0 +1,53 @@
+// Kernel IR helpers and the analyses launches use: what a kernel writes, and
+// where each index reaches into an array.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+namespace enzyme_py {
+
+// Owns a module parsed for analysis or code generation.
+struct ModuleOwner {
+  LLVMModuleRef mod = nullptr;
+  ModuleOwner() = default;
+  ModuleOwner(const ModuleOwner &) = delete;
+  ModuleOwner &operator=(const ModuleOwner &) = delete;
+  ~ModuleOwner() {
+    if (mod) LLVMDisposeModule(mod);
+  }
+};
+
+// Parses `ir_text` into `owner`; throws std::runtime_error with LLVM's message.
+void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &owner);
+
+// Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
+void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
+                const char *what);
+
+// For each parameter of `function` in the module `ir_text`: whether the function
+// provably does not write through it (LLVM's readonly/readnone, inferred by
+// function-attrs). A launch need not copy such an array back from the device.
+// Unknown callees make a parameter writable. Throws std::runtime_error.
+std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
+                                   const std::string &function);
+
+// How far apart two indices of `function` (its parameter `index`, never
+// negative) may be and still touch the same byte of each parameter in `params`:
+// r when index i touches only bytes stride * i + [low, high] of it, with one
+// stride for all of its accesses (r = (high - low) / stride; 0 if untouched);
+// nullopt when some access is not of that form (every index the same address,
+// a computed address, a pointer passed on or stored). Indices further apart
+// than r can run on different threads without atomics. Throws
+// std::runtime_error.
+std::vector<std::optional<int64_t>> index_reach(LLVMContextRef ctx, const std::string &ir_text,
+                                                const std::string &function, unsigned index,
+                                                const std::vector<unsigned> &params);
+
+}  // namespace enzyme_py
