@@ -31,3 +31,35 @@ def central_difference(f: Callable[..., float], args: list[Any], flat: np.ndarra
     down = f(*args)
     flat[j] = old
     return float((up - down) / (2.0 * h))
+
+
+def write_launch_results(
+    out: str, name: str, title: str, rows: list[dict[str, Any]], **meta: Any
+) -> str:
+    """Writes ``name.json`` (the rows, each a device and its median ``launch_s``, with
+    ``meta`` plus the date, machine and CPU count) and ``name.md`` (``title`` over a
+    table of the rows) to the folder ``out``; returns the table."""
+    import json
+    import os
+    import platform
+    from pathlib import Path
+
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        **meta,
+    }
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    lines = [
+        f"{title} ({meta['date']}, {meta['cpus']} CPUs)",
+        "",
+        "| device | launch |",
+        "|---|---:|",
+    ]
+    lines += [f"| {r['device']} | {1e3 * r['launch_s']:.3f} ms |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    (folder / f"{name}.md").write_text(table)
+    return table

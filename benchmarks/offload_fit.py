@@ -19,12 +19,8 @@ Results go to ``offload_fit.json`` / ``.md`` in ``--out`` (default
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +28,7 @@ import numpy as np
 import enzyme_py as ez
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import median_time
+from benchmarks.common import median_time, write_launch_results
 
 
 def squared_residual(i, t, y, c, loss):
@@ -85,28 +81,16 @@ def main(argv: list[str] | None = None) -> int:
                 "launch_s": median_time(lambda g=gpu: run(g, None, arrays), repeats),
             }
         )
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "n": n,
-        "quick": args.quick,
-        "check_error": error,
-    }
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "offload_fit.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    lines = [
-        f"Reverse derivative of a polynomial fit's squared residuals with respect to its 8 "
-        f"coefficients, n = {n}, {meta['date']}, {meta['cpus']} CPUs; relative error "
-        f"against the analytic gradient: {error:.1e}",
-        "",
-        "| device | launch |",
-        "|---|---:|",
-    ]
-    lines += [f"| {r['device']} | {1e3 * r['launch_s']:.3f} ms |" for r in rows]
-    table = "\n".join(lines) + "\n"
-    (out_dir / "offload_fit.md").write_text(table)
+    table = write_launch_results(
+        args.out,
+        "offload_fit",
+        "Reverse derivative of a polynomial fit's squared residuals with respect to its 8 "
+        f"coefficients, n = {n}; relative error against the analytic gradient: {error:.1e}",
+        rows,
+        n=n,
+        quick=args.quick,
+        check_error=error,
+    )
     print(table)
     return 0 if error < 1e-10 else 1
 

@@ -20,12 +20,8 @@ Results go to ``offload_stencil.json`` / ``.md`` in ``--out`` (default
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +29,7 @@ import numpy as np
 import enzyme_py as ez
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import median_time
+from benchmarks.common import median_time, write_launch_results
 
 
 def heat_step(i, u, out, r):
@@ -137,31 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             {"device": f"{gpu.name} (device arrays)", "launch_s": median_time(device_only, repeats)}
         )
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "n": n,
-        "quick": args.quick,
-        "body": args.body,
-        "check_error": error,
-    }
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "offload_stencil.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=2)
+    table = write_launch_results(
+        args.out,
+        "offload_stencil",
+        f"Reverse derivative of one heat-equation step ({args.body} body), n = {n}; "
+        f"max |du - 1| in the interior: {error:.1e}",
+        rows,
+        n=n,
+        quick=args.quick,
+        body=args.body,
+        check_error=error,
     )
-    lines = [
-        f"Reverse derivative of one heat-equation step ({args.body} body), n = {n}, "
-        f"{meta['date']}, "
-        f"{meta['cpus']} CPUs; max |du - 1| in the interior: {error:.1e}",
-        "",
-        "| device | launch |",
-        "|---|---:|",
-    ]
-    lines += [f"| {r['device']} | {1e3 * r['launch_s']:.3f} ms |" for r in rows]
-    table = "\n".join(lines) + "\n"
-    (out_dir / "offload_stencil.md").write_text(table)
     print(table)
     return 0 if error < 1e-12 else 1
 
