@@ -208,10 +208,13 @@ void follow(LLVMValueRef ptr, const Linear &at, LLVMValueRef param, LLVMValueRef
       }
     } else if (LLVMIsALoadInst(user)) {
       reach.touch(at, LLVMABISizeOfType(layout, LLVMTypeOf(user)));
-    } else if ((LLVMIsAStoreInst(user) || LLVMIsAAtomicRMWInst(user)) &&
-               LLVMGetOperand(user, LLVMIsAStoreInst(user) ? 1 : 0) == ptr) {
+    } else if (LLVMIsAStoreInst(user) || LLVMIsAAtomicRMWInst(user)) {
       LLVMValueRef value = LLVMGetOperand(user, LLVMIsAStoreInst(user) ? 0 : 1);
-      reach.touch(at, LLVMABISizeOfType(layout, LLVMTypeOf(value)));
+      if (value == ptr) {
+        reach.known = false;  // the pointer itself stored: it may be used anywhere
+      } else {
+        reach.touch(at, LLVMABISizeOfType(layout, LLVMTypeOf(value)));
+      }
     } else if (!LLVMIsAICmpInst(user)) {
       reach.known = false;  // passed on, stored, converted: not followed
     }

@@ -563,3 +563,16 @@ def test_overlapping_shadows_are_added_into_atomically():
     assert dk._shared_reach(args, frozenset()) is None
     apart = np.zeros(2 * n)
     assert dk._shared_reach((np.ones(n), apart[:n], np.zeros(n), apart[n:], 0.25), frozenset()) == 2
+
+
+def test_a_pointer_stored_away_has_no_known_reach():
+    from enzyme_py import _state
+
+    stored = """
+define void @g(i64 %i, double* %x, double** %slot) {
+  %p = getelementptr double, double* %x, i64 %i
+  store double* %p, double** %slot
+  ret void
+}
+"""
+    assert _state.native.index_reach(stored, "g", 0, [1]) == [None]
