@@ -576,3 +576,25 @@ define void @g(i64 %i, double* %x, double** %slot) {
 }
 """
     assert _state.native.index_reach(stored, "g", 0, [1]) == [None]
+
+
+@pytest.mark.parametrize(
+    "value, error, message",
+    [
+        (np.array([1, "a"], dtype=object), TypeError, "numbers or booleans.*got dtype object"),
+        ("abc", TypeError, "numbers or booleans.*got dtype <U3"),
+    ],
+)
+def test_to_device_refuses_what_is_not_numbers(value, error, message):
+    with pytest.raises(error, match=message):
+        ez.offload.to_device(value, ez.offload.CPU)
+
+
+def test_to_device_keeps_shapes_and_names_a_wrong_device():
+    for value in (np.array(2.5), np.zeros(0), np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2]):
+        with ez.offload.to_device(value, ez.offload.CPU) as on_device:
+            back = on_device.to_host()
+        assert back.shape == value.shape and back.dtype == value.dtype
+        np.testing.assert_array_equal(back, value)
+    with pytest.raises(TypeError, match="device must be an ez.offload.Device.*not 'cpu'"):
+        ez.offload.to_device(np.ones(3), "cpu")

@@ -123,7 +123,7 @@ class DeviceArray:
 
     def __init__(self, array: np.ndarray, device: Device):
         self.device = device
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # keeps a 0-d array 0-d
         self._shape, self._dtype = host.shape, host.dtype
         self._data: np.ndarray | None = None
         self._address = 0
@@ -195,15 +195,30 @@ class DeviceArray:
 
 
 def to_device(array: np.ndarray, device: Device | None = None) -> DeviceArray:
-    """Copy ``array`` to ``device`` (default: the default device)."""
+    """Copy ``array`` (numbers or booleans, any shape) to ``device`` (default: the
+    default device)."""
+    _check_device(device)
+    host = np.asarray(array)
+    if host.dtype.kind not in "biufc":
+        raise TypeError(
+            f"array must hold numbers or booleans to go to a device; got dtype {host.dtype}"
+        )
     device = device or default_device()
     _require_launchable(device)
-    return DeviceArray(np.asarray(array), device)
+    return DeviceArray(host, device)
 
 
 def to_host(array: DeviceArray | np.ndarray) -> np.ndarray:
     """A host copy of a device array (a host array is returned as it is)."""
     return array.to_host() if isinstance(array, DeviceArray) else array
+
+
+def _check_device(device: Any) -> None:
+    if device is not None and not isinstance(device, Device):
+        raise TypeError(
+            "device must be an ez.offload.Device (ez.offload.CPU, or one of "
+            f"ez.offload.devices()), not {device!r}"
+        )
 
 
 def _require_launchable(device: Device) -> None:
@@ -696,11 +711,7 @@ class Kernel:
             ) from None
         if count < 0:
             raise ValueError(f"n, the number of indices, must be 0 or more, not {count}")
-        if device is not None and not isinstance(device, Device):
-            raise TypeError(
-                f"device must be an ez.offload.Device (ez.offload.CPU, or one of "
-                f"ez.offload.devices()), not {device!r}"
-            )
+        _check_device(device)
         if threads is not None:
             try:
                 valid = operator.index(threads) >= 1
