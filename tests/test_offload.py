@@ -87,21 +87,22 @@ def test_reverse_kernel_adds_atomically_into_shadows_too_big_to_copy(monkeypatch
     idx = (np.arange(n, dtype=np.int64) * 7) % 1000
     x = np.linspace(1, 2, n)  # only its first 1000 entries are read
     dx, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
-    assert dk._private_shadows((idx, x, dx, out, dout), n, 4) == frozenset()
+    assert dk._shadow_plan((idx, x, dx, out, dout), n, 4) == (frozenset(), {4}, 0)  # dout: plain
     dk.launch(n, idx, x, dx, out, dout, threads=4)
     np.testing.assert_allclose(dx, 2 * x * np.bincount(idx, minlength=n), rtol=1e-12)
     (launcher,) = dk._launchers.values()
     assert "atomicrmw" in launcher.inspect_llvm(optimized=True)
 
 
-def test_which_shadows_threads_get_copies_of():
+def test_how_threads_share_each_shadow():
     dk = ez.autodiff(ez.offload.kernel(gather_square), ez.Reverse, ez.Const, *[ez.Duplicated] * 2)
     n = 1 << 20
     idx, x, dx = np.zeros(n, np.int64), np.ones(8), np.zeros(8)
     out, dout = np.zeros(n), np.ones(n)
-    assert dk._private_shadows((idx, x, dx, out, dout), n, 4) == {2}  # dx; dout is as big as n
-    assert dk._private_shadows((idx, x, dx, out, dout), n, 1) == frozenset()  # one thread
-    assert dk._private_shadows((idx, x, x, out, dout), n, 4) == frozenset()  # dx is x
+    # dx: entries idx[i], anywhere, but small: copied; dout: entry i only, shared
+    assert dk._shadow_plan((idx, x, dx, out, dout), n, 4) == ({2}, {2, 4}, 0)
+    assert dk._shadow_plan((idx, x, dx, out, dout), n, 1) == (set(), set(), 0)  # one thread
+    assert dk._shadow_plan((idx, x, x, out, dout), n, 4) == (set(), {4}, 0)  # dx is x: atomic
 
 
 def test_forward_kernel_equals_cpu_derivative():
@@ -543,7 +544,7 @@ def test_a_reverse_stencil_runs_on_several_threads_without_atomic_adds(boundsche
     u = np.random.default_rng(1).random(n)
     du, out, dout = np.zeros(n), np.zeros(n), np.linspace(1, 2, n)
     args = (u, du, out, dout, r)
-    assert dk._shared_reach(args, frozenset()) == 2  # du[i-1], du[i], du[i+1]
+    assert dk._shadow_plan(args, n, 7) == (set(), {1, 3}, 2)  # du[i-1], du[i], du[i+1]
     dk.launch(n, *args, threads=7)
     # The step's Jacobian, transposed, applied to dout.
     jacobian = np.eye(n)
@@ -560,9 +561,10 @@ def test_overlapping_shadows_are_added_into_atomically():
     n = 100
     shadows = np.zeros(n + 5)
     args = (np.ones(n), shadows[:n], np.zeros(n), shadows[5:], 0.25)  # du[i + 5] is dout[i]
-    assert dk._shared_reach(args, frozenset()) is None
+    assert dk._shadow_plan(args, n, 2) == (set(), set(), 0)
     apart = np.zeros(2 * n)
-    assert dk._shared_reach((np.ones(n), apart[:n], np.zeros(n), apart[n:], 0.25), frozenset()) == 2
+    args = (np.ones(n), apart[:n], np.zeros(n), apart[n:], 0.25)
+    assert dk._shadow_plan(args, n, 2) == (set(), {1, 3}, 2)
 
 
 def test_a_pointer_stored_away_has_no_known_reach():

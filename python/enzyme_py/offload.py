@@ -18,6 +18,7 @@ liboffload's real CUDA plugin; its PTX has not yet run on a real GPU
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -92,19 +93,27 @@ def _physical_memory() -> int:
 CPU = Device("cpu", "cpu", "cpu", _physical_memory())
 
 
+_listed: list[Device] | None = None  # liboffload's list does not change in a process
+
+
 def devices() -> list[Device]:
     """The CPU device, then the GPUs liboffload reports (its virtual host device, which
     cannot run programs, is left out). RuntimeError if liboffload cannot be loaded."""
+    global _listed
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.devices"))
-    found = [Device(**d, index=i) for i, d in enumerate(_state.native.offload_devices())]
-    gpus = [d for d in found if d.type == "gpu"]
-    if any(d.platform == "cuda" for d in gpus):
-        from enzyme_py import _cuda_driver
+    if _listed is None:
+        found = [Device(**d, index=i) for i, d in enumerate(_state.native.offload_devices())]
+        gpus = [d for d in found if d.type == "gpu"]
+        if any(d.platform == "cuda" for d in gpus):
+            from enzyme_py import _cuda_driver
 
-        arch = _cuda_driver.architectures()
-        gpus = [replace(d, arch=arch.get(d.uid, "")) if d.platform == "cuda" else d for d in gpus]
-    return [CPU, *gpus]
+            arch = _cuda_driver.architectures()
+            gpus = [
+                replace(d, arch=arch.get(d.uid, "")) if d.platform == "cuda" else d for d in gpus
+            ]
+        _listed = [CPU, *gpus]
+    return list(_listed)
 
 
 def default_device() -> Device:
@@ -468,7 +477,7 @@ class Kernel:
         self._gpu_kernels: dict[Any, int] = {}
         self._read_only: dict[Any, list[bool]] = {}
         self._uses_device_heap: dict[Any, bool] = {}
-        self._reach: dict[Any, int | None] = {}
+        self._reach: dict[Any, dict[int, int | None]] = {}
 
     @property
     def name(self) -> str:
@@ -486,12 +495,11 @@ class Kernel:
         return self.body
 
     def _per_index(
-        self, fn: Any, one_thread: bool = False, private: frozenset[int] = frozenset()
+        self, fn: Any, one_thread: bool = False, plain: frozenset[int] = frozenset()
     ) -> Any:
         """What runs per index: the body, or the derivative the kernel is of (on one
         thread, its shadows updated with plain adds instead of atomic ones; on several,
-        plain adds into the shadows at launch positions ``private``, which each thread
-        has a copy of)."""
+        plain adds into the shadows at launch positions ``plain`` only)."""
         from enzyme_py import _api
 
         if self._derivative_of is None:
@@ -501,67 +509,69 @@ class Kernel:
             options = replace(options, atomic_add=False)
         full, ret = _api._check_activities(fn, mode, (Const, *activities))
         derivative = _api.Derivative(fn, mode, full, ret, options).as_function()
-        if not private or one_thread:
+        if not plain or one_thread:
             return derivative
         from enzyme_py.frontends.ir import parse_module
 
         module = parse_module(derivative.module.ir())  # a copy: the derivative keeps its own
         positions = [k for k, _ in derivative.visible_params]  # [index, *launch arguments]
-        module.native.make_adds_plain(derivative.name, [positions[1 + k] for k in private])
+        module.native.make_adds_plain(derivative.name, [positions[1 + k] for k in plain])
         return replace(derivative, module=module)
 
-    def _private_shadows(self, args: tuple[Any, ...], n: int, parts: int) -> frozenset[int]:
-        """The launch positions of the shadows that each of ``parts`` threads of a
-        reverse launch gets a copy of: those small next to the launch (their copies and
-        sums cost little), which many indices likely share (atomic adds into one
-        shadow from several threads contend)."""
+    def _shadow_plan(
+        self, args: tuple[Any, ...], n: int, parts: int
+    ) -> tuple[frozenset[int], frozenset[int], int]:
+        """How ``parts`` threads of a reverse launch add into its shadows, by launch
+        position: ``(private, plain, held_back)``.
+
+        A shadow that each index provably touches only near its own entry is shared,
+        with plain adds, and the last ``held_back`` indices of each thread's range run
+        after the rest (indices further apart than that touch different entries).
+        Another shadow, if small next to the launch, is copied per thread (``private``;
+        plain adds into the copies, which are summed at the end). Any other is added
+        into atomically: it is in neither set."""
         if parts == 1 or self._derivative_of is None or self._derivative_of[0] is not Reverse:
-            return frozenset()
+            return frozenset(), frozenset(), 0
+        reach = self._reach_of(args)
         arrays = [(k, a) for k, a in enumerate(args) if isinstance(a, np.ndarray)]
-        private = set()
-        pos = 0
-        for activity in self._derivative_of[1]:
-            shadow = args[pos + 1] if activity.shadow and pos + 1 < len(args) else None
-            if (
-                isinstance(shadow, np.ndarray)
-                and shadow.size
+        private, plain, held_back = set(), set(), 0
+        for k, shadow in enumerate(args):
+            if k not in reach or not isinstance(shadow, np.ndarray):
+                continue
+            if any(j != k and np.may_share_memory(a, shadow) for j, a in arrays):
+                continue  # its entries are another array's too: atomic adds
+            near = reach[k]
+            if near is not None:
+                plain.add(k)
+                held_back = max(held_back, near)
+            elif (
+                shadow.size
                 and shadow.flags.c_contiguous
                 and shadow.flags.writeable
                 and (shadow.nbytes * parts <= _PRIVATE_BYTES or shadow.size * parts <= n)
-                and not any(k != pos + 1 and np.may_share_memory(a, shadow) for k, a in arrays)
             ):
-                private.add(pos + 1)
-            pos += 2 if activity.shadow else 1
-        return frozenset(private)
+                private.add(k)
+                plain.add(k)
+        return frozenset(private), frozenset(plain), held_back
 
-    def _shared_reach(self, args: tuple[Any, ...], private: frozenset[int]) -> int | None:
-        """For a reverse kernel: how far apart two indices may be and still touch the
-        same entry of a shadow the threads share (those not in ``private``); None when
-        some such shadow may be touched anywhere. 0 for other kernels."""
-        if self._derivative_of is None or self._derivative_of[0] is not Reverse:
-            return 0
-        shared_arrays = [
-            k for k, a in enumerate(args) if isinstance(a, np.ndarray) and k not in private
-        ]
-        for k in shared_arrays:  # overlapping arrays: indices reach each other's entries
-            if any(j != k and np.may_share_memory(args[j], args[k]) for j in shared_arrays):
-                return None
-        key = (_launch_key(args), private)
+    def _reach_of(self, args: tuple[Any, ...]) -> dict[int, int | None]:
+        """For each shadow's launch position: how far apart two indices may be and still
+        touch the same entry of it (None: it may be touched anywhere); see
+        ``index_reach`` in src/kernel_ir.h."""
+        assert self._derivative_of is not None
+        key = _launch_key(args)
         if key not in self._reach:
-            shared, pos = [], 0
+            shadows, pos = [], 0
             for activity in self._derivative_of[1]:
-                if activity.shadow and pos + 1 not in private:
-                    shared.append(pos + 1)
+                if activity.shadow:
+                    shadows.append(pos + 1)
                 pos += 2 if activity.shadow else 1
-            reach: int | None = 0
-            if shared:
-                fn = self._per_index(self._body_function(args), one_thread=True)
-                positions = [k for k, _ in fn.visible_params]  # [index, *launch arguments]
-                found = _state.native.index_reach(
-                    fn.module.ir(), fn.name, positions[0], [positions[1 + k] for k in shared]
-                )
-                reach = None if None in found else max(found)
-            self._reach[key] = reach
+            fn = self._per_index(self._body_function(args), one_thread=True)
+            positions = [k for k, _ in fn.visible_params]  # [index, *launch arguments]
+            found = _state.native.index_reach(
+                fn.module.ir(), fn.name, positions[0], [positions[1 + k] for k in shadows]
+            )
+            self._reach[key] = dict(zip(shadows, found, strict=True))
         return self._reach[key]
 
     def _primal_types(self, args: tuple[Any, ...]) -> list[Any]:
@@ -576,7 +586,7 @@ class Kernel:
         return types
 
     def _launcher(
-        self, args: tuple[Any, ...], one_thread: bool = False, private: frozenset[int] = frozenset()
+        self, args: tuple[Any, ...], one_thread: bool = False, plain: frozenset[int] = frozenset()
     ) -> Any:
         from enzyme_py import _api
 
@@ -585,7 +595,7 @@ class Kernel:
         key = (
             tuple((a.dtype.str, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args),
             one_thread,
-            private,
+            plain,
         )
         launcher = self._launchers.get(key)
         if launcher is None:
@@ -598,10 +608,10 @@ class Kernel:
 
                 def safe() -> Any:
                     return _range_driver(
-                        self._per_index(unsafe_body.alias_safe(), one_thread, private)
+                        self._per_index(unsafe_body.alias_safe(), one_thread, plain)
                     )
 
-            driver = _range_driver(self._per_index(body, one_thread, private), safe)
+            driver = _range_driver(self._per_index(body, one_thread, plain), safe)
             options = _api._Options(1, False, False, primal_only=True)
             acts, _ = _api._check_activities(driver, Forward, [Const] * len(driver.visible_params))
             launcher = _api.Derivative(driver, Forward, acts, None, options)
@@ -628,32 +638,25 @@ class Kernel:
             return
         host_args = tuple(a.data if isinstance(a, DeviceArray) else a for a in args)
         parts = max(1, min(threads or os.cpu_count() or 1, n))
-        bounds = np.linspace(0, n, parts + 1).astype(np.int64)
+        bounds = [n * j // parts for j in range(parts + 1)]
         if parts == 1:
             self._launcher(host_args, one_thread=True)(0, n, *host_args)
             return
-        private = self._private_shadows(host_args, n, parts)
+        private, plain, held_back = self._shadow_plan(host_args, n, parts)
         copies = {k: [np.array(host_args[k]) for _ in range(parts)] for k in private}
 
         def arguments(j: int) -> tuple[Any, ...]:
             return tuple(copies[k][j] if k in copies else a for k, a in enumerate(host_args))
 
-        reach = self._shared_reach(host_args, private)
-        if reach is None:  # some shared shadow is reached anywhere: atomic adds into it
-            launcher = self._launcher(host_args, private=private)
-            held_back = 0
+        reverse = self._derivative_of is not None and self._derivative_of[0] is Reverse
+        shadows = self._reach_of(host_args).keys() if reverse else ()
+        if plain.issuperset(shadows):
+            launcher = self._launcher(host_args, one_thread=True)  # no atomic adds at all
         else:
-            # Indices more than `reach` apart touch different bytes of the shared
-            # shadows: the threads' chunks, less their last `reach` indices, run at once
-            # with plain adds, and the indices held back after them, one by one.
-            launcher = self._launcher(host_args, one_thread=True)
-            held_back = reach
+            launcher = self._launcher(host_args, plain=plain)
         futures = [
             _threads().submit(
-                launcher,
-                int(bounds[j]),
-                max(int(bounds[j]), int(bounds[j + 1]) - held_back),
-                *arguments(j),
+                launcher, bounds[j], max(bounds[j], bounds[j + 1] - held_back), *arguments(j)
             )
             for j in range(parts)
         ]
@@ -662,8 +665,7 @@ class Kernel:
             future.result()
         if held_back:
             for j in range(parts):
-                first = max(int(bounds[j]), int(bounds[j + 1]) - held_back)
-                launcher(first, int(bounds[j + 1]), *arguments(j))
+                launcher(max(bounds[j], bounds[j + 1] - held_back), bounds[j + 1], *arguments(j))
         for k, mine in copies.items():
             # Each copy started as the shadow: what a thread added is its difference.
             shared, start = host_args[k], np.array(host_args[k])
@@ -671,6 +673,7 @@ class Kernel:
                 copy -= start
                 shared += copy
 
+    @functools.cached_property
     def _parameter_names(self) -> list[str] | None:
         """The body's parameters after the index (None where the body does not say)."""
         import inspect
@@ -688,7 +691,7 @@ class Kernel:
 
     def _argument_names(self) -> list[str] | None:
         """What ``launch`` takes after ``n`` (None where the body does not say)."""
-        names = self._parameter_names()
+        names = self._parameter_names
         if names is None or self._derivative_of is None:
             return names
         _, activities, _ = self._derivative_of
@@ -908,7 +911,7 @@ class Kernel:
                 f"{self!r} is already a derivative; differentiating a kernel again is not "
                 "supported (differentiate the body, e.g. ez.autodiff of an @njit function)"
             )
-        names = self._parameter_names()
+        names = self._parameter_names
         if names is not None and len(activities) != len(names):
             raise ActivityError(
                 f"kernel {self.name} takes {len(names)} arguments after the index "
