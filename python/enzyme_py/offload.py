@@ -654,13 +654,16 @@ class Kernel:
             launcher = self._launcher(host_args, one_thread=True)  # no atomic adds at all
         else:
             launcher = self._launcher(host_args, plain=plain)
-        futures = [
-            _threads().submit(
-                launcher, bounds[j], max(bounds[j], bounds[j + 1] - held_back), *arguments(j)
-            )
-            for j in range(parts)
-        ]
-        wait(futures)  # all threads done before an error of one is raised
+
+        def run_part(j: int) -> None:
+            launcher(bounds[j], max(bounds[j], bounds[j + 1] - held_back), *arguments(j))
+
+        # The first part runs on this thread: one wake-up fewer (tens of µs).
+        futures = [_threads().submit(run_part, j) for j in range(1, parts)]
+        try:
+            run_part(0)
+        finally:
+            wait(futures)  # all threads done before an error of one is raised
         for future in futures:
             future.result()
         if held_back:
