@@ -629,7 +629,8 @@ class Kernel:
         with plain adds when each index provably touches only entries near its own (as
         in a stencil; the indices near the ends of each thread's range then run after
         the rest), else with atomic adds. On one thread (``threads=1``) all adds are
-        plain."""
+        plain; small launches are faster so, without the threads' start-up (about
+        0.1 ms)."""
         n = self._check_launch(n, args, device, threads)
         device = device or default_device()
         _require_launchable(device)
