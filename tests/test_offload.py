@@ -600,3 +600,29 @@ def test_to_device_keeps_shapes_and_names_a_wrong_device():
         np.testing.assert_array_equal(back, value)
     with pytest.raises(TypeError, match="device must be an ez.offload.Device.*not 'cpu'"):
         ez.offload.to_device(np.ones(3), "cpu")
+
+
+def test_indices_near_the_ends_of_each_thread_run_after_all_threads(monkeypatch):
+    # With reach 2 (the stencil), each thread's last 2 indices are held back until every
+    # thread is done: indices running at once are then more than 2 apart.
+    dk = ez.autodiff(ez.offload.kernel(heat), ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const)
+    n = 100
+    args = (np.ones(n), np.zeros(n), np.zeros(n), np.ones(n), 0.25)
+    dk.launch(n, *args, threads=1)  # built
+    calls = []
+    real = type(dk)._launcher
+
+    def recording(self, *a, **k):
+        launcher = real(self, *a, **k)
+
+        def run(start, end, *rest):
+            calls.append((start, end))
+            return launcher(start, end, *rest)
+
+        return run
+
+    monkeypatch.setattr(type(dk), "_launcher", recording)
+    dk.launch(n, *args, threads=4)
+    first, then = sorted(calls[:4]), calls[4:]
+    assert first == [(0, 23), (25, 48), (50, 73), (75, 98)]
+    assert then == [(23, 25), (48, 50), (73, 75), (98, 100)]
