@@ -505,7 +505,9 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);
   out.derivative_module = print_module(mod);
-  if (!req.primal_only) route_tape_to_arena(mod);
+  // Also for primal-only requests: a kernel's range driver calls a derivative made
+  // earlier (its tape allocations still marked) once per index.
+  route_tape_to_arena(mod);
 
   // Only the entry stays visible; everything else may be inlined and dropped,
   // and objects of several derivatives never clash in the JIT.

@@ -241,13 +241,24 @@ std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_tex
   return result;
 }
 
-std::vector<std::optional<int64_t>> index_reach(LLVMContextRef ctx, const std::string &ir_text,
-                                                const std::string &function, unsigned index,
-                                                const std::vector<unsigned> &params) {
+std::vector<std::optional<int64_t>> index_reach(
+    LLVMContextRef ctx, const std::string &ir_text, const std::string &function, unsigned index,
+    const std::vector<unsigned> &params,
+    const std::vector<std::pair<unsigned, int64_t>> &constants) {
   ModuleOwner work;
   parse_kernel(ctx, ir_text, work);
   LLVMValueRef fn = defined_function(work.mod, function);
   if (index >= LLVMCountParams(fn)) throw std::runtime_error("no such index parameter");
+  for (const auto &[param, value] : constants) {  // e.g. array shapes, known at launch
+    if (param >= LLVMCountParams(fn) || param == index) {
+      throw std::runtime_error("no such parameter to hold constant");
+    }
+    LLVMValueRef p = LLVMGetParam(fn, param);
+    if (LLVMGetTypeKind(LLVMTypeOf(p)) != LLVMIntegerTypeKind) {
+      throw std::runtime_error("only integer parameters can be held constant");
+    }
+    LLVMReplaceAllUsesWith(p, LLVMConstInt(LLVMTypeOf(p), static_cast<uint64_t>(value), 1));
+  }
   // Indices are never negative: that lets LLVM drop the branches of negative-index
   // wraparound (Numba's), whose addresses are not linear in the index.
   LLVMContextRef context = LLVMGetModuleContext(work.mod);

@@ -44,10 +44,12 @@ std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_tex
 // stride for all of its accesses (r = (high - low) / stride; 0 if untouched);
 // nullopt when some access is not of that form (every index the same address,
 // a computed address, a pointer passed on or stored). Indices further apart
-// than r can run on different threads without atomics. Throws
-// std::runtime_error.
-std::vector<std::optional<int64_t>> index_reach(LLVMContextRef ctx, const std::string &ir_text,
-                                                const std::string &function, unsigned index,
-                                                const std::vector<unsigned> &params);
+// than r can run on different threads without atomics. `constants` holds
+// integer parameters at the values a launch passes (array shapes: they make a
+// row's address linear in the index). Throws std::runtime_error.
+std::vector<std::optional<int64_t>> index_reach(
+    LLVMContextRef ctx, const std::string &ir_text, const std::string &function, unsigned index,
+    const std::vector<unsigned> &params,
+    const std::vector<std::pair<unsigned, int64_t>> &constants);
 
 }  // namespace enzyme_py

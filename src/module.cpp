@@ -278,12 +278,16 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "index_reach",
       [](const std::string &ir_text, const std::string &function, unsigned index,
-         const std::vector<unsigned> &params) {
-        return index_reach(the_engine().context(), ir_text, function, index, params);
+         const std::vector<unsigned> &params,
+         const std::vector<std::pair<unsigned, int64_t>> &constants) {
+        return index_reach(the_engine().context(), ir_text, function, index, params,
+                           constants);
       },
       py::arg("ir_text"), py::arg("function"), py::arg("index"), py::arg("params"),
+      py::arg("constants") = std::vector<std::pair<unsigned, int64_t>>{},
       "For each parameter in `params`: how far apart two indices may be and still\n"
-      "touch the same byte of it (None when unknown; see kernel_ir.h).");
+      "touch the same byte of it (None when unknown), with the integer parameters of\n"
+      "`constants` (position, value) held at those values; see kernel_ir.h.");
   m.def(
       "read_only_params",
       [](const std::string &ir_text, const std::string &function) {

@@ -20,8 +20,9 @@ class HostJit;
 // no memory attributes into Enzyme.
 void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
 
-// The pass pipeline simplify_for_enzyme runs (no unrolling, no vectorisation:
-// those make Enzyme cache more).
+// The pass pipeline simplify_for_enzyme runs (no vectorisation, and no unrolling
+// but of loops of constant length, which leave Enzyme nothing to cache, such as
+// Numba's x ** 2: partial unrolling would make it cache more).
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module:

@@ -626,3 +626,34 @@ def test_indices_near_the_ends_of_each_thread_run_after_all_threads(monkeypatch)
     first, then = sorted(calls[:4]), calls[4:]
     assert first == [(0, 23), (25, 48), (50, 73), (75, 98)]
     assert then == [(23, 25), (48, 50), (73, 75), (98, 100)]
+
+
+@numba.njit
+def row_norm(i, x, out):
+    out[i] = np.sqrt(x[i, 0] ** 2 + x[i, 1] ** 2 + x[i, 2] ** 2)
+
+
+def test_loops_of_constant_length_leave_no_tape():
+    # Numba computes x ** 2 with a loop over the exponent's bits; unrolled before Enzyme,
+    # it leaves nothing to record per index (it took 9 tape blocks per index).
+    dk = ez.autodiff(ez.offload.kernel(row_norm), ez.Reverse, ez.Duplicated, ez.Duplicated)
+    n = 1000
+    x = np.random.default_rng(2).random((n, 3))
+    dx, out, dout = np.zeros_like(x), np.zeros(n), np.ones(n)
+    dk.launch(n, x, dx, out, dout, threads=2)
+    np.testing.assert_allclose(dx, x / np.linalg.norm(x, axis=1)[:, None], rtol=1e-14)
+    assert dk._shadow_plan((x, dx, out, dout), n, 2) == (set(), {1, 3}, 0)  # rows: own only
+    for launcher in dk._launchers.values():
+        ir = launcher.inspect_llvm(optimized=True)
+        assert "tape_alloc" not in ir and "@malloc(" not in ir
+
+
+def test_a_reverse_kernel_whose_body_loops_takes_its_tape_from_the_arena():
+    k = ez.offload.kernel(ez.llvm_ir(HORNER, "horner"))
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Duplicated)
+    n, m = 100, 4
+    x, c = np.linspace(-1, 1, n), np.ones(m)
+    dk.launch(n, x, np.zeros(n), c, np.zeros(m), m, np.zeros(n), np.ones(n), threads=1)
+    (launcher,) = dk._launchers.values()
+    ir = launcher.inspect_llvm(optimized=True)
+    assert "@__enzyme_py_tape_alloc(" in ir and "@malloc(" not in ir

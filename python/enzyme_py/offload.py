@@ -477,7 +477,7 @@ class Kernel:
         self._gpu_kernels: dict[Any, int] = {}
         self._read_only: dict[Any, list[bool]] = {}
         self._uses_device_heap: dict[Any, bool] = {}
-        self._reach: dict[Any, dict[int, int | None]] = {}
+        self._reach: dict[Any, dict[int, int | None]] = {}  # by argument types and shapes
 
     @property
     def name(self) -> str:
@@ -559,7 +559,9 @@ class Kernel:
         touch the same entry of it (None: it may be touched anywhere); see
         ``index_reach`` in src/kernel_ir.h."""
         assert self._derivative_of is not None
-        key = _launch_key(args)
+        # Array shapes are held at their values: they make a row's address linear in i.
+        shapes = tuple(a.shape for a in args if isinstance(a, np.ndarray))
+        key = (_launch_key(args), shapes)
         if key not in self._reach:
             shadows, pos = [], 0
             for activity in self._derivative_of[1]:
@@ -568,8 +570,18 @@ class Kernel:
                 pos += 2 if activity.shadow else 1
             fn = self._per_index(self._body_function(args), one_thread=True)
             positions = [k for k, _ in fn.visible_params]  # [index, *launch arguments]
+            argument_at = {p: k - 1 for k, p in enumerate(positions) if k > 0}
+            constants = [
+                (p, args[argument_at[param.hidden[1]]].shape[param.hidden[2]])
+                for p, param in enumerate(fn.params)
+                if param.hidden is not None and param.hidden[0] == "shape"
+            ]
             found = _state.native.index_reach(
-                fn.module.ir(), fn.name, positions[0], [positions[1 + k] for k in shadows]
+                fn.module.ir(),
+                fn.name,
+                positions[0],
+                [positions[1 + k] for k in shadows],
+                constants,
             )
             self._reach[key] = dict(zip(shadows, found, strict=True))
         return self._reach[key]
