@@ -15,8 +15,8 @@
 #include "caller.h"
 #include "engine.h"
 #include "enzyme_plugin.h"
-#include "offload.h"
 #include "kernel_ir.h"
+#include "offload.h"
 #include "ptx.h"
 #include "rewrites.h"
 
