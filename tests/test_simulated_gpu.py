@@ -3,6 +3,7 @@ liboffload's CUDA plugin finds the driver on LD_LIBRARY_PATH only at start-up.""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -91,3 +92,23 @@ def test_the_device_script_says_when_the_pack_is_missing(tmp_path):
     )
     assert proc.returncode == 3
     assert "run scripts/device_pack.sh here, then carry .device/pack" in proc.stdout
+
+
+def test_a_driver_without_what_the_architecture_needs_gives_none(tmp_path):
+    # A libcuda.so from before cuDeviceGetUuid: no architectures, no error.
+    source = tmp_path / "old_cuda.c"
+    source.write_text("int cuInit(unsigned flags) { return 0; }\n")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so"), str(source)],
+        check=True,
+    )
+    env = {**os.environ, "LD_LIBRARY_PATH": str(tmp_path)}
+    code = "from enzyme_py import _cuda_driver; print(_cuda_driver.architectures())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "{}"

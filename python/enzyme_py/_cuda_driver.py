@@ -19,7 +19,8 @@ def _driver() -> ctypes.CDLL | None:
     for name in ("libcuda.so", "libcuda.so.1"):
         try:
             lib = ctypes.CDLL(name)
-        except OSError:
+            lib.cuDeviceGetUuid  # noqa: B018 - present since CUDA 9.2; older drivers: none
+        except (OSError, AttributeError):
             continue
         # CUresult cuInit(unsigned int flags)
         lib.cuInit.argtypes = [ctypes.c_uint]
