@@ -554,6 +554,19 @@ class Kernel:
                 plain.add(k)
         return frozenset(private), frozenset(plain), held_back
 
+    def _layout(self) -> list[tuple[int, int | None]]:
+        """For each parameter after the index, of a derivative kernel: the launch position
+        of its value and that of its shadow (None without one; shadows follow values)."""
+        assert self._derivative_of is not None
+        layout, pos = [], 0
+        for activity in self._derivative_of[1]:
+            layout.append((pos, pos + 1 if activity.shadow else None))
+            pos += 2 if activity.shadow else 1
+        return layout
+
+    def _shadow_positions(self) -> list[int]:
+        return [shadow for _, shadow in self._layout() if shadow is not None]
+
     def _reach_of(self, args: tuple[Any, ...]) -> dict[int, int | None]:
         """For each shadow's launch position: how far apart two indices may be and still
         touch the same entry of it (None: it may be touched anywhere); see
@@ -563,11 +576,7 @@ class Kernel:
         shapes = tuple(a.shape for a in args if isinstance(a, np.ndarray))
         key = (_launch_key(args), shapes)
         if key not in self._reach:
-            shadows, pos = [], 0
-            for activity in self._derivative_of[1]:
-                if activity.shadow:
-                    shadows.append(pos + 1)
-                pos += 2 if activity.shadow else 1
+            shadows = self._shadow_positions()
             fn = self._per_index(self._body_function(args), one_thread=True)
             positions = [k for k, _ in fn.visible_params]  # [index, *launch arguments]
             argument_at = {p: k - 1 for k, p in enumerate(positions) if k > 0}
@@ -589,13 +598,7 @@ class Kernel:
     def _primal_types(self, args: tuple[Any, ...]) -> list[Any]:
         if self._derivative_of is None:
             return [self.body.typeof_pyval(a) for a in args]
-        _, activities, _ = self._derivative_of
-        types = []
-        pos = 0
-        for act in activities:
-            types.append(self.body.typeof_pyval(args[pos]))
-            pos += 2 if act.shadow else 1
-        return types
+        return [self.body.typeof_pyval(args[value]) for value, _ in self._layout()]
 
     def _launcher(
         self, args: tuple[Any, ...], one_thread: bool = False, plain: frozenset[int] = frozenset()
@@ -662,8 +665,7 @@ class Kernel:
             return tuple(copies[k][j] if k in copies else a for k, a in enumerate(host_args))
 
         reverse = self._derivative_of is not None and self._derivative_of[0] is Reverse
-        shadows = self._reach_of(host_args).keys() if reverse else ()
-        if plain.issuperset(shadows):
+        if plain.issuperset(self._shadow_positions() if reverse else ()):
             launcher = self._launcher(host_args, one_thread=True)  # no atomic adds at all
         else:
             launcher = self._launcher(host_args, plain=plain)
@@ -710,12 +712,9 @@ class Kernel:
         names = self._parameter_names
         if names is None or self._derivative_of is None:
             return names
-        _, activities, _ = self._derivative_of
-        if len(activities) != len(names) or not all(hasattr(a, "shadow") for a in activities):
-            return None  # the activity check names these at the first launch
-        with_shadows = []
-        for name, activity in zip(names, activities, strict=True):
-            with_shadows += [name, f"the shadow of {name}"] if activity.shadow else [name]
+        with_shadows = []  # derivative() made the activities fit the parameters
+        for name, (_, shadow) in zip(names, self._layout(), strict=True):
+            with_shadows += [name, f"the shadow of {name}"] if shadow is not None else [name]
         return with_shadows
 
     def _check_launch(self, n: Any, args: tuple[Any, ...], device: Any, threads: Any) -> int:
@@ -755,25 +754,23 @@ class Kernel:
 
         if self._derivative_of is None:
             return
-        pos = 0
-        for activity in self._derivative_of[1]:
-            if activity.shadow:
-                primal, shadow = args[pos], args[pos + 1]
-                where = f"{names[pos + 1]} (argument {pos + 2} after n)"
-                if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
-                    _api._check_shadow(shadow, primal, 1, where)
-                elif isinstance(primal, (np.ndarray, DeviceArray)):
-                    if not isinstance(shadow, (np.ndarray, DeviceArray)):
-                        raise TypeError(
-                            f"{where} must be an array like {names[pos]}; "
-                            f"got {type(shadow).__name__}"
-                        )
-                    if (shadow.shape, shadow.dtype) != (primal.shape, primal.dtype):
-                        raise ValueError(
-                            f"{where} needs shape {primal.shape} and dtype {primal.dtype} "
-                            f"(as its array); got {shadow.shape} {shadow.dtype}"
-                        )
-            pos += 2 if activity.shadow else 1
+        for pos, at in self._layout():
+            if at is None:
+                continue
+            primal, shadow = args[pos], args[at]
+            where = f"{names[at]} (argument {at + 1} after n)"
+            if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
+                _api._check_shadow(shadow, primal, 1, where)
+            elif isinstance(primal, (np.ndarray, DeviceArray)):
+                if not isinstance(shadow, (np.ndarray, DeviceArray)):
+                    raise TypeError(
+                        f"{where} must be an array like {names[pos]}; got {type(shadow).__name__}"
+                    )
+                if (shadow.shape, shadow.dtype) != (primal.shape, primal.dtype):
+                    raise ValueError(
+                        f"{where} needs shape {primal.shape} and dtype {primal.dtype} "
+                        f"(as its array); got {shadow.shape} {shadow.dtype}"
+                    )
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back
