@@ -33,6 +33,34 @@ def central_difference(f: Callable[..., float], args: list[Any], flat: np.ndarra
     return float((up - down) / (2.0 * h))
 
 
+def launch_rows(run: Callable[[Any, int | None], Any], repeats: int) -> list[dict[str, Any]]:
+    """Median times of ``run(device, threads)``, a kernel launch on host arrays: on the
+    CPU device with one thread and with all cores, then on each CUDA GPU (transfers
+    included)."""
+    import os
+
+    import enzyme_py as ez
+
+    rows = [
+        {
+            "device": "cpu, 1 thread",
+            "launch_s": median_time(lambda: run(ez.offload.CPU, 1), repeats),
+        },
+        {
+            "device": f"cpu, {os.cpu_count()} threads",
+            "launch_s": median_time(lambda: run(ez.offload.CPU, None), repeats),
+        },
+    ]
+    for gpu in [d for d in ez.offload.devices() if d.is_gpu and d.can_launch]:
+        rows.append(
+            {
+                "device": f"{gpu.name} (host arrays: transfers included)",
+                "launch_s": median_time(lambda g=gpu: run(g, None), repeats),
+            }
+        )
+    return rows
+
+
 def write_launch_results(
     out: str, name: str, title: str, rows: list[dict[str, Any]], **meta: Any
 ) -> str:

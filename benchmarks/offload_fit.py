@@ -28,7 +28,7 @@ import numpy as np
 import enzyme_py as ez
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import median_time, write_launch_results
+from benchmarks.common import launch_rows, write_launch_results
 
 
 def squared_residual(i, t, y, c, loss):
@@ -64,23 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     # Timed launches reuse their arrays: the work does not depend on the values (the
     # reverse pass zeroes dloss), and allocating them would be timed too.
     arrays = (np.zeros_like(c), np.zeros(n), np.ones(n))
-    rows = [
-        {
-            "device": "cpu, 1 thread",
-            "launch_s": median_time(lambda: run(ez.offload.CPU, 1, arrays), repeats),
-        },
-        {
-            "device": f"cpu, {os.cpu_count()} threads",
-            "launch_s": median_time(lambda: run(ez.offload.CPU, None, arrays), repeats),
-        },
-    ]
-    for gpu in [d for d in ez.offload.devices() if d.is_gpu and d.can_launch]:
-        rows.append(
-            {
-                "device": f"{gpu.name} (host arrays: transfers included)",
-                "launch_s": median_time(lambda g=gpu: run(g, None, arrays), repeats),
-            }
-        )
+    rows = launch_rows(lambda device, threads: run(device, threads, arrays), repeats)
     table = write_launch_results(
         args.out,
         "offload_fit",

@@ -29,7 +29,7 @@ import numpy as np
 import enzyme_py as ez
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.common import median_time, write_launch_results
+from benchmarks.common import launch_rows, median_time, write_launch_results
 
 
 def heat_step(i, u, out, r):
@@ -101,28 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         du, out, dout = arrays
         reverse.launch(n, u, du, out, dout, 0.25, *extra, device=device, threads=threads)
 
-    rows = [
-        {
-            "device": "cpu, 1 thread",
-            "launch_s": median_time(lambda: run(ez.offload.CPU, 1), repeats),
-        },
-        {
-            "device": f"cpu, {os.cpu_count()} threads",
-            "launch_s": median_time(lambda: run(ez.offload.CPU), repeats),
-        },
-    ]
+    rows = launch_rows(run, repeats)
     # Check: with dout = 1, du[j] sums column j of the step's Jacobian; away from the
     # ends that is r + (1 - 2r) + r = 1.
     du, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
     reverse.launch(n, u, du, out, dout, 0.25, *extra)  # on the default device
     error = float(np.max(np.abs(du[2:-2] - 1.0)))
     for gpu in [d for d in ez.offload.devices() if d.is_gpu and d.can_launch]:
-        rows.append(
-            {
-                "device": f"{gpu.name} (host arrays: transfers included)",
-                "launch_s": median_time(lambda g=gpu: run(g), repeats),
-            }
-        )
         on_device = [
             ez.offload.to_device(a, gpu) for a in (u, np.zeros(n), np.zeros(n), np.ones(n))
         ]
