@@ -36,10 +36,7 @@ def _driver() -> ctypes.CDLL | None:
             ctypes.c_int,
             ctypes.c_int,
         ]
-        for function in ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetUuid"):
-            getattr(lib, function).restype = ctypes.c_int
-        lib.cuDeviceGetAttribute.restype = ctypes.c_int
-        return lib
+        return lib  # every CUresult is an int: ctypes' default restype
     return None
 
 
