@@ -1,9 +1,12 @@
 #include "arena.h"
 
+#include <setjmp.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace enzyme_py {
@@ -23,6 +26,22 @@ static_assert(offsetof(MemInfo, data) == kMemInfoDataField, "Numba's MemInfo lay
 
 thread_local std::vector<void *> blocks;
 
+// Where a failed allocation returns to: set by call_entry around a derivative
+// call on this thread (null outside one), with the bytes asked for.
+thread_local sigjmp_buf *out_of_memory_exit = nullptr;
+thread_local size_t out_of_memory_bytes = 0;
+
+// A failed allocation of `bytes`: inside call_entry it ends the call (the
+// frames skipped are generated code and these allocators, nothing to unwind);
+// elsewhere the caller gets null.
+void *allocation_failed(size_t bytes) {
+  if (out_of_memory_exit) {
+    out_of_memory_bytes = bytes ? bytes : 1;
+    siglongjmp(*out_of_memory_exit, 1);
+  }
+  return nullptr;
+}
+
 bool power_of_two(size_t n) { return n && !(n & (n - 1)); }
 
 void *allocate(size_t size, size_t align) {
@@ -32,16 +51,24 @@ void *allocate(size_t size, size_t align) {
   if (offset) {
     // The data at a fixed offset from the header (see nrt_data_offset).
     void *p = nullptr;
-    if (posix_memalign(&p, align, offset + size) != 0) return nullptr;
+    if (size > SIZE_MAX - offset || posix_memalign(&p, align, offset + size) != 0) {
+      return allocation_failed(size);
+    }
     block = static_cast<char *>(p);
     std::memset(block, 0, offset + size);  // shadows of temporaries start at zero
   } else {
+    if (size > SIZE_MAX - sizeof(MemInfo) - align) return allocation_failed(size);
     block = static_cast<char *>(std::calloc(1, sizeof(MemInfo) + size + align));
-    if (!block) return nullptr;
+    if (!block) return allocation_failed(size);
     uintptr_t data = reinterpret_cast<uintptr_t>(block + sizeof(MemInfo));
     offset = (data + align - 1) / align * align - reinterpret_cast<uintptr_t>(block);
   }
-  blocks.push_back(block);
+  try {
+    blocks.push_back(block);
+  } catch (const std::bad_alloc &) {
+    std::free(block);
+    return allocation_failed(size);
+  }
   auto *info = reinterpret_cast<MemInfo *>(block);
   info->refct = 1;
   info->data = block + offset;
@@ -65,6 +92,8 @@ constexpr size_t kTapeAlign = 16;  // what malloc guarantees, so what Enzyme ass
 constexpr size_t kFirstChunk = size_t{1} << 20;
 // What a thread keeps between calls; a larger tape goes back to the system.
 constexpr size_t kKeepBytes = size_t{256} << 20;
+// Larger requests fail at once (and sizes near SIZE_MAX would wrap when rounded).
+constexpr size_t kLargestBlock = SIZE_MAX / 4;
 
 struct TapeBlock {
   size_t size;  // payload bytes, a multiple of kTapeAlign; bit 0: freed
@@ -90,6 +119,7 @@ class Tape {
   ~Tape() { drop_chunks(); }
 
   void *allocate(size_t bytes) {
+    if (bytes > kLargestBlock) return nullptr;
     size_t payload = round_up(bytes ? bytes : 1);
     size_t need = sizeof(TapeBlock) + payload;
     if (need < payload) return nullptr;  // overflow
@@ -139,7 +169,7 @@ class Tape {
   }
 
   void *reallocate(void *p, size_t bytes) {
-    if (!p) return allocate(bytes);
+    if (!p || bytes > kLargestBlock) return allocate(bytes);
     TapeBlock *block = static_cast<TapeBlock *>(p) - 1;
     size_t old = block->size & ~size_t{1};
     TapeChunk &c = chunks_[current_];
@@ -194,7 +224,12 @@ class Tape {
     size_t capacity = std::max(need, kFirstChunk);
     char *base = static_cast<char *>(std::malloc(capacity));
     if (!base) return false;
-    chunks_.push_back(TapeChunk{base, capacity});
+    try {
+      chunks_.push_back(TapeChunk{base, capacity});
+    } catch (const std::bad_alloc &) {
+      std::free(base);
+      return false;
+    }
     return true;
   }
 
@@ -242,7 +277,10 @@ class Tape {
 
 thread_local Tape tape;
 
-extern "C" void *enzyme_py_tape_alloc(size_t bytes) { return tape.allocate(bytes); }
+extern "C" void *enzyme_py_tape_alloc(size_t bytes) {
+  void *p = tape.allocate(bytes);
+  return p ? p : allocation_failed(bytes);
+}
 
 extern "C" void enzyme_py_tape_free(void *p) {
   if (!p) return;
@@ -254,8 +292,8 @@ extern "C" void enzyme_py_tape_free(void *p) {
 }
 
 extern "C" void *enzyme_py_tape_realloc(void *p, size_t bytes) {
-  if (p && !tape.owns(p)) return std::realloc(p, bytes);
-  return tape.reallocate(p, bytes);
+  void *moved = p && !tape.owns(p) ? std::realloc(p, bytes) : tape.reallocate(p, bytes);
+  return moved || bytes == 0 ? moved : allocation_failed(bytes);
 }
 
 }  // namespace
@@ -279,6 +317,21 @@ void arena_release() {
   for (void *block : blocks) std::free(block);
   blocks.clear();
   tape.reset();
+}
+
+size_t call_entry(void (*entry)(void *), void *slots) {
+  sigjmp_buf here;
+  sigjmp_buf *const outer = out_of_memory_exit;  // a derivative called from one
+  size_t failed = 0;
+  if (sigsetjmp(here, /*savemask=*/0) == 0) {
+    out_of_memory_exit = &here;
+    entry(slots);
+  } else {
+    failed = out_of_memory_bytes;
+  }
+  out_of_memory_exit = outer;
+  arena_release();
+  return failed;
 }
 
 std::map<std::string, uint64_t> arena_symbols() {

@@ -24,6 +24,13 @@ namespace enzyme_py {
 // Frees everything allocated by this thread's derivative calls so far.
 void arena_release();
 
+// Calls a derivative's entry point on its slots, then releases the arena. An
+// allocation inside it that fails (a temporary, the shadow of one, Enzyme's tape)
+// ends the call there instead of handing null to code that does not check it
+// (Enzyme drops Numba's null checks of allocations): the result is then the
+// number of bytes that could not be allocated (at least 1), else 0.
+size_t call_entry(void (*entry)(void *), void *slots);
+
 // Where the data of a block from NRT_MemInfo_alloc_aligned(size, align) starts,
 // in bytes from its MemInfo header: a constant for each power-of-two alignment
 // (0 for other alignments). Code may then compute the data pointer from the

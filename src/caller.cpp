@@ -244,11 +244,12 @@ py::object Caller::call(py::args args) const {
     }
   }
 
+  size_t failed_bytes = 0;
   {
     py::gil_scoped_release release;
-    entry_(slots);
-    arena_release();
+    failed_bytes = call_entry(entry_, slots);
   }
+  if (failed_bytes) throw OutOfMemory(failed_bytes);
   if (errors[0] != 0) throw CalleeFailed(errors[0], errors[1]);
 
   const uint64_t *out = slots + in_slots_.size();
@@ -301,17 +302,19 @@ py::object Caller::call(py::args args) const {
   }
 }
 
-// For compiled callers (Numba): call an entry point, then release the arena.
-extern "C" void enzyme_py_call(uint64_t entry, uint64_t slots) {
-  reinterpret_cast<void (*)(void *)>(entry)(reinterpret_cast<void *>(slots));
-  arena_release();
+// For compiled callers (Numba): call an entry point, then release the arena;
+// the bytes an allocation inside failed to get, else 0 (see call_entry).
+extern "C" uint64_t enzyme_py_call(uint64_t entry, uint64_t slots) {
+  return call_entry(reinterpret_cast<void (*)(void *)>(entry), reinterpret_cast<void *>(slots));
 }
 
 void register_caller(py::module_ &m) {
   m.def("call_address", []() { return reinterpret_cast<uint64_t>(&enzyme_py_call); },
-        "Address of `void enzyme_py_call(uint64 entry, uint64 slots)`, for compiled callers.");
+        "Address of `uint64 enzyme_py_call(uint64 entry, uint64 slots)`, for compiled\n"
+        "callers: 0, or the bytes an allocation inside the derivative failed to get.");
   py::register_exception<ArgumentsRejected>(m, "ArgumentsRejected", PyExc_Exception);
   py::register_exception<CalleeFailed>(m, "CalleeFailed", PyExc_Exception);
+  py::register_exception<OutOfMemory>(m, "OutOfMemory", PyExc_MemoryError);
   py::class_<ArgStep>(m, "ArgStep")
       .def(py::init([](const std::string &kind, const std::string &code,
                        const std::string &dtype, int lanes, bool self_shadow, int source) {

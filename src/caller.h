@@ -27,6 +27,14 @@ struct CalleeFailed : std::runtime_error {
       : std::runtime_error(std::to_string(status) + " " + std::to_string(detail)) {}
 };
 
+// An allocation inside the called code failed (see call_entry in arena.h);
+// a MemoryError in Python.
+struct OutOfMemory : std::runtime_error {
+  explicit OutOfMemory(size_t bytes)
+      : std::runtime_error("could not allocate " + std::to_string(bytes) +
+                           " bytes (a temporary array, its shadow or Enzyme's tape)") {}
+};
+
 // One parameter of the entry point, in order. Most take the next Python
 // argument; 'S' and 'E' fill hidden parameters without one.
 struct ArgStep {

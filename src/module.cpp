@@ -259,9 +259,12 @@ PYBIND11_MODULE(_native, m) {
         }
         auto fn = reinterpret_cast<void (*)(void *)>(entry);
         void *data = info.ptr;
-        py::gil_scoped_release release;
-        fn(data);
-        arena_release();
+        size_t failed_bytes = 0;
+        {
+          py::gil_scoped_release release;
+          failed_bytes = call_entry(fn, data);
+        }
+        if (failed_bytes) throw OutOfMemory(failed_bytes);
       },
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");

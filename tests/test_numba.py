@@ -352,7 +352,7 @@ def test_derivative_callable_from_njit_code():
     assert (value, ds) == pytest.approx(expected)
     np.testing.assert_allclose(dx, dx_py, rtol=1e-15)
     np.testing.assert_allclose(x2, x - 0.1 * dx_py, rtol=1e-15)
-    with pytest.raises(ValueError, match="shadow of x has the wrong shape"):
+    with pytest.raises(ValueError, match="shadow of .x. needs the shape and dtype of its array"):
         inner(x, np.zeros(3), 2.0, 6, 1.0)
 
 
@@ -364,6 +364,80 @@ def test_njit_caller_uses_the_alias_safe_build_for_overlapping_arrays():
     (njit_result,) = df.njit()(2.0, w2, np.zeros(6), w2, np.zeros(6), 1.0)
     assert njit_result == pytest.approx(python_result, rel=1e-15)
     np.testing.assert_allclose(w1, w2)
+
+
+@njit
+def squares(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def test_njit_caller_checks_its_arrays_as_the_python_path_does():
+    # Numba compiles the caller for whatever it is given: without these checks a
+    # float32, strided or reversed shadow was written 8 bytes per element from its
+    # data pointer, past its end.
+    from numba.core.errors import TypingError
+
+    grad = ez.autodiff(squares, ez.Reverse, ez.Duplicated, ez.Active, sig="float64(float64[::1])")
+    inner = grad.njit()
+
+    @njit
+    def gradient(x, dx):
+        return inner(x, dx, 1.0)
+
+    x = np.arange(1.0, 5.0)
+    dx = np.zeros(4)
+    assert gradient(x, dx) == (30.0,)
+    assert dx.tolist() == [2.0, 4.0, 6.0, 8.0]
+    wide = np.zeros(8)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    typing_errors = {
+        "the shadow of 'x' must be a writable float64 array": (x, np.zeros(8, np.float32)[:4]),
+        "parameter 'x' must be a writable float64 array of 1 dimension; got array.int64": (
+            np.arange(4),
+            np.zeros(4),
+        ),
+        "got array.float64, 2d": (np.ones((2, 2)), np.zeros((2, 2))),
+        "got readonly array": (read_only, np.zeros(4)),
+    }
+    for message, args in typing_errors.items():
+        with pytest.raises(TypingError, match=message):
+            gradient(*args)
+    value_errors = {
+        "the shadow of 'x' must be C-contiguous": (x, wide[::2]),
+        "the shadow of 'x' must be C-contiguous$": (x, wide[4:][::-1]),
+        "parameter 'x' must be C-contiguous": (np.arange(1.0, 9.0)[::2], np.zeros(4)),
+        "the shadow of 'x' overlaps its array": (x, x),
+        "the shadow of 'x' needs the shape and dtype of its array": (x, np.zeros(3)),
+    }
+    for message, args in value_errors.items():
+        with pytest.raises(ValueError, match=message):
+            gradient(*args)
+    assert wide.tolist() == [0.0] * 8  # nothing was written
+    assert x.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+@njit
+def dot(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
+def test_njit_caller_refuses_a_shadow_overlapping_another_array():
+    sig = "float64(float64[::1], float64[::1])"
+    inner = ez.autodiff(dot, ez.Reverse, ez.Duplicated, ez.Const, ez.Active, sig=sig).njit()
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
+    with pytest.raises(ValueError, match="the shadow of 'x' overlaps parameter 'y'"):
+        inner(x, y, y, 1.0)
+    assert y.tolist() == [4.0, 5.0, 6.0]
+    dx = np.zeros(3)
+    assert inner(x, dx, y, 1.0) == (32.0,)
+    assert dx.tolist() == [4.0, 5.0, 6.0]
 
 
 NUMBA_SCRIPT = """

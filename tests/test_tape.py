@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from numba import njit
 
 import enzyme_py as ez
 
@@ -202,3 +203,79 @@ def test_temporaries_in_triangular_loops_are_cached_once_per_loop():
     # would be n * d^2 / 2: about 4.4 MiB here.
     per_iteration = n * d * d // 2 * 8
     assert 0 < Tape.last_call() < per_iteration / 2, Tape.last_call()
+
+
+def test_a_failed_allocation_outside_a_derivative_call_returns_null(tape):
+    # Only a derivative call has somewhere to return to; other callers check null.
+    assert tape.alloc(1 << 62) is None
+    assert tape.alloc(64) is not None
+    symbols = native().runtime_symbols()
+    nrt_alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)(
+        symbols["NRT_MemInfo_alloc_aligned"]
+    )
+    assert nrt_alloc(1 << 62, 32) is None
+
+
+@njit
+def scratch_product(x, n):
+    t = np.empty(n)
+    t[0] = x[0]
+    return t[0] * x[0]
+
+
+@njit
+def sum_of_sines_of_a_ramp(x, n):
+    ramp = np.empty(n)
+    for i in range(n):
+        ramp[i] = x[0] * i
+    s = 0.0
+    for i in range(n):
+        s += math.sin(ramp[i])
+    return s
+
+
+TOO_MANY = 10**13  # 80 TB of float64: no machine gives that
+
+
+def test_a_temporary_too_large_to_allocate_raises_memory_error_and_the_call_ends():
+    # Enzyme drops Numba's null check of the allocation: without the arena ending
+    # the call, the derivative wrote through a null pointer (a segfault).
+    x, dx = np.array([3.0, 1.0]), np.zeros(2)
+    rev = ez.autodiff(scratch_product, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    with pytest.raises(MemoryError, match=r"reverse derivative of 'scratch_product' ran out"):
+        rev(x, dx, TOO_MANY, 1.0)
+    assert dx.tolist() == [0.0, 0.0]
+    fwd = ez.autodiff(scratch_product, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    with pytest.raises(MemoryError, match=r"could not allocate 80000000000000 bytes"):
+        fwd(x, np.ones(2), TOO_MANY)
+    # The same derivatives still work, their arena released.
+    assert rev(x, dx, 4, 1.0) == (9.0,)
+    assert dx.tolist() == [6.0, 0.0]
+    assert fwd(x, np.array([1.0, 0.0]), 4) == (9.0, 6.0)
+    assert Tape.in_use() == 0
+
+
+def test_a_tape_too_large_to_allocate_raises_memory_error():
+    x = np.array([0.5])
+    df = ez.autodiff(sum_of_sines_of_a_ramp, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    with pytest.raises(MemoryError, match="sum_of_sines_of_a_ramp"):
+        df(x, np.zeros(1), TOO_MANY, 1.0)
+    dx = np.zeros(1)
+    (value,) = df(x, dx, 5, 1.0)
+    assert value == pytest.approx(sum(math.sin(0.5 * i) for i in range(5)))
+    assert dx[0] == pytest.approx(sum(i * math.cos(0.5 * i) for i in range(5)))
+
+
+def test_a_failed_allocation_in_a_derivative_called_from_njit_code_raises_memory_error():
+    df = ez.autodiff(scratch_product, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    inner = df.njit()
+
+    @njit
+    def step(x, n):
+        dx = np.zeros_like(x)
+        inner(x, dx, n, 1.0)
+        return dx
+
+    with pytest.raises(MemoryError, match="scratch_product ran out of memory"):
+        step(np.array([3.0, 1.0]), TOO_MANY)
+    assert step(np.array([3.0, 1.0]), 4).tolist() == [6.0, 0.0]

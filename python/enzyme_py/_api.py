@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -390,6 +390,8 @@ class Derivative:
             except _state.native.CalleeFailed as exc:
                 status, detail = (int(v) for v in str(exc).split())
                 self._raise_callee_error(status, detail)
+            except _state.native.OutOfMemory as exc:
+                self._raise_out_of_memory(exc)
         return self._call_checked(args)
 
     def _alias_safe_derivative(self) -> Derivative:
@@ -404,6 +406,12 @@ class Derivative:
                 self._options,
             )
         return self._alias_safe
+
+    def _raise_out_of_memory(self, exc: Exception) -> NoReturn:
+        raise MemoryError(
+            f"the {self.mode.name.lower()} derivative of '{self.function.display_name}' "
+            f"ran out of memory: {exc}"
+        ) from None
 
     def _raise_callee_error(self, status: int, detail: int) -> None:
         if self.function.on_error is not None:
@@ -462,7 +470,10 @@ class Derivative:
                 writer.put(s)
         if fn.alias_safe is not None and _overlapping(keep_alive):
             return self._alias_safe_derivative()._call_checked(args)
-        _state.native.invoke(self._entry, slots)
+        try:
+            _state.native.invoke(self._entry, slots)
+        except _state.native.OutOfMemory as exc:
+            self._raise_out_of_memory(exc)
         del keep_alive
         if errors[0] != 0:
             self._raise_callee_error(int(errors[0]), int(errors[1]))

@@ -3,8 +3,11 @@
 ``Derivative.njit()`` returns an ``@njit`` function with the derivative's Python
 calling convention: it packs the entry point's slots itself and calls the compiled
 derivative through a ctypes function pointer, so an optimizer loop written in Numba
-never returns to Python. It checks shadow shapes; a Numba error inside the
-derivative is raised as RuntimeError (the exception's type does not survive).
+never returns to Python. It checks its arrays as the Python path does: dtype, rank
+and writability when Numba types the call (a TypingError naming the parameter),
+C-contiguity, shadow shapes and a shadow overlapping its array when it runs
+(ValueError). A Numba error inside the derivative is raised as RuntimeError (the
+exception's type does not survive); a failed allocation inside it as MemoryError.
 """
 
 from __future__ import annotations
@@ -41,8 +44,55 @@ _VIEW_DTYPES = {
 
 
 def _invoker() -> Any:
-    prototype = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64)
+    # uint64 enzyme_py_call(entry, slots): 0, or the bytes an allocation failed to get.
+    prototype = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
     return prototype(_state.native.call_address())
+
+
+def _array_guard(where: str, dtype: np.dtype | None, ndim: int | None) -> Any:
+    """An ``@njit``-callable ``guard(a)``: a TypingError unless ``a`` is a writable
+    array of ``dtype`` (any if None) and rank ``ndim`` (any if None); at run time a
+    ValueError unless it is C-contiguous (checked only where its type allows others)."""
+    from numba import types
+    from numba.core.errors import TypingError
+    from numba.extending import overload
+
+    def guard(a: Any) -> None:  # pragma: no cover - only ever compiled
+        pass
+
+    @overload(guard)
+    def _typed(a: Any) -> Any:
+        want = f"a writable {'' if dtype is None else dtype.name + ' '}array"
+        if ndim is not None:
+            want += f" of {ndim} dimension{'s' if ndim != 1 else ''}"
+        if (
+            not isinstance(a, types.Array)
+            or (dtype is not None and a.dtype != numba_dtype(dtype))
+            or (ndim is not None and a.ndim != ndim)
+            or not a.mutable
+        ):
+            raise TypingError(f"{where} must be {want}; got {a}")
+        if a.layout == "C":
+
+            def no_check(a: Any) -> None:  # the same parameters as guard, for Numba
+                pass
+
+            return no_check
+        message = f"{where} must be C-contiguous"
+
+        def runtime_check(a: Any) -> None:
+            if not a.flags.c_contiguous:
+                raise ValueError(message)
+
+        return runtime_check
+
+    return guard
+
+
+def numba_dtype(dtype: np.dtype) -> Any:
+    from numba.np.numpy_support import from_dtype
+
+    return from_dtype(dtype)
 
 
 def compile_njit(df: Any) -> Any:
@@ -55,7 +105,33 @@ def compile_njit(df: Any) -> Any:
     args = [f"a{i}" for i in range(1 + max((step.arg for step in plan), default=-1))]
     lines: list[str] = []
     checks: list[str] = []
+    guards: dict[str, Any] = {}
+    arrays: list[tuple[str, str, int]] = []  # (argument, name, index) of array arguments
+    shadows: list[tuple[str, str, int]] = []  # (argument, name, its array's index)
     slot = 0
+    # The rank of each array argument: how many of its dimensions are hidden
+    # parameters (none for a C pointer, whose rank is free).
+    ranks: dict[int, int] = {}
+    for step in plan:
+        if step.kind == "S":
+            ranks[step.source] = ranks.get(step.source, 0) + 1
+    dtypes = {step.arg: step.dtype for step in plan if step.kind == "a"}
+
+    def guard(arg: str, where: str, source: int, lanes: int = 0) -> None:
+        """Check argument ``arg`` as an array like argument ``source`` (plus a
+        leading dimension of ``lanes`` for shadows of width > 1)."""
+        name = f"guard_{arg}"
+        char = dtypes.get(source, "")
+        rank = ranks.get(source)
+        guards[name] = _array_guard(
+            where,
+            np.dtype(char) if char else None,
+            None if rank is None else rank + (lanes > 1),
+        )
+        checks.append(f"    {name}({arg})")
+
+    def refuse_if(condition: str, message: str) -> None:
+        checks.append(f"    if {condition}:\n        raise ValueError({message!r})")
 
     def put(code: str, expr: str) -> None:
         nonlocal slot
@@ -70,14 +146,20 @@ def compile_njit(df: Any) -> Any:
         elif step.kind == "E":
             put("p", "errors.ctypes.data")
         elif step.kind == "a":
+            guard(arg, f"parameter '{step.name}'", step.arg)
+            arrays.append((arg, f"parameter '{step.name}'", step.arg))
             put("p", f"{arg}.ctypes.data")
         elif step.kind == "h":
             array = f"a{step.source}"
+            where = f"the shadow of '{step.name}'"
+            guard(arg, where, step.source, k)
             shape = f"{array}.shape" if k == 1 else f"({k},) + {array}.shape"
-            checks.append(
-                f"    if {arg}.shape != {shape}:\n"
-                f"        raise ValueError('the shadow of {step.name} has the wrong shape')"
+            width = f" (width={k})" if k > 1 else ""
+            refuse_if(
+                f"{arg}.itemsize != {array}.itemsize or {arg}.shape != {shape}",
+                f"{where} needs the shape and dtype of its array{width}",
             )
+            shadows.append((arg, where, step.source))
             for lane in range(k):
                 put("p", f"{arg}.ctypes.data + {lane} * {array}.nbytes")
         elif step.kind == "s":
@@ -85,6 +167,20 @@ def compile_njit(df: Any) -> Any:
         else:  # "l": a tangent or seed, k values
             for lane in range(k):
                 put(step.code, arg if k == 1 else f"{arg}[{lane}]")
+    # The derivative writes into shadows: one sharing memory with an array would
+    # change what the function reads (its own array may be its shadow only under
+    # runtime activity). Shadows may overlap each other, as in the Python path.
+    for shadow, where, source in shadows:
+        for array, name, index in arrays:
+            if index == source and df._runtime_activity:
+                continue
+            what = "its array" if index == source else name
+            refuse_if(
+                f"{shadow}.nbytes and {array}.nbytes and "
+                f"{shadow}.ctypes.data < {array}.ctypes.data + {array}.nbytes and "
+                f"{array}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes",
+                f"{where} overlaps {what}; give it memory of its own",
+            )
     n_in = slot
     if n_in != len(df._in_codes):
         raise RuntimeError("the derivative's slots do not match its parameters")
@@ -136,6 +232,8 @@ def compile_njit(df: Any) -> Any:
             "            if spans[x, 0] < spans[y, 1] and spans[y, 0] < spans[x, 1]:",
             "                entry = SAFE_ENTRY",
         ]
+    out_of_memory = f"the derivative of {fn.display_name} ran out of memory"
+    failed = f"{fn.display_name} failed inside its derivative"
     source = "\n".join(
         [
             f"def call({', '.join(args)}):",
@@ -145,13 +243,16 @@ def compile_njit(df: Any) -> Any:
             "    errors = np.zeros(2, np.int64)",
             *lines,
             *entry_lines,
-            "    invoke(entry, slots.ctypes.data)",
+            "    failed_bytes = invoke(entry, slots.ctypes.data)",
+            "    if failed_bytes != 0:",
+            f"        raise MemoryError({out_of_memory!r})",
             "    if errors[0] != 0:",
-            f"        raise RuntimeError('{fn.display_name} failed inside its derivative')",
+            f"        raise RuntimeError({failed!r})",
             f"    return {result}",
         ]
     )
     namespace: dict[str, Any] = {
+        **guards,
         "np": np,
         "invoke": _invoker(),
         "ENTRY": df._entry,
