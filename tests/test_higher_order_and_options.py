@@ -84,6 +84,44 @@ def test_hessian_of_scalar_function(m):
     assert primal == pytest.approx((2 * x * y + y * math.cos(x * y), x * x + x * math.cos(x * y)))
 
 
+def numba_functions():
+    from numba import njit
+
+    @njit
+    def weighted_energy(x, k):
+        e = 0.0
+        for i in range(x.shape[0]):
+            e += k * x[i] * x[i] * math.sin(x[i])
+        return e
+
+    @njit
+    def ring(x):
+        n = x.shape[0]
+        s = 0.0
+        for i in range(n):
+            d = x[i] - x[(i + n - 1) % n]
+            s += d * d * d * d
+        return s
+
+    return weighted_energy, ring
+
+
+def test_hessians_of_numba_loops_that_vectorize():
+    # The first derivative, optimized for speed, calls libmvec's vector sin and
+    # gathers x[i-1] with masked vector loads; Enzyme has no derivatives of
+    # those, so the form it differentiates again is optimized without vectorizing.
+    weighted_energy, ring = numba_functions()
+    x = np.linspace(0.0, 2.0, 9)
+    exact = 3.0 * (2 * np.sin(x) + 4 * x * np.cos(x) - x * x * np.sin(x))
+    np.testing.assert_allclose(
+        ez.hessian(weighted_energy)(x, 3.0), np.diag(exact), rtol=1e-13, atol=1e-13
+    )
+    z = np.random.default_rng(0).normal(size=7)
+    gradient = ez.grad(ring)
+    fd = np.column_stack([fd_gradient(lambda v, i=i: gradient(v)[i], z) for i in range(7)])
+    np.testing.assert_allclose(ez.hessian(ring)(z), fd, rtol=1e-6, atol=1e-6)
+
+
 def test_batched_forward_over_reverse(m):
     x, y = 0.5, 0.7
     dg = ez.autodiff(m.g, ez.Reverse, ez.Active, ez.Active, ez.ActiveOnly)

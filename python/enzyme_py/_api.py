@@ -526,7 +526,7 @@ class Derivative:
             module = frontends.parse_module(self._compiled.artifact.derivative_module)
             # Enzyme differentiates its own raw output poorly (dead primal code,
             # placeholder phis trip its assertions); it handles the optimized form.
-            module.native.optimize(_build.PASSES)
+            module.native.optimize(_build.PASSES_TO_DIFFERENTIATE_AGAIN)
             name = f"{self._compiled.artifact.entry_name}_derivative"
             llvm_fn = frontends.function_of(module, name)
             self._as_function = IRFunction(
