@@ -277,9 +277,19 @@ class Tape {
 
 thread_local Tape tape;
 
+// Enzyme sizes the tape of a loop before the loop's guard: for a loop that will
+// not run, such as the main body of a loop unrolled by 8 that has 3 iterations,
+// the size is a wrapped negative number (about 2^63 bytes) and the tape is never
+// written. Failing those would fail good calls; sizes no machine has stay null.
+constexpr size_t kNeverUsedTape = size_t{1} << 56;
+
+void *tape_allocation_failed(size_t bytes) {
+  return bytes < kNeverUsedTape ? allocation_failed(bytes) : nullptr;
+}
+
 extern "C" void *enzyme_py_tape_alloc(size_t bytes) {
   void *p = tape.allocate(bytes);
-  return p ? p : allocation_failed(bytes);
+  return p ? p : tape_allocation_failed(bytes);
 }
 
 extern "C" void enzyme_py_tape_free(void *p) {
@@ -293,7 +303,7 @@ extern "C" void enzyme_py_tape_free(void *p) {
 
 extern "C" void *enzyme_py_tape_realloc(void *p, size_t bytes) {
   void *moved = p && !tape.owns(p) ? std::realloc(p, bytes) : tape.reallocate(p, bytes);
-  return moved || bytes == 0 ? moved : allocation_failed(bytes);
+  return moved || bytes == 0 ? moved : tape_allocation_failed(bytes);
 }
 
 }  // namespace
