@@ -2,8 +2,9 @@
 
 Each specialisation is an ordinary ``Derivative`` of the frontend's wrapper, whose
 hidden parameters (array shapes, the errors buffer) enzyme_py fills in; this class
-picks the specialisation from the ``sig=`` given, the dispatcher's only signature,
-or the types of the arguments of each call.
+picks the specialisation from the ``sig=`` given, else from the types of the
+arguments of each call (the dispatcher's only signature, if it has one, is
+built at once, and serves the calls whose arguments have its types).
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ class NumbaDerivative:
         self._by_kinds: dict[tuple[Any, ...], _api.Derivative] = {}
         self._single: _api.Derivative | None = None
         signature = _signature_of(dispatcher, sig)
-        if signature is not None:
-            # A signature given, or the dispatcher's only one: every call uses it.
-            self._single = self.specialize(signature)
+        if signature is not None and sig is not None:
+            self._single = self.specialize(signature)  # every call uses it
+        elif signature is not None:
+            # The dispatcher's only signature so far: ready before the first call
+            # (higher order, njit), but calls of other types get their own.
+            self.specialize(signature)
         elif len(activities) not in (self._n_params, self._n_params + 1):
             n = self._n_params
             raise ActivityError(
