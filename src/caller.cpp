@@ -27,10 +27,30 @@ void put(uint64_t *slot, char code, double f, long long i) {
   }
 }
 
+// NumPy's real scalar types (np.floating, np.integer, np.bool_), kept for the
+// process (a new reference, never released: the module outlives calls).
+PyObject *numpy_real_scalar_types() {
+  static PyObject *types = []() -> PyObject * {
+    py::module_ np = py::module_::import("numpy");
+    return py::make_tuple(np.attr("floating"), np.attr("integer"), np.attr("bool_"))
+        .release()
+        .ptr();
+  }();
+  return types;
+}
+
 double as_float(PyObject *obj) {
-  // Arrays and sequences are not scalars, even of size 1.
+  // Real numbers only: arrays and sequences are not scalars, even of size 1, and
+  // complex numbers (NumPy's convert with a warning, dropping the imaginary part)
+  // and strings are refused, so that the checked path says what is wrong.
   if (PyFloat_CheckExact(obj)) return PyFloat_AS_DOUBLE(obj);
-  if (PySequence_Check(obj) || PyObject_CheckBuffer(obj)) throw ArgumentsRejected();
+  if (!PyFloat_Check(obj) && !PyLong_Check(obj)) {
+    int real = PyObject_IsInstance(obj, numpy_real_scalar_types());
+    if (real != 1) {
+      if (real < 0) PyErr_Clear();
+      throw ArgumentsRejected();
+    }
+  }
   double v = PyFloat_AsDouble(obj);
   if (v == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();

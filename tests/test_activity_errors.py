@@ -145,6 +145,16 @@ def good():
         ),
         (lambda a, da, b: (a, a, b), ValueError, r"overlaps its array"),
         (
+            lambda a, da, b: (a, b, b),
+            ValueError,
+            r"shadow of parameter 0 \('a'\) of 'dot' overlaps parameter 1 \('b'\) of 'dot'",
+        ),
+        (
+            lambda a, da, b: (a, da, da),
+            ValueError,
+            r"shadow of parameter 0 \('a'\) of 'dot' overlaps parameter 1 \('b'\)",
+        ),
+        (
             lambda a, da, b: (a.astype(np.float32), da, b),
             ValueError,
             r"parameter 0 \('a'\) of 'dot' needs dtype float64; got float32",
@@ -188,6 +198,41 @@ def test_scalar_argument_errors(m, ddot):
         dpoly("a", 2, 1.0)
     with pytest.raises(ValueError, match=r"seed of 'poly' needs 2 values \(width=2\)"):
         ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=2)(1.0, 2, 1.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["1.0", b"1.0", None, 1 + 1j, np.complex128(1 + 1j), np.array([1.0]), np.array("1")],
+    ids=["str", "bytes", "None", "complex", "np.complex128", "1-d array", "0-d str array"],
+)
+def test_float_scalars_seeds_and_tangents_are_real_numbers(m, bad):
+    # float(value) took strings and bytes; NumPy dropped an imaginary part with a warning.
+    real = "pass a real number .*; got"
+    dpoly = ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active)
+    with pytest.raises(
+        TypeError, match=rf"parameter 0 \('x'\) of 'poly' is a float64 scalar: {real}"
+    ):
+        dpoly(bad, 2, 1.0)
+    with pytest.raises(TypeError, match=rf"the seed of 'poly' is a float64 scalar: {real}"):
+        dpoly(3.0, 2, bad)
+    fpoly = ez.autodiff(m.poly, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    with pytest.raises(TypeError, match=rf"the tangent of parameter 0 \('x'\) of 'poly'.*{real}"):
+        fpoly(3.0, bad, 2)
+    wide = ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=2)
+    with pytest.raises(TypeError, match=rf"the seed of 'poly' \(value 0\) .*{real}"):
+        wide(3.0, 2, [bad, 1.0])
+
+
+def test_real_numbers_of_every_kind_are_taken(m):
+    dpoly = ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active)
+    for seed in (2, True, np.float32(2.0), np.int8(2), np.array(2.0), np.bool_(True)):
+        assert dpoly(3.0, 2, seed) == (18.0, 12.0 * float(seed))
+    wide = ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=2)
+    for seeds in ([1, 2.0], (np.float32(1.0), True), np.array([1, 2]), range(1, 3)):
+        _, dx = wide(3.0, 2, seeds)
+        assert dx.tolist() == [12.0, 12.0 * float(seeds[1])]
+    with pytest.raises(TypeError, match=r"seed of 'poly' needs 2 real numbers \(width=2\).*str"):
+        wide(3.0, 2, "12")
 
 
 def test_bad_inputs_never_crash_the_interpreter():

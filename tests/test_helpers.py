@@ -115,6 +115,28 @@ def test_jvp_and_vjp(rosen_fn):
     assert all(b is None for b in back[1:])  # integer arguments have no cotangent
 
 
+def test_tangents_and_cotangents_are_real_numbers():
+    x = np.linspace(0.1, 1.0, 5)
+    for bad, what in ((x * (1 + 1j), "dtype complex128"), (["1"] * 5, "list")):
+        with pytest.raises(
+            TypeError, match=f"tangent of argument 0 must hold real numbers.*{what}"
+        ):
+            ez.jvp(scaled, (x, 2.5, 5), (bad, None, None))
+    for bad in ("1.5", b"1", 1 + 1j):  # None: no tangent, the argument is Const
+        with pytest.raises(
+            TypeError, match=r"tangent of argument 1 is a float scalar.*real number"
+        ):
+            ez.jvp(scaled, (x, 2.5, 5), (None, bad, None))
+    _, pullback = ez.vjp(scaled, x, 2.5, 5)
+    for bad in ("3", None, np.complex128(3)):
+        with pytest.raises(TypeError, match="cotangent given to vjp_fn .* real number"):
+            pullback(bad)
+    # Real numbers of any kind are taken: ints, NumPy scalars, 0-d arrays, int arrays.
+    _, dy = ez.jvp(scaled, (x, 2.5, 5), (np.ones(5, np.int64), np.float32(0.0), None))
+    assert dy == pytest.approx(float(np.sum(2.5 * np.sin(2 * x))), rel=1e-13)
+    np.testing.assert_allclose(pullback(np.array(2))[0], 2 * pullback(1)[0], rtol=1e-15)
+
+
 def test_argnums_tuple_with_scalar():
     x = np.linspace(0.1, 1.0, 5)
     gx, ga = ez.grad(scaled, argnums=(0, 1))(x, 2.5, 5)
@@ -143,6 +165,17 @@ def test_jacobian_of_output_function():
     np.testing.assert_allclose(j_numba, expected, rtol=1e-6, atol=1e-8)
     j_c = ez.jacobian(C.mapping, 0, output=1)(x, np.zeros_like(x), len(x))
     np.testing.assert_allclose(j_c, j_numba, rtol=1e-14)
+
+
+def test_jacobian_refuses_an_output_that_is_its_input():
+    # The output was never given a tangent of its own: an all-zero Jacobian came back.
+    x = np.linspace(0.3, 1.7, 4)
+    with pytest.raises(ValueError, match=r"input \(argnums\) and the output are both argument 0"):
+        ez.jacobian(mapping, 0, output=0)(x, np.zeros(4))
+    buffer = np.linspace(0.3, 1.7, 6)
+    with pytest.raises(ValueError, match=r"output \(arguments 0 and 1\) overlap"):
+        ez.jacobian(mapping, 0, output=1)(buffer[:4], buffer[2:])
+    np.testing.assert_array_equal(buffer, np.linspace(0.3, 1.7, 6))
 
 
 def test_jacobian_of_scalar_function_is_its_gradient(rosen_fn):

@@ -181,6 +181,48 @@ def test_signature_from_sig_and_lazily_per_types():
     assert typed(1.5, 2.0) == (2.25, 6.0)
 
 
+def test_a_dispatchers_only_signature_does_not_bind_calls_of_other_types():
+    @njit
+    def cubes(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += x[i] ** 3
+        return s
+
+    cubes(np.ones(3, np.float32))  # earlier use of the function, in float32
+    df = ez.autodiff(cubes, ez.Reverse, ez.Duplicated, ez.Active)
+    assert len(df._by_types) == 1  # built at once, from that signature
+    x32, dx32 = np.array([1.0, 2.0], np.float32), np.zeros(2, np.float32)
+    assert df(x32, dx32, 1.0) == (9.0,)
+    x, dx = np.array([1.0, 2.0]), np.zeros(2)
+    assert df(x, dx, 1.0) == (9.0,)  # was: "needs dtype float32"
+    assert dx.tolist() == [3.0, 12.0] and dx32.tolist() == [3.0, 12.0]
+    np.testing.assert_allclose(ez.grad(cubes)(np.array([0.5, 1.5])), [0.75, 6.75])
+
+
+def test_unsigned_integer_arguments_are_refused_before_the_build():
+    # Entry points pass signed integers: an unsigned one was a bare KeyError.
+    df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+    x, dx = np.ones(3), np.zeros(3)
+    for n in (np.uint8(3), np.uint32(3), np.uint64(3)):
+        with pytest.raises(TypeError, match=r"parameter 'n' of 'weighted_sin' is an unsigned"):
+            df(x, dx, 1.0, n, 1.0)
+    with pytest.raises(TypeError, match=r"'n' .* unsigned integer \(uint32\).*np.int64\(n\)"):
+        ez.grad(weighted_sin)(x, 1.0, np.uint32(3))
+    assert not any("uint" in str(s) for s in weighted_sin.signatures)  # not compiled
+    assert df(x, dx, 1.0, np.int32(3), 1.0) == (pytest.approx(3 * math.sin(1.0)),)
+
+
+def test_function_without_parameters():
+    @njit
+    def constant():
+        return 1.5
+
+    assert ez.autodiff(constant, ez.Reverse, ez.Active)(1.0) == (1.5,)
+    assert ez.autodiff(constant, ez.Forward, ez.Dual)() == (1.5, 0.0)
+    assert ez.autodiff(constant, ez.Forward, ez.DualOnly)() == 0.0
+
+
 def test_numba_exceptions_surface_as_python_exceptions():
     dp = ez.autodiff(picks, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
     x, dx = np.ones(3), np.zeros(3)
@@ -282,6 +324,32 @@ def test_overlapping_arrays_use_the_alias_safe_derivative():
     w_ref = z.copy()
     assert s_alias == pytest.approx(axpy_sum.py_func(2.0, w_ref, w_ref), rel=1e-14)
     assert s_alias != pytest.approx(expected)  # aliasing really changes the result
+
+
+def test_a_shadow_overlapping_another_array_is_refused():
+    df = ez.autodiff(axpy_sum, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated, ez.Active)
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
+    # The shadow of x is y: the derivative would add into y while reading it.
+    with pytest.raises(
+        ValueError,
+        match=r"the shadow of parameter 1 \('x'\) of 'axpy_sum' overlaps parameter 2 \('y'\)",
+    ):
+        df(2.0, x, y, y, np.zeros(3), 1.0)
+    buffer = np.zeros(4)
+    with pytest.raises(ValueError, match=r"shadow of parameter 2 \('y'\).* overlaps parameter 1"):
+        df(2.0, buffer[:3], np.zeros(3), y, buffer[1:], 1.0)
+    # One shadow for two arrays: the shadow of y, which f writes, is read back, so the
+    # adjoints would mix (here 21, 33, 45 instead of dx + dy = 9, 15, 21).
+    shared = np.zeros(3)
+    with pytest.raises(ValueError, match=r"shadow of parameter 2 .* overlaps the shadow of"):
+        df(2.0, x, shared, y, shared, 1.0)
+    assert y.tolist() == [4.0, 5.0, 6.0] and x.tolist() == [1.0, 2.0, 3.0]
+    assert shared.tolist() == [0.0] * 3
+    # One array passed twice may take one shadow twice: they overlap alike. In place,
+    # w becomes 3w and s = sum(9 w^2), so ds/dw = 18 w.
+    w, dw = x.copy(), np.zeros(3)
+    assert df(2.0, w, dw, w, dw, 1.0) == (pytest.approx(9 * np.sum(x**2)),)
+    np.testing.assert_allclose(dw, 18 * x, rtol=1e-15)
 
 
 def test_gmm_gradient_against_finite_differences():
@@ -438,6 +506,18 @@ def test_njit_caller_refuses_a_shadow_overlapping_another_array():
     dx = np.zeros(3)
     assert inner(x, dx, y, 1.0) == (32.0,)
     assert dx.tolist() == [4.0, 5.0, 6.0]
+    # Two shadows may share memory only as their arrays do.
+    sig = "float64(float64, float64[::1], float64[::1])"
+    df = ez.autodiff(
+        axpy_sum, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated, ez.Active, sig=sig
+    )
+    both = df.njit()
+    x, y, shared = np.linspace(0.5, 1.5, 6), np.linspace(1.0, 2.0, 6), np.zeros(6)
+    with pytest.raises(ValueError, match="the shadow of 'y' overlaps the shadow of 'x'"):
+        both(2.0, x, shared, y, shared, 1.0)
+    w1, w2, s1, s2 = x.copy(), x.copy(), np.zeros(6), np.zeros(6)
+    assert both(2.0, w1, s1, w1, s1, 1.0) == pytest.approx(df(2.0, w2, s2, w2, s2, 1.0))
+    np.testing.assert_allclose(s1, s2, rtol=1e-15)
 
 
 NUMBA_SCRIPT = """

@@ -210,6 +210,22 @@ def test_launch_argument_count_of_derivative_and_c_kernels():
         ez.offload.kernel(C.scale_exp).launch(4, np.ones(4), np.zeros(4))
 
 
+def test_launch_argument_errors_count_as_launch_does():
+    # The launcher's own range parameters came first: x was "parameter 2".
+    x, out, read_only = np.ones(10), np.zeros(10), np.zeros(10)
+    read_only.flags.writeable = False
+    k = ez.offload.kernel(sin_x)
+    with pytest.raises(ValueError, match=r"^x \(argument 1 after n\) of kernel sin_x must be C-"):
+        k.launch(5, x[::2], out)
+    with pytest.raises(ValueError, match=r"^out \(argument 2 after n\) of kernel sin_x is read-"):
+        k.launch(5, x, read_only)
+    with pytest.raises(ValueError, match=r"^x \(argument 1 after n\) of kernel scale_exp needs"):
+        ez.offload.kernel(C.scale_exp).launch(4, np.ones(4, np.float32), np.zeros(4), 2.0)
+    dk = ez.autodiff(k, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    with pytest.raises(ValueError, match=r"^x \(argument 1 after n\) of kernel sin_x must be C-"):
+        dk.launch(5, x[::2], np.zeros(5), out, np.ones(10))
+
+
 def test_device_arrays():
     x = np.linspace(0, 1, 16)
     with ez.offload.to_device(x) as dx:
@@ -451,6 +467,30 @@ def test_reverse_kernel_shadows_must_be_like_their_arrays(threads, shadow, error
     with pytest.raises(error, match=message):
         dk.launch(10, x, shadow, out, dout, threads=threads)
     np.testing.assert_array_equal(dout, 1)  # nothing ran
+
+
+@numba.njit
+def scaled_by(i, x, a, out):
+    out[i] = a[0] * x[i] ** 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reverse_kernel_shadows_must_not_overlap_other_arrays(threads):
+    dk = ez.autodiff(ez.offload.kernel(scaled_by), ez.Reverse, *[ez.Duplicated] * 3)
+    x, a, out, dout = np.ones(10), np.array([2.0]), np.zeros(10), np.ones(10)
+    # The shadow of a is a view of x: adding into it would change x.
+    with pytest.raises(
+        ValueError,
+        match=r"the shadow of a \(argument 4 after n\) overlaps x \(argument 1 after n\)",
+    ):
+        dk.launch(10, x, np.zeros(10), a, x[3:4], out, dout, threads=threads)
+    with pytest.raises(ValueError, match=r"the shadow of x \(argument 2 after n\) overlaps out"):
+        dk.launch(10, x, out, a, np.zeros(1), out, dout, threads=threads)
+    np.testing.assert_array_equal(x, 1)  # nothing ran
+    np.testing.assert_array_equal(dout, 1)
+    on_cpu = ez.offload.to_device(np.ones(10), ez.offload.CPU)
+    with pytest.raises(ValueError, match=r"the shadow of x \(argument 2 after n\) overlaps x"):
+        dk.launch(10, on_cpu, on_cpu, a, np.zeros(1), out, dout, device=ez.offload.CPU)
 
 
 def test_device_array_shadows_must_be_like_their_arrays():

@@ -7,6 +7,7 @@ kinds against parameter kinds and mode, then every argument of every call
 
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -370,7 +371,9 @@ class Derivative:
             fields,
             k,
             ret is not None and ret.kind == "struct",
-            fn.alias_safe is not None,
+            # Calls whose arrays overlap take the checked path: to the build without
+            # noalias, and to the check that no shadow overlaps an array.
+            fn.alias_safe is not None or any(step.kind == "h" for step in plan),
         )
 
     def __call__(self, *args: Any) -> Any:
@@ -425,6 +428,8 @@ class Derivative:
         writer = _SlotWriter(slots, self._in_codes)
         keep_alive: list[np.ndarray] = []
         arrays: dict[int, np.ndarray] = {}
+        named_arrays: list[tuple[str, np.ndarray]] = []  # (where, array) for messages
+        named_shadows: list[tuple[str, np.ndarray, np.ndarray]] = []  # + the shadow's array
         errors = np.zeros(2, dtype=np.int64)
         k = self.width
         pos = 0
@@ -435,13 +440,18 @@ class Derivative:
                 what, source, dim = param.hidden
                 writer.put(arrays[source].shape[dim] if what == "shape" else errors.ctypes.data)
                 continue
-            where = f"{param.describe(visible)} of '{fn.display_name}'"
+            where = (
+                fn.describe_argument(visible, param)
+                if fn.describe_argument is not None
+                else f"{param.describe(visible)} of '{fn.display_name}'"
+            )
             visible += 1
             value = args[pos]
             pos += 1
             if param.kind == "pointer":
                 array = _check_array(value, param, where)
                 arrays[i] = array
+                named_arrays.append((where, array))
                 keep_alive.append(array)
                 writer.put(array.ctypes.data)
                 if act.shadow:
@@ -454,6 +464,7 @@ class Derivative:
                         continue
                     shadow = _check_shadow(args[pos], array, k, f"the shadow of {where}")
                     pos += 1
+                    named_shadows.append((f"the shadow of {where}", shadow, array))
                     keep_alive.append(shadow)
                     base = shadow.ctypes.data
                     for lane in range(k):
@@ -468,6 +479,7 @@ class Derivative:
             assert fn.ret is not None
             for s in _lanes(args[pos], k, fn.ret, f"the seed of '{fn.display_name}'"):
                 writer.put(s)
+        _check_shadows_apart(named_shadows, named_arrays, k)
         if fn.alias_safe is not None and _overlapping(keep_alive):
             return self._alias_safe_derivative()._call_checked(args)
         try:
@@ -656,17 +668,65 @@ def _overlapping(arrays: list[np.ndarray]) -> bool:
     return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
 
 
+def _span(array: np.ndarray) -> tuple[int, int]:
+    """The bytes of a C-contiguous array: [start, end)."""
+    return array.ctypes.data, array.ctypes.data + array.nbytes
+
+
+def _check_shadows_apart(
+    shadows: list[tuple[str, np.ndarray, np.ndarray]],
+    arrays: list[tuple[str, np.ndarray]],
+    width: int,
+) -> None:
+    """No shadow (given as ``(where, shadow, its array)``) may share memory with an array
+    argument: the derivative writes into its shadows, which would change that array as
+    the function reads it (its own array is checked with the shadow). Two shadows may
+    share memory only as their arrays do (one array passed twice, its shadow twice):
+    Enzyme reads back the shadow of an array the function writes, so shadows shared
+    otherwise would mix the adjoints of different arrays."""
+    for n, (shadow_where, shadow, primal) in enumerate(shadows):
+        start, end = _span(shadow)
+        for where, array in arrays:
+            begin, stop = _span(array)
+            if start < stop and begin < end and shadow.nbytes and array.nbytes:
+                raise ValueError(
+                    f"{shadow_where} overlaps {where}: the derivative writes into the "
+                    "shadow, which would change that array; give the shadow memory of its own"
+                )
+        for other_where, other, other_primal in shadows[:n]:
+            begin, stop = _span(other)
+            if not (start < stop and begin < end and shadow.nbytes and other.nbytes):
+                continue
+            mirrored = start - primal.ctypes.data == begin - other_primal.ctypes.data
+            if not mirrored or (width > 1 and primal.nbytes != other_primal.nbytes):
+                raise ValueError(
+                    f"{shadow_where} overlaps {other_where}, and their arrays do not overlap "
+                    "alike: the adjoints of the two would mix; give each shadow memory of its "
+                    "own (an array passed twice may take the same shadow twice)"
+                )
+
+
+def _real_number(value: Any, where: str, what: str) -> float:
+    """``value`` as a float, if it is one real number: a Python or NumPy int, float or
+    bool, or a 0-d array of one. Strings, None and complex numbers are refused rather
+    than converted (``float("1")`` works, and NumPy drops an imaginary part)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value[()]
+    if not isinstance(value, (numbers.Real, np.bool_)):
+        raise TypeError(
+            f"{where} is {what}: pass a real number (an int, a float or a NumPy real "
+            f"scalar); got {type(value).__name__}"
+        )
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{where} is {what}; {value} does not fit in a float64") from None
+
+
 def _scalar(value: Any, param: Param, where: str) -> Any:
     assert param.dtype is not None
     if param.kind == "float":
-        if isinstance(value, (np.ndarray, list, tuple)):
-            raise TypeError(f"{where} is a {param.dtype} scalar; got {type(value).__name__}")
-        try:
-            return param.dtype.type(float(value))
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{where} is a {param.dtype} scalar; got {type(value).__name__}"
-            ) from None
+        return param.dtype.type(_real_number(value, where, f"a {param.dtype} scalar"))
     try:
         integer = operator.index(value)
     except TypeError:
@@ -686,10 +746,24 @@ def _lanes(value: Any, k: int, param: Param, where: str) -> list[Any]:
     assert param.dtype is not None
     if k == 1:
         return [_scalar(value, param, where)]
-    lanes = np.asarray(value, dtype=np.float64)
-    if lanes.shape != (k,):
-        raise ValueError(f"{where} needs {k} values (width={k}); got shape {lanes.shape}")
-    return [param.dtype.type(v) for v in lanes]
+    if isinstance(value, np.ndarray):
+        shape = value.shape
+    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        shape = (len(value),)
+    elif isinstance(value, (numbers.Real, np.bool_)):
+        shape = ()
+    else:
+        raise TypeError(
+            f"{where} needs {k} real numbers (width={k}), a sequence or an array; "
+            f"got {type(value).__name__}"
+        )
+    if shape != (k,):
+        raise ValueError(f"{where} needs {k} values (width={k}); got shape {shape}")
+    what = f"a {param.dtype} scalar"
+    return [
+        param.dtype.type(_real_number(v, f"{where} (value {lane})", what))
+        for lane, v in enumerate(value)
+    ]
 
 
 def _check_array(value: Any, param: Param, where: str) -> np.ndarray:

@@ -196,10 +196,10 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
         if act.shadow:
             shadows[k] = args[pos]
             pos += 1
-    seed = float(args[pos]) if reverse else 1.0
     before = {k: np.array(v, copy=True) for k, v in shadows.items() if isinstance(v, np.ndarray)}
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in primals]
     result = df._call(args)
+    seed = float(args[pos]) if reverse else 1.0  # checked by the call
 
     rng = np.random.default_rng(0)
     directions: dict[int, Any] = {}

@@ -170,16 +170,34 @@ def compile_njit(df: Any) -> Any:
     # The derivative writes into shadows: one sharing memory with an array would
     # change what the function reads (its own array may be its shadow only under
     # runtime activity). Shadows may overlap each other, as in the Python path.
-    for shadow, where, source in shadows:
+    for shadow, where, own in shadows:
         for array, name, index in arrays:
-            if index == source and df._runtime_activity:
+            if index == own and df._runtime_activity:
                 continue
-            what = "its array" if index == source else name
+            what = "its array" if index == own else name
             refuse_if(
                 f"{shadow}.nbytes and {array}.nbytes and "
                 f"{shadow}.ctypes.data < {array}.ctypes.data + {array}.nbytes and "
                 f"{array}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes",
                 f"{where} overlaps {what}; give it memory of its own",
+            )
+    # Two shadows may share memory only as their arrays do (one array passed twice),
+    # else the adjoints of different arrays would mix.
+    for j, (shadow, where, own) in enumerate(shadows):
+        for other, other_where, other_own in shadows[:j]:
+            mirrored = (
+                f"{shadow}.ctypes.data - a{own}.ctypes.data == "
+                f"{other}.ctypes.data - a{other_own}.ctypes.data"
+            )
+            if k > 1:
+                mirrored += f" and a{own}.nbytes == a{other_own}.nbytes"
+            refuse_if(
+                f"{shadow}.nbytes and {other}.nbytes and "
+                f"{shadow}.ctypes.data < {other}.ctypes.data + {other}.nbytes and "
+                f"{other}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes and "
+                f"not ({mirrored})",
+                f"{where} overlaps {other_where}, and their arrays do not overlap alike; "
+                "give each shadow memory of its own",
             )
     n_in = slot
     if n_in != len(df._in_codes):

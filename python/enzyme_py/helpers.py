@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py._api import Derivative, autodiff
+from enzyme_py._api import Derivative, _real_number, autodiff
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -163,9 +163,24 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         acts.append(act)
         call.append(p)
         if act is Dual:
-            call.append(np.asarray(t, dtype=p.dtype) if isinstance(p, np.ndarray) else float(t))
+            call.append(_tangent(t, p, i))
     y, dy = _derivatives_of(f).get(Forward, acts, Dual)(*call)
     return y, dy
+
+
+def _tangent(t: Any, p: Any, i: int) -> Any:
+    """The tangent ``t`` of primal ``p`` (argument i) in p's dtype, if it holds real numbers
+    (no silent conversion of strings, None or complex numbers)."""
+    where = f"the tangent of argument {i}"
+    if not isinstance(p, np.ndarray):
+        return _real_number(t, where, "a float scalar like its argument")
+    values = np.asarray(t)
+    if values.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{where} must hold real numbers, like its {p.dtype} array; got "
+            + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
+        )
+    return values.astype(p.dtype, copy=False)
 
 
 def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
@@ -180,7 +195,8 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     value = derivatives.get(Forward, [Const] * len(primals), Const)(*primals)
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
-        _, grads = _reverse_call(derivatives, primals, nums, ActiveOnly, float(cotangent))
+        seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
+        _, grads = _reverse_call(derivatives, primals, nums, ActiveOnly, seed)
         pullback = dict(zip(nums, grads, strict=True))
         return tuple(pullback.get(i) for i in range(len(primals)))
 
@@ -208,6 +224,15 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
         x, out = args[i], args[j]
         if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray):
             raise TypeError("jacobian with output= needs array arguments at argnums and output")
+        if i == j or np.shares_memory(x, out):
+            # f runs once per batch of columns: each run would start from the last
+            # one's result, and the input's tangent would be taken for the output's.
+            what = f"are both argument {i}" if i == j else f"(arguments {i} and {j}) overlap"
+            raise ValueError(
+                f"jacobian: the input (argnums) and the output {what}; f writes its result "
+                "into the output, which would change the input it is differentiated at: "
+                "pass the output as a separate array"
+            )
         n = x.size
         columns = np.empty((out.size, n), dtype=out.dtype)
         for start, stop in _batches(n):

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
@@ -259,10 +260,12 @@ _RANGE = "__enzyme_py_range"
 _PRIVATE_BYTES = 16 << 20
 
 
-def _range_driver(body: Any, alias_safe: Any = None) -> Any:
+def _range_driver(
+    body: Any, alias_safe: Any = None, describe: Callable[[int, Param], str] | None = None
+) -> Any:
     """An IRFunction ``range(start, end, *body's other parameters)`` that calls
     ``body(i, ...)`` for i in [start, end), stopping at the first error reported
-    through a hidden errors parameter."""
+    through a hidden errors parameter; ``describe`` names its parameters in errors."""
     from enzyme_py.frontends.ir import IRFunction, parse_module
 
     info = next(i for i in body.module.functions() if i["name"] == body.name)
@@ -316,7 +319,14 @@ def _range_driver(body: Any, alias_safe: Any = None) -> Any:
     )
     params = (index, Param("end", "int", np.dtype(np.int64)), *shifted)
     return IRFunction(
-        module, _RANGE, params, None, f"kernel {body.display_name}", body.on_error, alias_safe
+        module,
+        _RANGE,
+        params,
+        None,
+        f"kernel {body.display_name}",
+        body.on_error,
+        alias_safe,
+        describe_argument=describe,
     )
 
 
@@ -623,10 +633,13 @@ class Kernel:
 
                 def safe() -> Any:
                     return _range_driver(
-                        self._per_index(unsafe_body.alias_safe(), one_thread, plain)
+                        self._per_index(unsafe_body.alias_safe(), one_thread, plain),
+                        describe=self._describe_argument,
                     )
 
-            driver = _range_driver(self._per_index(body, one_thread, plain), safe)
+            driver = _range_driver(
+                self._per_index(body, one_thread, plain), safe, self._describe_argument
+            )
             options = _api._Options(1, False, False, primal_only=True)
             acts, _ = _api._check_activities(driver, Forward, [Const] * len(driver.visible_params))
             launcher = _api.Derivative(driver, Forward, acts, None, options)
@@ -717,6 +730,14 @@ class Kernel:
             with_shadows += [name, f"the shadow of {name}"] if shadow is not None else [name]
         return with_shadows
 
+    def _describe_argument(self, position: int, param: Param) -> str:
+        """How argument errors name parameter ``position`` of a launcher, whose first two
+        are its range: as ``launch`` counts its arguments, after n."""
+        names = self._argument_names()
+        k = position - 2
+        name = names[k] if names is not None and 0 <= k < len(names) else param.name
+        return f"{name} (argument {k + 1} after n) of kernel {self.name}"
+
     def _check_launch(self, n: Any, args: tuple[Any, ...], device: Any, threads: Any) -> int:
         """``n`` as an int, once the arguments of a launch are known to fit."""
         import operator
@@ -749,12 +770,15 @@ class Kernel:
 
     def _check_shadows(self, args: tuple[Any, ...], names: list[str]) -> None:
         """Each shadow is like its array (shape, dtype): the derivative indexes both
-        alike, so a smaller shadow would be written past its end."""
+        alike, so a smaller shadow would be written past its end. No shadow shares
+        memory with an array argument: what the derivative adds into it would change
+        that array (shadows may share memory with each other: their adds add up)."""
         from enzyme_py import _api
 
         if self._derivative_of is None:
             return
-        for pos, at in self._layout():
+        layout = self._layout()
+        for pos, at in layout:
             if at is None:
                 continue
             primal, shadow = args[pos], args[at]
@@ -770,6 +794,22 @@ class Kernel:
                     raise ValueError(
                         f"{where} needs shape {primal.shape} and dtype {primal.dtype} "
                         f"(as its array); got {shadow.shape} {shadow.dtype}"
+                    )
+        for at in (at for _, at in layout if at is not None):
+            shadow = args[at]
+            if not isinstance(shadow, (np.ndarray, DeviceArray)):
+                continue
+            for pos, _ in layout:
+                array = args[pos]
+                if array is shadow or (
+                    isinstance(array, np.ndarray)
+                    and isinstance(shadow, np.ndarray)
+                    and np.shares_memory(array, shadow)
+                ):
+                    raise ValueError(
+                        f"{names[at]} (argument {at + 1} after n) overlaps {names[pos]} "
+                        f"(argument {pos + 1} after n): the derivative adds into the shadow, "
+                        "which would change that array; give the shadow memory of its own"
                     )
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:

@@ -100,6 +100,9 @@ class IRFunction:
     # ("llvm_ir", text, name), ("c", source, flags, language, attribute), or a
     # frontend's own tuple understood by rebuild_function.
     origin: tuple[Any, ...] | None = None
+    # How argument errors name the visible parameter at a position, where callers
+    # count arguments otherwise (a kernel's launch: "x (argument 1 after n) of ...").
+    describe_argument: Callable[[int, Param], str] | None = None
 
     @property
     def visible_params(self) -> list[tuple[int, Param]]:

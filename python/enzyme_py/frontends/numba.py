@@ -194,6 +194,16 @@ def _specialize(
     from numba.core import types
 
     name = dispatcher.py_func.__name__
+    names = list(inspect.signature(dispatcher.py_func).parameters)
+    for arg_name, numba_type in zip(names, signature, strict=False):
+        if isinstance(numba_type, types.Integer) and not numba_type.signed:
+            # Entry points pass signed integers; an unsigned one would be passed
+            # reinterpreted (a negative count as a huge one).
+            raise TypeError(
+                f"parameter '{arg_name}' of '{name}' is an unsigned integer ({numba_type}); "
+                "enzyme_py passes signed integers: pass a Python int or a signed NumPy "
+                f"integer (np.int64({arg_name}))"
+            )
     if numba_optimized:
         dispatcher.compile(signature)
         cres = dispatcher.overloads[tuple(signature)]
@@ -201,7 +211,6 @@ def _specialize(
         cres = _ad_compile(dispatcher, signature)
     ctx = cres.target_context
     fndesc = cres.fndesc
-    names = list(inspect.signature(dispatcher.py_func).parameters)
     fnty = ctx.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
     retptr_type = str(fnty.args[0])
     excinfo_type = str(fnty.args[1])
@@ -280,8 +289,9 @@ def _specialize(
         "  store i64 0, i64* %errors1",
         f"  %excinfo = bitcast i64* %errors1 to {excinfo_type}",
         *body,
-        f"  %status = call i32 @{fndesc.mangled_name}({retptr_type} %result, "
-        f"{excinfo_type} %excinfo, {', '.join(call_args)})",
+        f"  %status = call i32 @{fndesc.mangled_name}("
+        + ", ".join([f"{retptr_type} %result", f"{excinfo_type} %excinfo", *call_args])
+        + ")",
         "  %status64 = sext i32 %status to i64",
         "  store i64 %status64, i64* %errors",
     ]
