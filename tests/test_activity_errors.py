@@ -107,6 +107,10 @@ def test_bad_mode_and_width(m):
         ez.autodiff(m.poly, "reverse", ez.Active, ez.Const, ez.Active)
     with pytest.raises(ValueError, match="width must be a positive integer"):
         ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=0)
+    with pytest.raises(ValueError, match="width must be a positive integer"):
+        ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=np.bool_(True))
+    batched = ez.autodiff(m.poly, ez.Reverse, ez.Active, ez.Const, ez.Active, width=np.int64(2))
+    assert batched.width == 2 and type(batched.width) is int
     with pytest.raises(TypeError, match="cannot differentiate"):
         ez.autodiff(lambda x: x, ez.Reverse, ez.Active, ez.Active)
 

@@ -147,6 +147,10 @@ def test_argnums_tuple_with_scalar():
         ez.grad(scaled, argnums=2)(x, 2.5, 5)
     with pytest.raises(ValueError, match="argnums 5 is out of range"):
         ez.grad(scaled, argnums=5)(x, 2.5, 5)
+    # NumPy integers are positions too; a bool is not (True was taken as 1).
+    np.testing.assert_array_equal(ez.grad(scaled, argnums=np.int64(0))(x, 2.5, 5), gx)
+    with pytest.raises(TypeError, match="argnums must be argument positions .ints.; got True"):
+        ez.grad(scaled, argnums=True)(x, 2.5, 5)
 
 
 def test_jacobian_of_output_function():

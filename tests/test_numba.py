@@ -376,6 +376,23 @@ def matmul_sum(a, b):
     return (a @ b).sum()
 
 
+@njit
+def corner_product(x):
+    y = x.reshape((2, 2))
+    return y[0, 0] * y[1, 1]
+
+
+def test_numba_runtime_call_gives_enzyme_error_with_advice():
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(corner_product)(np.ones(4))
+    text = str(info.value)
+    assert "numba_attempt_nocopy_reshape is a function of Numba's runtime" in text
+    assert "index arrays instead of reshaping them" in text
+    assert "compiled library or ctypes/cffi" not in text
+    # Activities as the user gave them (hidden shape and error parameters left out).
+    assert "with activities Duplicated, ActiveOnly)" in text
+
+
 def test_blas_call_gives_enzyme_error_with_advice():
     a = np.ones((3, 3))
     with pytest.raises(ez.EnzymeError) as info:

@@ -243,7 +243,9 @@ class Derivative:
             ret_code, self._return_primal = _DFT_CONSTANT, False
         else:
             ret_code, self._return_primal = _DIFFE[ret], ret.primal_needed
-        acts = ", ".join(a.name for a in (*params, *([ret] if ret else [])))
+        # As the user gave them: hidden parameters (shapes, errors) left out.
+        given = [a for p, a in zip(fn.params, params, strict=True) if p.hidden is None]
+        acts = ", ".join(a.name for a in (*given, *([ret] if ret else [])))
         self._compiled = _build.derivative(
             fn,
             _build.Request(
@@ -836,8 +838,9 @@ def autodiff(
         ActivityError: activities that do not fit the parameters or the mode.
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
     """
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
         raise ValueError(f"width must be a positive integer; got {width!r}")
+    width = int(width)
     options = _Options(width, runtime_activity, strong_zero, check)
     from enzyme_py.offload import Kernel
 

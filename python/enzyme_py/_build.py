@@ -127,7 +127,17 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             f"({', '.join(blas)}: np.dot, @, np.linalg on arrays), which Enzyme cannot "
             "see into. Write the product as loops in the @njit function."
         )
-    others = [m for m in missing if m not in blas]
+    runtime = [m for m in missing if m not in blas and m.startswith(("numba_", "NRT_"))]
+    if runtime:
+        are = "is a function" if len(runtime) == 1 else "are functions"
+        hints.append(
+            f"{', '.join(runtime)} {are} of Numba's runtime, which Numba calls for some "
+            "operations (x.reshape(...): numba_attempt_nocopy_reshape; np.sort, strings, "
+            "exceptions raised with run-time values: NRT_Allocate) and Enzyme cannot see "
+            f"into. In '{fn.display_name}', index arrays instead of reshaping them, sort "
+            "outside it, and give exceptions constant messages only."
+        )
+    others = [m for m in missing if m not in blas and m not in runtime]
     if others:
         are = "is an external function" if len(others) == 1 else "are external functions"
         hints.append(

@@ -36,11 +36,13 @@ _BATCH = 8
 
 
 def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
     for a in nums:
-        if not isinstance(a, int) or not -n <= a < n:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
+        if not -n <= a < n:
             raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
-    return tuple(a % n for a in nums)
+    return tuple(int(a) % n for a in nums)
 
 
 def _is_float_scalar(value: Any) -> bool:
@@ -131,7 +133,7 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
 
     def gradient(*args: Any) -> Any:
         _, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), ActiveOnly)
-        return grads[0] if isinstance(argnums, int) else grads
+        return grads[0] if isinstance(argnums, (int, np.integer)) else grads
 
     return gradient
 
@@ -142,7 +144,7 @@ def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
 
     def value_and_gradient(*args: Any) -> Any:
         value, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), Active)
-        return value, (grads[0] if isinstance(argnums, int) else grads)
+        return value, (grads[0] if isinstance(argnums, (int, np.integer)) else grads)
 
     return value_and_gradient
 
