@@ -491,6 +491,11 @@ def test_reverse_kernel_shadows_must_not_overlap_other_arrays(threads):
     on_cpu = ez.offload.to_device(np.ones(10), ez.offload.CPU)
     with pytest.raises(ValueError, match=r"the shadow of x \(argument 2 after n\) overlaps x"):
         dk.launch(10, on_cpu, on_cpu, a, np.zeros(1), out, dout, device=ez.offload.CPU)
+    # out's shadow is the seed, read back and zeroed: x's adjoints must not land in it.
+    shared = np.ones(10)
+    with pytest.raises(ValueError, match=r"the shadow of out .* overlaps the shadow of x"):
+        dk.launch(10, x, shared, a, np.zeros(1), out, shared, threads=threads)
+    np.testing.assert_array_equal(shared, 1)
 
 
 def test_device_array_shadows_must_be_like_their_arrays():

@@ -772,7 +772,9 @@ class Kernel:
         """Each shadow is like its array (shape, dtype): the derivative indexes both
         alike, so a smaller shadow would be written past its end. No shadow shares
         memory with an array argument: what the derivative adds into it would change
-        that array (shadows may share memory with each other: their adds add up)."""
+        that array. Two shadows may share memory only as their arrays do (one
+        array passed twice): the derivative reads a written array's shadow back as its
+        seed, which another array's adjoints would otherwise mix into."""
         from enzyme_py import _api
 
         if self._derivative_of is None:
@@ -810,6 +812,30 @@ class Kernel:
                         f"{names[at]} (argument {at + 1} after n) overlaps {names[pos]} "
                         f"(argument {pos + 1} after n): the derivative adds into the shadow, "
                         "which would change that array; give the shadow memory of its own"
+                    )
+        pairs = [(pos, at) for pos, at in layout if at is not None]
+        for j, (pos, at) in enumerate(pairs):
+            for other_pos, other_at in pairs[:j]:
+                shadow, other = args[at], args[other_at]
+                if isinstance(shadow, np.ndarray) and isinstance(other, np.ndarray):
+                    if not np.shares_memory(shadow, other):
+                        continue
+                    alike = (
+                        isinstance(args[pos], np.ndarray)
+                        and isinstance(args[other_pos], np.ndarray)
+                        and shadow.ctypes.data - args[pos].ctypes.data
+                        == other.ctypes.data - args[other_pos].ctypes.data
+                    )
+                elif shadow is other:  # device arrays share memory only so
+                    alike = args[pos] is args[other_pos]
+                else:
+                    continue
+                if not alike:
+                    raise ValueError(
+                        f"{names[at]} (argument {at + 1} after n) overlaps {names[other_at]} "
+                        f"(argument {other_at + 1} after n), and their arrays do not overlap "
+                        "alike: the adjoints of the two would mix; give each shadow memory "
+                        "of its own"
                     )
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
