@@ -75,12 +75,30 @@ HostJit::HostJit() {
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
   check(LLVMOrcCreateLLJIT(&jit_, builder), "creating the ORC JIT");
 
+  // C++ code (ez.cpp) calls its runtime (operator new, __throw_length_error,
+  // _Unwind_Resume): loaded with this extension, but privately; made visible.
+  for (const char *runtime : {"libstdc++.so.6", "libgcc_s.so.1"}) {
+    dlopen(runtime, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+  }
   // Resolve undefined symbols (sin, cos, memset, ...) from the running process.
   LLVMOrcDefinitionGeneratorRef process_symbols = nullptr;
   check(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
             &process_symbols, LLVMOrcLLJITGetGlobalPrefix(jit_), nullptr, nullptr),
         "adding process symbols to the JIT");
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit_), process_symbols);
+  LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(jit_),
+                                          &HostJit::report, this);
+}
+
+void HostJit::report(void *self, LLVMErrorRef err) {
+  char *msg = LLVMGetErrorMessage(err);  // consumes err
+  auto *jit = static_cast<HostJit *>(self);
+  {
+    std::lock_guard<std::mutex> hold(jit->reported_lock_);
+    if (!jit->reported_.empty()) jit->reported_ += "; ";
+    jit->reported_ += msg;
+  }
+  LLVMDisposeErrorMessage(msg);
 }
 
 HostJit::~HostJit() {
@@ -130,12 +148,36 @@ void HostJit::define_symbol(const std::string &name, uint64_t address) {
 uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
   LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
       object.data(), object.size(), symbol.c_str());
+  // Its own resource tracker, to unload it if its symbols do not resolve.
+  LLVMOrcResourceTrackerRef tracker =
+      LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit_));
   // The JIT takes ownership of the buffer.
-  check(LLVMOrcLLJITAddObjectFile(jit_, LLVMOrcLLJITGetMainJITDylib(jit_), buffer),
-        "loading object code into the JIT");
+  LLVMErrorRef added = LLVMOrcLLJITAddObjectFileWithRT(jit_, tracker, buffer);
+  if (added) {
+    LLVMOrcReleaseResourceTracker(tracker);
+    check(added, "loading object code into the JIT");
+  }
+  {
+    std::lock_guard<std::mutex> hold(reported_lock_);
+    reported_.clear();
+  }
   LLVMOrcExecutorAddress address = 0;
-  check(LLVMOrcLLJITLookup(jit_, &address, symbol.c_str()),
-        "looking up the compiled derivative");
+  LLVMErrorRef failed = LLVMOrcLLJITLookup(jit_, &address, symbol.c_str());
+  if (failed) {
+    char *msg = LLVMGetErrorMessage(failed);  // consumes failed
+    std::string text = msg;
+    LLVMDisposeErrorMessage(msg);
+    {
+      std::lock_guard<std::mutex> hold(reported_lock_);
+      if (!reported_.empty()) text = reported_ + " (" + text + ")";
+    }
+    if (LLVMErrorRef removed = LLVMOrcResourceTrackerRemove(tracker)) {
+      LLVMConsumeError(removed);
+    }
+    LLVMOrcReleaseResourceTracker(tracker);
+    throw MissingSymbols(text);
+  }
+  LLVMOrcReleaseResourceTracker(tracker);  // the code stays, with the JITDylib
   return address;
 }
 

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include <llvm-c/LLJIT.h>
@@ -30,7 +32,9 @@ class HostJit {
   // runtime functions, which live in extension modules loaded RTLD_LOCAL).
   // A name defined before keeps its first address.
   void define_symbol(const std::string &name, uint64_t address);
-  // Load object code into the JIT and return the address of `symbol` in it.
+  // Load object code into the JIT and return the address of `symbol` in it. If
+  // its symbols cannot all be resolved, it is unloaded again (so that a later
+  // load of the same code fails the same way) and MissingSymbols is thrown.
   uint64_t load(const std::string &object, const std::string &symbol);
 
   const std::string &triple() const { return triple_; }
@@ -45,6 +49,16 @@ class HostJit {
   std::string triple_, cpu_, features_, data_layout_;
   std::set<std::string> defined_;
   bool vector_math_ = false;
+  // What ORC reported while the last load ran (e.g. "Symbols not found: [ f ]"):
+  // its lookup error alone names only the symbol that could not be materialized.
+  std::mutex reported_lock_;
+  std::string reported_;
+  static void report(void *self, LLVMErrorRef err);
+};
+
+// The code loaded needs symbols nobody defines (`what` names them).
+struct MissingSymbols : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // Throws std::runtime_error with LLVM's message, consuming `err`.

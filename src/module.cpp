@@ -15,6 +15,7 @@
 #include "caller.h"
 #include "engine.h"
 #include "enzyme_plugin.h"
+#include "jit.h"
 #include "kernel_ir.h"
 #include "offload.h"
 #include "ptx.h"
@@ -94,6 +95,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("llvm_version") = LLVM_VERSION_STRING;
   m.attr("codegen_revision") = kCodegenRevision;
   py::register_exception<EnzymeFailure>(m, "EnzymeFailure", PyExc_RuntimeError);
+  py::register_exception<MissingSymbols>(m, "MissingSymbols", PyExc_RuntimeError);
 
   m.def(
       "tape_bytes",

@@ -115,6 +115,24 @@ _NO_RULE = re.compile(
 )
 
 
+_NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
+
+
+def _missing_symbols_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
+    """EnzymeError for a derivative whose code calls functions this process lacks."""
+    names = sorted({n for found in _NOT_FOUND.findall(message) for n in found.split(", ")})
+    which = ", ".join(names) if names else "(see below)"
+    return EnzymeError(
+        f"the derivative of '{fn.display_name}' calls functions this process does not "
+        f"have: {which}\n(while loading {description}: {message})\n"
+        "What to do: Enzyme's derivatives of some math functions call others that libm "
+        "lacks (tgamma's calls digamma); C++ code needs its runtime library (operator "
+        "new, exceptions), which enzyme_py does not link; a @numba.cfunc rule that can "
+        "raise needs Numba's runtime. Avoid those functions in the code you "
+        "differentiate, or give them a custom rule (ez.register_gradient)."
+    )
+
+
 def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
     """EnzymeError with Enzyme's words, the user's names, and what to do instead."""
     message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
@@ -198,7 +216,10 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
                 raise _enzyme_error(str(again), fn, description) from None
         artifact = _cache.Artifact.from_native(built)
         _cache.store(key, artifact)
-    entry = native.load_object(artifact.object, artifact.entry_name)
+    try:
+        entry = native.load_object(artifact.object, artifact.entry_name)
+    except native.MissingSymbols as exc:
+        raise _missing_symbols_error(str(exc), fn, description) from None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _loaded[key] = compiled
     _cache.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
