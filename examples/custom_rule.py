@@ -5,8 +5,8 @@
 `opaque_dot` lives in a shared library (compiled here with clang, loaded with ctypes):
 Enzyme sees only its declaration and cannot differentiate a function that calls it.
 Registering a reverse rule (augmented forward pass + gradient), written in C with ez.c,
-makes the same function differentiable. (Forward rules work for functions with a body
-Enzyme cannot follow; on a bare declaration Enzyme v0.0.289 fails: see tests/test_rules.py.)
+makes the same function differentiable. (Forward rules, ez.register_derivative, work the
+same way, except on a declaration with pointer arguments: see enzyme_py.rules.)
 """
 
 import ctypes

@@ -14,11 +14,14 @@ pytestmark = pytest.mark.needs_enzyme
 
 LIBRARY = (
     "double opaque_dot(int n, const double *x, const double *y) {"
-    " double s = 0; for (int i = 0; i < n; ++i) s += x[i] * y[i]; return s; }"
+    " double s = 0; for (int i = 0; i < n; ++i) s += x[i] * y[i]; return s; }\n"
+    "double opaque_power(int n, double x) { double p = 1; while (n-- > 0) p *= x; return p; }"
 )
 USER = """
 double opaque_dot(int n, const double *x, const double *y);
+double opaque_power(int n, double x);
 double loss(const double *x, const double *y, int n) { return 3.0 * opaque_dot(n, x, y); }
+double cube(double x) { return 2.0 * opaque_power(3, x); }
 """
 RULES = """
 double opaque_dot(int n, const double *x, const double *y);
@@ -33,6 +36,21 @@ void rev_dot(int n, int dn, const double *x, double *dx, const double *y, double
     }
 }
 void rev_wrong(const double *x, double dret) {}
+typedef struct { double value, tangent; } dual;
+double opaque_power(int n, double x);
+dual fwd_power(int n, int dn, double x, double dx) {
+    dual d = {opaque_power(n, x), n * opaque_power(n - 1, x) * dx};
+    return d;
+}
+dual fwd_dot(int n, int dn, const double *x, const double *dx,
+             const double *y, const double *dy) {
+    dual d = {opaque_dot(n, x, y), 0.0};
+    for (int i = 0; i < n; ++i) {
+        if (dx != x) d.tangent += dx[i] * y[i];
+        if (dy != y) d.tangent += x[i] * dy[i];
+    }
+    return d;
+}
 """
 X, Y = np.arange(1.0, 4.0), np.array([2.0, -1.0, 0.5])
 ACTS = (ez.Duplicated, ez.Duplicated, ez.Const, ez.ActiveOnly)
@@ -113,9 +131,43 @@ def test_forward_rule_on_an_opaque_body():
     assert ez.autodiff(m.f, ez.Forward, ez.Dual, ez.DualOnly)(3.0, 1.0) == pytest.approx(66.0)
 
 
+def test_forward_rule_for_a_library_function(library):
+    user, rules = library
+    with pytest.raises(ez.EnzymeError, match="No forward mode derivative found for opaque_power"):
+        ez.autodiff(user.cube, ez.Forward, ez.Dual, ez.Dual)
+    ez.register_derivative("opaque_power", forward=rules.fwd_power)
+    assert ez.autodiff(user.cube, ez.Forward, ez.Dual, ez.Dual)(1.5, 1.0) == pytest.approx(
+        (2 * 1.5**3, 6 * 1.5**2)
+    )
+    # With pointer arguments Enzyme v0.0.289 does not find a declaration's forward
+    # rule (rules.py says so): such a function needs a body (see the test above).
+    ez.register_derivative("opaque_dot", forward=rules.fwd_dot)
+    with pytest.raises(ez.EnzymeError, match="No forward mode derivative found for opaque_dot"):
+        ez.autodiff(user.loss, ez.Forward, ez.Dual, ez.Const, ez.Const, ez.Dual)
+
+
+def test_a_derivative_using_rules_says_why_it_cannot_be_pickled(library):
+    import pickle
+
+    user, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_dot)
+    df = ez.autodiff(user.loss, ez.Reverse, *ACTS)
+    with pytest.raises(TypeError, match=r"uses custom rules \(for opaque_dot\)"):
+        pickle.dumps(df)
+
+
 def test_rules_must_be_compiled_functions():
     with pytest.raises(TypeError, match="must be a compiled function"):
         ez.register_gradient("f", augment=lambda x: x, gradient=lambda x: x)
+
+
+def test_a_rule_is_for_a_function_name(library):
+    user, rules = library
+    for target in (123, user.loss, ""):
+        with pytest.raises(TypeError, match="a rule's target is the name of the function"):
+            ez.register_gradient(target, augment=rules.aug_dot, gradient=rules.rev_dot)
+    with pytest.warns(UserWarning, match="call sin as the LLVM intrinsic llvm.sin"):
+        ez.register_derivative("sin", forward=rules.fwd_dot)
     assert os.environ.get("ENZYME_PY_DISABLE", "") in ("", "0")
 
 

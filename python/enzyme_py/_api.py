@@ -585,7 +585,14 @@ class Derivative:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as what is needed to build it again; in the new process the
         # disk cache usually serves the compiled code.
-        if self.function.origin is None:
+        origin = self.function.origin
+        if origin is not None and origin[0] == "custom rules":
+            raise TypeError(
+                f"the derivative of '{self.function.display_name}' cannot be pickled: it "
+                f"uses custom rules (for {', '.join(origin[1])}), which are registered in "
+                "this process only"
+            )
+        if origin is None:
             raise TypeError(
                 f"the derivative of '{self.function.display_name}' cannot be pickled: its "
                 "function was not made by ez.llvm_ir, ez.c, ez.cpp or a Numba dispatcher"

@@ -22,14 +22,20 @@ experiment and held by tests/test_rules.py:
 
 When a rule does not have the signature Enzyme expects, the EnzymeError says which one
 it expects. With a reverse rule on a function whose result is used, Enzyme returns no
-primal in the same pass: differentiate with ``ActiveOnly`` (``ez.grad`` does). Forward
-rules on a bare declaration (a library symbol) make Enzyme fail; they work on functions
-with a body Enzyme cannot follow.
+primal in the same pass: differentiate with ``ActiveOnly`` (``ez.grad`` does). Rules
+work on bare declarations (a library symbol) and on functions with a body Enzyme cannot
+follow, except forward rules for a declaration with pointer arguments, which Enzyme
+v0.0.289 does not find ("No forward mode derivative found"): give such a function a
+body (a call through a function pointer, as tests/test_rules.py does). A rule applies
+to calls of that exact symbol: not to math functions that clang and Numba turn into
+LLVM intrinsics (``sin`` becomes ``llvm.sin``, which Enzyme differentiates itself);
+registering one of those warns.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass, replace
 
 from enzyme_py.frontends.ir import IRFunction, SourceModule
@@ -82,9 +88,39 @@ def _from_numba_cfunc(cfunc: object) -> IRFunction:
     return function_of(parse_module(library_ir + "\n" + wrapper + "\n"), name)
 
 
+# libm functions that clang (without errno) and Numba call as LLVM intrinsics.
+_INTRINSICS = frozenset(
+    name + suffix
+    for name in (
+        "sin", "cos", "exp", "exp2", "log", "log2", "log10", "pow", "sqrt", "fabs",
+        "floor", "ceil", "trunc", "rint", "nearbyint", "round", "fma", "copysign",
+        "fmin", "fmax",
+    )
+    for suffix in ("", "f")
+)  # fmt: skip
+
+
+def _target(target: object) -> str:
+    """The symbol name a rule is for, checked."""
+    if not isinstance(target, str) or not target:
+        raise TypeError(
+            "a rule's target is the name of the function it is for, as a non-empty str "
+            f"(its symbol, e.g. 'opaque_dot'); got {target!r}"
+        )
+    if target in _INTRINSICS:
+        warnings.warn(
+            f"clang and Numba call {target} as the LLVM intrinsic llvm.{target.rstrip('f')}, "
+            f"which Enzyme differentiates itself: a rule for '{target}' applies only to "
+            "code that calls the symbol itself",
+            stacklevel=3,
+        )
+    return target
+
+
 def register_gradient(target: str, augment: IRFunction, gradient: IRFunction) -> None:
     """Reverse-mode rule for the function named ``target`` (augmented forward pass and
     gradient); replaces an earlier reverse rule for it."""
+    target = _target(target)
     rules = [r for r in _rules.get(target, []) if r.kind == "enzyme_derivative"]
     rules += [
         _Rule("enzyme_augment", _check("augment", augment)),
@@ -95,6 +131,7 @@ def register_gradient(target: str, augment: IRFunction, gradient: IRFunction) ->
 
 def register_derivative(target: str, forward: IRFunction) -> None:
     """Forward-mode rule for the function named ``target``; replaces an earlier one."""
+    target = _target(target)
     rules = [r for r in _rules.get(target, []) if r.kind != "enzyme_derivative"]
     _rules[target] = [*rules, _Rule("enzyme_derivative", _check("forward", forward))]
 
@@ -128,5 +165,6 @@ def with_rules(fn: IRFunction) -> IRFunction:
         fn,
         module=module,
         alias_safe=None if safe is None else (lambda: with_rules(safe())),
-        origin=None,  # the rules live in this process only: not picklable
+        # The rules live in this process only: not picklable (the reason, for errors).
+        origin=("custom rules", tuple(sorted({target for target, _ in chosen}))),
     )
