@@ -158,7 +158,8 @@ def _check_param(fn: IRFunction, mode: Mode, i: int, param: Param, act: Activity
                 f"{where} is an array (a pointer); Active is for float scalars: use "
                 "Duplicated and pass a shadow array after it"
             )
-        if param.dtype is not None and param.dtype.kind != "f":
+        # An array of addresses (T**) takes a shadow of the shadows' addresses.
+        if param.dtype is not None and param.dtype.kind != "f" and not param.pointee_is_pointer:
             raise ActivityError(
                 f"{where} points to {param.dtype} values, which have no derivative: "
                 "it can only be Const"

@@ -13,6 +13,7 @@ import numpy as np
 
 # Enzyme's CConcreteType values (src/enzyme_capi.h).
 DT_INTEGER = 1
+DT_POINTER = 2
 DT_FLOAT = 4
 DT_DOUBLE = 5
 DT_UNKNOWN = 6
@@ -35,7 +36,8 @@ class Param:
     kind is "float" (a by-value float32/float64), "int" (a by-value integer or
     bool), "pointer" (an array passed by its data pointer), or "struct" (a
     return value of several floats of one dtype, as derivatives return them). dtype is the
-    scalar's dtype, or the pointee's for a pointer (None when unknown).
+    scalar's dtype, or the pointee's for a pointer (None when unknown). A pointer to
+    pointers (``double**``) takes an array of addresses: dtype uintp, pointee_is_pointer.
     """
 
     name: str
@@ -46,12 +48,15 @@ class Param:
     # of the array that is parameter i; ("errors", 0, 0) a buffer for the callee's
     # status (a frontend's error protocol).
     hidden: tuple[str, int, int] | None = None
+    pointee_is_pointer: bool = False
 
     @property
     def enzyme_pointee(self) -> int:
         """The CConcreteType of what a pointer points at, for Enzyme's type trees."""
         if self.kind != "pointer" or self.dtype is None:
             return DT_UNKNOWN
+        if self.pointee_is_pointer:
+            return DT_POINTER
         if self.dtype == np.float64:
             return DT_DOUBLE
         if self.dtype == np.float32:
@@ -67,6 +72,40 @@ class Param:
 
 _POINTER = re.compile(r"^(.*?)\*$")
 _STRUCT = re.compile(r"^\{\s*(.*?)\s*\}$")
+
+# In typed-pointer IR, clang lowers void*, char*, int8_t* and bool* alike to i8*, and
+# i8* is LLVM's generic pointer: its pointee is unknown (any array is accepted, and
+# Enzyme deduces the type from how the function uses it).
+_GENERIC_POINTEES = frozenset({"i8"})
+
+# What LLVM types enzyme_py cannot pass are in C, for error messages.
+_C_NAMES = {
+    "x86_fp80": "long double",
+    "fp128": "__float128",
+    "ppc_fp128": "long double",
+    "half": "_Float16",
+    "bfloat": "__bf16",
+    "i128": "__int128",
+}
+
+SUPPORTED_TYPES = (
+    "double, float, integers of up to 64 bits and bool by value, pointers (arrays) and "
+    "returns of a struct of only doubles or only floats"
+)
+
+
+def _unsupported(text: str, name: str) -> TypeError:
+    what = "the return value" if name == "return" else f"parameter '{name}'"
+    c_name = _C_NAMES.get(text)
+    if c_name is None and text.startswith("<"):
+        c_name = "a vector type"
+    elif c_name is None and text.startswith("{"):
+        c_name = "a struct returned by value whose members are not all double or all float"
+    hint = f" (C: {c_name})" if c_name else ""
+    return TypeError(
+        f"{what} has LLVM type {text}{hint}, which enzyme_py cannot pass; it passes "
+        f"{SUPPORTED_TYPES}: change its type to one of those"
+    )
 
 
 def param_from_llvm_type(type_text: str, name: str) -> Param:
@@ -86,5 +125,11 @@ def param_from_llvm_type(type_text: str, name: str) -> Param:
     pointer = _POINTER.match(text)
     if pointer:
         pointee = pointer.group(1).strip()
+        if pointee.endswith("*"):
+            # An array of addresses: any other dtype would be read as pointers
+            # and dereferenced (a float64 array crashes the process).
+            return Param(name, "pointer", np.dtype(np.uintp), pointee_is_pointer=True)
+        if pointee in _GENERIC_POINTEES:
+            return Param(name, "pointer", None)
         return Param(name, "pointer", _SCALARS.get(pointee))
-    raise TypeError(f"parameter '{name}' has LLVM type {text}, which enzyme_py cannot pass")
+    raise _unsupported(text, name)

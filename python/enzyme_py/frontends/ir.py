@@ -2,13 +2,14 @@
 
 - ``llvm_ir(text, name)``: LLVM IR text, one function of it.
 - ``c(source)`` / ``cpp(source)``: C or C++ compiled by clang 15 to LLVM IR; the
-  non-static functions are attributes of the result.
+  non-static functions are attributes (and items) of the result.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,18 +31,29 @@ __all__ = [
     "rebuild_function",
 ]
 
-# Typed pointers let the parameter descriptions carry the pointee type
-# (double* is a float64 array); Enzyme works on either form.
+# Optimisation flags for ez.c/ez.cpp; a user's flags come after them, so they win
+# (-O0, -fvectorize).
 DEFAULT_C_FLAGS: tuple[str, ...] = (
     "-O2",
     "-fno-vectorize",
     "-fno-slp-vectorize",
     "-fno-unroll-loops",
+)
+# Always given, after the user's flags. Typed pointers let the parameter descriptions
+# carry the pointee type (double* is a float64 array), and the engine's LLVM context
+# reads typed-pointer IR only. Value names keep C parameter names in the IR, for
+# error messages.
+_REQUIRED_C_FLAGS: tuple[str, ...] = (
     "-Xclang",
     "-no-opaque-pointers",
+    "-fno-discard-value-names",
+    "-S",
+    "-emit-llvm",
+    "-fPIC",
 )
 
-_EXTERNAL_LINKAGE = 0  # LLVMExternalLinkage
+# The type "ptr" (opaque pointers, LLVM 15's option and later versions' only form).
+_OPAQUE_POINTER = re.compile(r"(?:^|[\s(,<\[{])ptr(?:$|[\s,)>\]}])", re.MULTILINE)
 
 
 def _native() -> Any:
@@ -77,6 +89,12 @@ def parse_module(text: str, identity: str | None = None) -> SourceModule:
     try:
         return SourceModule(_native().Module(text), identity)
     except ValueError as exc:  # not parseable or not valid LLVM 15 IR
+        if _OPAQUE_POINTER.search(text):
+            raise CompileError(
+                "the IR uses opaque pointers ('ptr'); enzyme_py reads LLVM 15 IR with typed "
+                "pointers (double*, i8*): compile C/C++ with clang 15 and "
+                "-Xclang -no-opaque-pointers (ez.c does). LLVM's error: " + str(exc)
+            ) from None
         raise CompileError(str(exc)) from None
 
 
@@ -120,11 +138,14 @@ class IRFunction:
 
 def _describe(module: SourceModule, info: dict[str, Any], source_name: str = "") -> IRFunction:
     names = info["param_names"]
-    params = tuple(
-        param_from_llvm_type(t, n or f"arg{i}")
-        for i, (t, n) in enumerate(zip(info["params"], names, strict=True))
-    )
-    ret = None if info["ret"] == "void" else param_from_llvm_type(info["ret"], "return")
+    try:
+        params = tuple(
+            param_from_llvm_type(t, n or f"arg{i}")
+            for i, (t, n) in enumerate(zip(info["params"], names, strict=True))
+        )
+        ret = None if info["ret"] == "void" else param_from_llvm_type(info["ret"], "return")
+    except TypeError as exc:
+        raise TypeError(f"enzyme_py cannot call '{source_name or info['name']}': {exc}") from None
     return IRFunction(module, info["name"], params, ret, source_name)
 
 
@@ -154,7 +175,7 @@ def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
     if kind == "c":
         _, source, flags, language, attribute = origin
         unit = c(source, flags) if language == "c" else cpp(source, flags)
-        return getattr(unit, attribute)
+        return unit[attribute]
     if kind == "derivative":  # a derivative, differentiated again
         return origin[1].as_function()
     if kind == "numba":
@@ -178,25 +199,39 @@ def _clang() -> str:
     )
 
 
+def _user_flags(flags: Sequence[str] | None) -> list[str]:
+    if flags is None:
+        return []
+    if isinstance(flags, (str, bytes)):
+        raise TypeError(
+            f"flags is a list of clang arguments, not a string: pass flags=[{flags!r}] "
+            f"(or {flags!r}.split() for several)"
+        )
+    chosen = list(flags)
+    for flag in chosen:
+        if not isinstance(flag, str):
+            raise TypeError(
+                f"flags holds clang arguments (str); got {type(flag).__name__} {flag!r}"
+            )
+    return chosen
+
+
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
+    chosen = _user_flags(flags)
     clang = _clang()
-    chosen = list(DEFAULT_C_FLAGS if flags is None else flags)
     std = ["-std=c11"] if language == "c" else ["-std=c++17"]
     name = "source.c" if language == "c" else "source.cpp"
     with tempfile.TemporaryDirectory(prefix="enzyme_py_") as tmp:
         with open(os.path.join(tmp, name), "w") as f:
             f.write(source)
         # Relative names, run inside tmp: the IR text (and so the derivative cache
-        # key) is the same for the same source in every process.
-        # Value names keep C parameter names in the IR, for error messages.
+        # key) is the same for the same source in every process. Later flags win.
         cmd = [
             clang,
             *std,
+            *DEFAULT_C_FLAGS,
             *chosen,
-            "-fno-discard-value-names",
-            "-S",
-            "-emit-llvm",
-            "-fPIC",
+            *_REQUIRED_C_FLAGS,
             name,
             "-o",
             "source.ll",
@@ -208,8 +243,45 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
             return f.read()
 
 
+# LLVMLinkage values of the functions a module exports, listed by functions() and
+# reachable as attributes: external, weak (__attribute__((weak))) and weak_odr
+# (explicit template instantiations, "template double sq<double>(double);").
+_EXPORTED_LINKAGES = frozenset({0, 5, 6})
+# linkonce / linkonce_odr: inline functions and implicit template instances that
+# clang kept. Only m["symbol"] reaches them: a header's internals would crowd the list.
+_ITEM_ONLY_LINKAGES = frozenset({2, 3})
+# CModule's own attributes: never C functions, even before __init__ has set them
+# (copy and pickle look attributes up on an instance __init__ did not run on).
+_OWN_ATTRIBUTES = frozenset(
+    {"language", "_module", "_origin", "_symbols", "_aliases", "_listed", "_unusable", "_made"}
+)
+
+
+def _plain_name(demangled: str) -> str | None:
+    """The unqualified name in a demangled C++ signature (``double sq<double>(double)``
+    -> ``sq``), or None where it is not a Python identifier (operators, ABI tags)."""
+    head = demangled.split("(", 1)[0]
+    if "operator" in head or "[" in head:
+        return None
+    while True:  # template arguments, innermost first
+        stripped = re.sub(r"<[^<>]*>", "", head)
+        if stripped == head:
+            break
+        head = stripped
+    words = head.rsplit("::", 1)[-1].split()  # a template instance's return type leads
+    name = words[-1] if words else ""
+    return name if name.isidentifier() else None
+
+
 class CModule:
-    """A compiled C/C++ translation unit; its non-static functions are attributes."""
+    """A compiled C/C++ translation unit.
+
+    Its exported functions are attributes (``m.energy``) and items (``m["energy"]``).
+    Items reach every one by its exact symbol, including names an attribute cannot:
+    C++ mangled names (``m["_Z4overd"]``), functions named like CModule's own methods
+    (``m["functions"]``, ``m["ir"]``, ``m["language"]``) and inline functions or
+    implicit template instances clang kept (linkonce_odr).
+    """
 
     def __init__(
         self,
@@ -221,21 +293,30 @@ class CModule:
         self._module = parse_module(ir_text)
         self.language = language
         self._origin = (source, None if flags is None else tuple(flags), language)
-        self._functions: dict[str, IRFunction] = {}
+        self._symbols: dict[str, dict[str, Any]] = {}  # every reachable function, by symbol
+        self._listed: list[str] = []  # names functions() lists and attributes reach
+        self._aliases: dict[str, str] = {}  # C++ plain name -> its symbol
+        self._made: dict[str, IRFunction] = {}
         for info in self._module.functions():
-            if info["linkage"] != _EXTERNAL_LINKAGE:
-                continue
-            symbol = info["name"]
-            self._functions[symbol] = _describe(self._module, info, symbol)
+            linkage = info["linkage"]
+            if linkage in _EXPORTED_LINKAGES or linkage in _ITEM_ONLY_LINKAGES:
+                self._symbols[info["name"]] = info
+            if linkage in _EXPORTED_LINKAGES:
+                self._listed.append(info["name"])
         if language == "c++":
             self._add_demangled_names()
-        self._functions = {
-            attribute: replace(fn, origin=("c", *self._origin, attribute))
-            for attribute, fn in self._functions.items()
-        }
+        # A function with a type enzyme_py cannot pass (long double, a mixed struct
+        # returned by value) must not make the others unusable: it is left out of
+        # functions(), and raises the TypeError when it is asked for.
+        self._unusable: dict[str, str] = {}
+        for name in self._listed:
+            try:
+                self._function(name)
+            except TypeError as exc:
+                self._unusable[name] = str(exc)
 
     def _add_demangled_names(self) -> None:
-        mangled = [s for s in self._functions if s.startswith("_Z")]
+        mangled = [s for s in self._listed if s.startswith("_Z")]
         if not mangled:
             return
         filt = shutil.which("c++filt") or shutil.which("llvm-cxxfilt-15")
@@ -244,47 +325,86 @@ class CModule:
         proc = subprocess.run([filt, *mangled], capture_output=True, text=True, check=False)
         by_base: dict[str, list[str]] = {}
         for symbol, plain in zip(mangled, proc.stdout.splitlines(), strict=False):
-            base = plain.split("(", 1)[0].rsplit("::", 1)[-1]
-            by_base.setdefault(base, []).append(symbol)
+            base = _plain_name(plain)
+            if base is not None:
+                by_base.setdefault(base, []).append(symbol)
         for base, symbols in by_base.items():
-            # Overloads stay reachable by their mangled names only.
-            if len(symbols) == 1 and base not in self._functions:
-                fn = self._functions[symbols[0]]
-                self._functions[base] = IRFunction(fn.module, fn.name, fn.params, fn.ret, base)
+            # Overloads (and several instances of one template) stay reachable by
+            # their mangled names only.
+            if len(symbols) == 1 and base not in self._symbols:
+                self._aliases[base] = symbols[0]
+                self._listed.append(base)
+
+    def _function(self, name: str) -> IRFunction | None:
+        """The function ``name`` (a symbol or a C++ plain name) reaches; None if none.
+        TypeError if its types are ones enzyme_py cannot pass."""
+        made = self._made.get(name)
+        if made is not None:
+            return made
+        info = self._symbols.get(self._aliases.get(name, name))
+        if info is None:
+            return None
+        fn = replace(_describe(self._module, info, name), origin=("c", *self._origin, name))
+        self._made[name] = fn
+        return fn
+
+    def _missing(self, name: str) -> str:
+        known = ", ".join(self.functions()) or "none"
+        unusable = ", ".join(sorted(self._unusable))
+        also = f"; with types enzyme_py cannot pass: {unusable}" if unusable else ""
+        return (
+            f"the {self.language.upper()} source defines no non-static function "
+            f"'{name}' (it defines: {known}{also})"
+        )
 
     def functions(self) -> list[str]:
-        """Names of the functions that can be differentiated."""
-        return sorted(self._functions)
+        """Names of the functions that can be differentiated (those with types
+        enzyme_py cannot pass are left out; asking for one says why)."""
+        return sorted(n for n in self._listed if n not in self._unusable)
 
     def ir(self) -> str:
         return self._module.ir()
 
+    def __getitem__(self, name: str) -> IRFunction:
+        if not isinstance(name, str):
+            raise TypeError(f"functions are looked up by name (a str), not {type(name).__name__}")
+        fn = self._function(name)
+        if fn is None:
+            raise KeyError(self._missing(name))
+        return fn
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._aliases.get(name, name) in self._symbols
+
     def __getattr__(self, name: str) -> IRFunction:
-        if name.startswith("_"):
+        # Only called where normal lookup failed: methods and instance attributes
+        # shadow C functions of their names (m["functions"] reaches those).
+        if (name.startswith("__") and name.endswith("__")) or name in _OWN_ATTRIBUTES:
             raise AttributeError(name)
-        try:
-            return self._functions[name]
-        except KeyError:
-            known = ", ".join(self.functions()) or "none"
-            raise AttributeError(
-                f"the {self.language.upper()} source defines no non-static function "
-                f"'{name}' (it defines: {known})"
-            ) from None
+        fn = self._function(name)
+        if fn is None:
+            raise AttributeError(self._missing(name))
+        return fn
 
     def __dir__(self) -> list[str]:
-        return [*super().__dir__(), *self._functions]
+        return [*super().__dir__(), *(n for n in self.functions() if n.isidentifier())]
 
 
 def c(source: str, flags: Sequence[str] | None = None) -> CModule:
-    """Compile C ``source`` with clang 15; functions are attributes of the result.
+    """Compile C ``source`` (C11) with clang 15; functions are attributes (and items,
+    ``m["name"]``) of the result.
 
-    ``flags`` replaces the default optimisation flags (DEFAULT_C_FLAGS); include
-    paths and defines go there too. Raises CompileError with clang's diagnostics.
+    ``flags`` are clang arguments added after DEFAULT_C_FLAGS, so they override
+    them (``["-O0"]``, ``["-fvectorize"]``, ``["-std=c99"]``); include paths and
+    defines go there too. The flags enzyme_py needs (typed pointers, LLVM IR output)
+    are always added last. Raises CompileError with clang's diagnostics.
     """
     return CModule(_compile(source, "c", flags), "c", source, flags)
 
 
 def cpp(source: str, flags: Sequence[str] | None = None) -> CModule:
-    """Compile C++ ``source`` with clang 15 (as ``c``). ``extern "C"`` names and
-    non-overloaded functions are reachable by their plain names."""
+    """Compile C++ ``source`` (C++17) with clang 15, as ``c``. ``extern "C"`` names,
+    functions that are not overloaded and single explicit template instances are
+    attributes by their plain names; overloads are reachable by their mangled names
+    (``m["_Z4overd"]``, listed by ``m.functions()``)."""
     return CModule(_compile(source, "c++", flags), "c++", source, flags)
