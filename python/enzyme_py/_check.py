@@ -5,6 +5,10 @@ disagreement between the three; ``autodiff(..., check=True)`` does the same once
 the first call of a derivative, and warns when they disagree: the answer to silent
 wrong gradients (a missing ``runtime_activity``, an aliasing assumption broken, a
 bug in a rule).
+
+The finite-difference step and the tolerance follow the least precise float type
+involved: float32 data gets a larger step (a step of 1e-6 is below float32's
+resolution) and a looser tolerance than float64.
 """
 
 from __future__ import annotations
@@ -65,12 +69,48 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(1.0, abs(a), abs(b))
 
 
+# (finite-difference step relative to the arguments' size, check_grad's tolerance,
+# check=True's tolerance) per precision. Central differences err by about
+# step**2 (truncation) + eps / step (rounding): float64's 1e-6 step is near its best;
+# float32's best is near 1e-3, where differences still err by about 1e-3 on ordinary
+# functions, so its tolerance is 1e-2 (a wrong derivative is off by far more).
+_FLOAT64_FD = (1e-6, 1e-5, 1e-4)
+_FLOAT32_FD = (1e-3, 1e-2, 1e-2)
+
+
+def _fd_settings(dtypes: Sequence[Any]) -> tuple[float, float, float]:
+    """The finite-difference settings for the least precise of ``dtypes`` (floats)."""
+    eps = [np.finfo(d).eps for d in dtypes if d is not None and np.dtype(d).kind == "f"]
+    return _FLOAT32_FD if max(eps, default=0.0) > np.finfo(np.float64).eps else _FLOAT64_FD
+
+
+def _dtype_of(value: Any) -> Any:
+    """The float dtype a value is computed in: Python floats are float64."""
+    return value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.dtype(np.float64)
+
+
+def _declared_dtypes(f: Any) -> list[Any]:
+    """The float dtypes of a C or IR function's parameters and result (a float
+    parameter computes in its own type, whatever the argument was); none for Numba,
+    which compiles for the arguments' dtypes."""
+    from enzyme_py._api import _resolve
+    from enzyme_py.frontends import numba as numba_frontend
+
+    if numba_frontend.is_dispatcher(f):
+        return []
+    try:
+        fn = _resolve(f)
+    except TypeError:
+        return []
+    return [p.dtype for _, p in fn.visible_params] + ([fn.ret.dtype] if fn.ret else [])
+
+
 def check_grad(
     f: Any,
     *args: Any,
     argnums: int | Sequence[int] | None = None,
-    eps: float = 1e-6,
-    rtol: float = 1e-5,
+    eps: float | None = None,
+    rtol: float | None = None,
     coordinates: int = 8,
     seed: int = 0,
 ) -> GradCheck:
@@ -81,6 +121,11 @@ def check_grad(
     differences along that direction, and, for up to ``coordinates`` coordinates of
     it, coordinate by coordinate. Arguments are not modified. Returns a ``GradCheck``
     (``print`` it for the table; ``.ok`` and ``.worst`` summarise it).
+
+    ``eps`` (the difference step, relative to the argument's largest value) and
+    ``rtol`` default to the least precise float type among the differentiated
+    arguments (and a C or IR function's parameters and result): 1e-6 and 1e-5 for
+    float64, 1e-3 and 1e-2 for float32.
     """
     from enzyme_py.helpers import _argnums, _Derivatives, _reverse_call
 
@@ -90,6 +135,9 @@ def check_grad(
         nums = _argnums(argnums, len(args))
     derivatives = _Derivatives(f)
     primal = derivatives.get(Forward, [Const] * len(args), Const)
+    step, tolerance, _ = _fd_settings([_dtype_of(args[i]) for i in nums] + _declared_dtypes(f))
+    eps = step if eps is None else eps
+    rtol = tolerance if rtol is None else rtol
 
     def value(call_args: list[Any]) -> float:
         return float(primal(*[a.copy() if isinstance(a, np.ndarray) else a for a in call_args]))
@@ -163,9 +211,12 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
     """Call derivative ``df`` with ``args`` and compare its result with central
     differences of the primal along a random direction; warn on disagreement.
 
-    Supports width 1 and a float return value (Active/ActiveOnly in reverse mode,
-    Dual/DualOnly in forward mode); otherwise the call is made without a check and a
-    warning says so.
+    In reverse mode the adjoints are those of ``seed * f + sum(s * a)`` over each
+    array ``a`` with a shadow ``s`` (its value as given: an output array's shadow
+    carries its seed, an input's the gradient it is added to), ``a`` taken after the
+    call. Supports width 1 and a float return value (Active/ActiveOnly in reverse
+    mode, Dual/DualOnly in forward mode); otherwise the call is made without a check
+    and a warning says so.
     """
     from enzyme_py._api import autodiff
     from enzyme_py.core import Active, ActiveOnly, DualOnly, Reverse
@@ -196,6 +247,7 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
         if act.shadow:
             shadows[k] = args[pos]
             pos += 1
+    # Shadows as given: the call adds into them (reverse) or writes them (forward).
     before = {k: np.array(v, copy=True) for k, v in shadows.items() if isinstance(v, np.ndarray)}
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in primals]
     result = df._call(args)
@@ -206,14 +258,19 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
     for k, (_, act) in enumerate(visible):
         if (reverse and (act is Active or act.shadow)) or (not reverse and act.shadow):
             x = originals[k]
-            if isinstance(x, np.ndarray):
-                random: Any = rng.standard_normal(x.shape)
-                directions[k] = shadows[k] if not reverse else random.astype(x.dtype)
+            if not reverse:
+                directions[k] = before.get(k, shadows[k])  # the tangent given
+            elif isinstance(x, np.ndarray):
+                directions[k] = np.asarray(rng.standard_normal(x.shape)).astype(x.dtype)
             else:
-                directions[k] = shadows[k] if not reverse else 1.0
+                directions[k] = 1.0
     primal_of = autodiff(fn, Forward, *([Const] * len(visible)), Const)
+    step, _, rtol = _fd_settings(
+        [visible[k][0].dtype for k in directions] + ([fn.ret.dtype] if fn.ret else [])
+    )
 
-    def value(t: float) -> float:
+    def value(t: float) -> tuple[float, dict[int, np.ndarray]]:
+        """f and the arrays that have shadows, after a call at originals + t * directions."""
         call = []
         for k, x in enumerate(originals):
             d = directions.get(k)
@@ -222,21 +279,31 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
                 if d is not None
                 else (x.copy() if isinstance(x, np.ndarray) else x)
             )
-        return float(primal_of(*call))
+        return float(primal_of(*call)), {k: call[k] for k in before}
 
     scale = max(1.0, *(float(np.max(np.abs(originals[k]))) for k in directions))
-    h = 1e-6 * scale
-    fd = (value(h) - value(-h)) / (2 * h)
+    h = step * scale
+    (up, arrays_up), (down, arrays_down) = value(h), value(-h)
     if reverse:
+        # d/dt of seed * f + sum(s * a), differences taken per element first (the
+        # arrays' values may be large next to their change).
+        fd = seed * (up - down) / (2 * h)
+        for k, s in before.items():
+            change = arrays_up[k].astype(np.float64) - arrays_down[k]
+            fd += float(np.sum(s * change)) / (2 * h)
         adjoints = iter(result[1:])
         ad = 0.0
         for k, (_, act) in enumerate(visible):
             if act is Active:
                 ad += float(next(adjoints)) * float(directions[k])
-            elif act.shadow and k in before:
-                ad += float(np.sum((shadows[k] - before[k]) * directions[k]))
-        ad /= seed if seed != 0 else 1.0
+            elif k in before:
+                ad += float(np.sum(np.asarray(shadows[k], dtype=np.float64) * directions[k]))
+        # Compare relative to the seeds' size (a zero seed expects zero adjoints).
+        size = max([abs(seed)] + [float(np.max(np.abs(s), initial=0.0)) for s in before.values()])
+        if size > 0:
+            ad, fd = ad / size, fd / size
     else:
+        fd = (up - down) / (2 * h)
         ad = float(result[1] if ret is Dual else result)
     error = _rel(ad, fd)
     report = GradCheck(
@@ -249,7 +316,7 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
                 "worst": error,
             }
         ],
-        rtol=1e-4,
+        rtol=rtol,
     )
     warn_if_wrong(report, name)
     return result
