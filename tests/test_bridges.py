@@ -9,6 +9,9 @@ import pytest
 import enzyme_py as ez
 
 numba = pytest.importorskip("numba")
+
+from numba_functions import cubes  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
 
 
@@ -64,14 +67,6 @@ def test_jax_primitive_grad_jit_and_jvp():
     assert float(dy) == pytest.approx(float(np.sum(dx)), rel=1e-13)
     with pytest.raises(ValueError, match="mode must be 'vjp' or 'jvp'"):
         ez.jax.primitive(loss, mode="both")
-
-
-@numba.njit
-def cubes(x):
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += x[i] ** 3
-    return s
 
 
 def test_torch_double_backward_is_a_hessian_vector_product():

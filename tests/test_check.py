@@ -8,6 +8,9 @@ import pytest
 import enzyme_py as ez
 
 numba = pytest.importorskip("numba")
+
+from numba_functions import cubes  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
 
 
@@ -74,14 +77,6 @@ def test_check_unsupported_shapes_are_said():
     df = ez.autodiff(write, ez.Reverse, ez.Duplicated, ez.Duplicated, check=True)
     with pytest.warns(ez.GradientCheckWarning, match="was not checked"):
         df(np.ones(3), np.zeros(3), np.zeros(3), np.ones(3))
-
-
-@numba.njit
-def cubes(x):
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += x[i] ** 3
-    return s
 
 
 def test_float32_gets_a_step_and_tolerance_of_its_own():
