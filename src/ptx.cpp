@@ -90,6 +90,90 @@ void route_math_to_libdevice(LLVMModuleRef mod, LLVMModuleRef libdevice) {
   for (const auto &[fn, to] : found) redirect(mod, fn, to);
 }
 
+// CUDA's device heap has malloc and free but no realloc, with which Enzyme grows
+// the tape of a loop whose trip count is not known on entry (Numba's range loops
+// with a run-time bound, while loops). Where realloc is called, every block of
+// the kernel gets a header with its size, so that realloc knows what to copy.
+const char kSizedHeap[] = R"(
+declare i8* @malloc(i64)
+declare void @free(i8*)
+declare void @llvm.memcpy.p0i8.p0i8.i64(i8*, i8*, i64, i1)
+
+define i8* @__enzyme_py_device_malloc(i64 %n) {
+entry:
+  %total = add i64 %n, 16
+  %block = call i8* @malloc(i64 %total)
+  %failed = icmp eq i8* %block, null
+  br i1 %failed, label %done, label %record
+record:
+  %size = bitcast i8* %block to i64*
+  store i64 %n, i64* %size
+  %data = getelementptr i8, i8* %block, i64 16
+  br label %done
+done:
+  %result = phi i8* [ null, %entry ], [ %data, %record ]
+  ret i8* %result
+}
+
+define void @__enzyme_py_device_free(i8* %p) {
+entry:
+  %none = icmp eq i8* %p, null
+  br i1 %none, label %done, label %release
+release:
+  %block = getelementptr i8, i8* %p, i64 -16
+  call void @free(i8* %block)
+  br label %done
+done:
+  ret void
+}
+
+define i8* @__enzyme_py_device_realloc(i8* %p, i64 %n) {
+entry:
+  %fresh = call i8* @__enzyme_py_device_malloc(i64 %n)
+  %none = icmp eq i8* %p, null
+  %failed = icmp eq i8* %fresh, null
+  %nothing = or i1 %none, %failed
+  br i1 %nothing, label %done, label %move
+move:
+  %block = getelementptr i8, i8* %p, i64 -16
+  %size = bitcast i8* %block to i64*
+  %old = load i64, i64* %size
+  %shrinks = icmp ult i64 %n, %old
+  %count = select i1 %shrinks, i64 %n, i64 %old
+  call void @llvm.memcpy.p0i8.p0i8.i64(i8* %fresh, i8* %p, i64 %count, i1 false)
+  call void @__enzyme_py_device_free(i8* %p)
+  br label %done
+done:
+  ret i8* %fresh
+}
+)";
+
+void give_device_heap_realloc(LLVMContextRef ctx, LLVMModuleRef mod, const char *triple,
+                              const std::string &layout) {
+  LLVMValueRef realloc_fn = LLVMGetNamedFunction(mod, "realloc");
+  if (!realloc_fn || !LLVMGetFirstUse(realloc_fn)) return;
+  for (const char *name : {"malloc", "free", "realloc"}) {
+    LLVMValueRef original = LLVMGetNamedFunction(mod, name);
+    if (!original || !LLVMGetFirstUse(original)) continue;
+    const std::string sized = std::string("__enzyme_py_device_") + name;
+    LLVMValueRef replacement =
+        LLVMAddFunction(mod, sized.c_str(), LLVMGlobalGetValueType(original));
+    LLVMReplaceAllUsesWith(original, replacement);
+  }
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRangeCopy(kSizedHeap, sizeof kSizedHeap - 1, "heap");
+  LLVMModuleRef heap = nullptr;
+  char *error = nullptr;
+  if (LLVMParseIRInContext(ctx, buffer, &heap, &error)) {  // consumes the buffer
+    throw std::runtime_error("the device heap's realloc does not parse: " + take(error));
+  }
+  LLVMSetTarget(heap, triple);
+  LLVMSetDataLayout(heap, layout.c_str());
+  if (LLVMLinkModules2(mod, heap)) {  // consumes heap
+    throw std::runtime_error("linking the device heap's realloc failed");
+  }
+}
+
 void mark_kernel(LLVMContextRef ctx, LLVMModuleRef mod, LLVMValueRef kernel) {
   LLVMValueRef ops[] = {
       kernel,
@@ -148,6 +232,8 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
     if (LLVMLinkModules2(mod, linked)) throw std::runtime_error("linking libdevice failed");
   }
 
+  give_device_heap_realloc(ctx, mod, kTriple, layout_text);
+
   LLVMValueRef entry = LLVMGetNamedFunction(mod, kernel.c_str());
   if (!entry || LLVMIsDeclaration(entry)) {
     throw std::runtime_error("no kernel named '" + kernel + "' in the module");
@@ -164,7 +250,8 @@ std::string emit_ptx(LLVMContextRef ctx, const std::string &ir_text, const std::
              "optimizing the kernel for NVPTX");
   // Anything still external and undefined cannot run on the device, except
   // the device heap of CUDA's runtime: what Enzyme's tape of a derivative
-  // whose body has a loop is allocated from (ptxas resolves malloc and free).
+  // whose body has a loop is allocated from (ptxas resolves malloc and free;
+  // realloc is enzyme_py's, above).
   std::vector<std::string> missing;
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     size_t len = 0;

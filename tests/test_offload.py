@@ -275,11 +275,25 @@ def _ptxas_available():
     return True
 
 
+@numba.njit
+def polynomial(i, x, c, out):
+    s = 0.0
+    for k in range(c.shape[0]):  # a run-time trip count: Enzyme grows its tape by realloc
+        s = s * x[i] + c[k]
+    out[i] = s
+
+
 def _device_kernels():
     k = ez.offload.kernel(sin_x)
     g = ez.offload.kernel(gather_square)
     x, out, idx = np.zeros(8), np.zeros(8), np.zeros(8, np.int64)
+    c = np.zeros(3)
     return [
+        (
+            "Numba polynomial reverse (tape on the device heap)",
+            ez.autodiff(ez.offload.kernel(polynomial), ez.Reverse, *[ez.Duplicated] * 3),
+            (x, x.copy(), c, c.copy(), out, out.copy()),
+        ),
         ("sin_x", k, (x, out)),
         (
             "sin_x reverse",
@@ -307,6 +321,8 @@ def test_ptx_for_every_test_kernel_and_assembled_by_ptxas():
         assert ".target sm_86" in ptx, name
         if "reverse" in name:
             assert "atom.global.add.f64" in ptx or "atom.add.f64" in ptx, name
+        if "device heap" in name:  # CUDA's malloc, and enzyme_py's realloc over it
+            assert "call.uni" in ptx and "malloc" in ptx and "realloc" not in ptx, name
         if _ptxas_available():
             cubin = k.cubin(*args, arch="sm_90")
             assert cubin[:4] == b"\x7fELF", name
