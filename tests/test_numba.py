@@ -200,6 +200,24 @@ def test_a_dispatchers_only_signature_does_not_bind_calls_of_other_types():
     np.testing.assert_allclose(ez.grad(cubes)(np.array([0.5, 1.5])), [0.75, 6.75])
 
 
+@njit("float64(float64[::1], float64)")
+def typed_sum_of_squares(x, k):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += k * x[i] ** 2
+    return s
+
+
+def test_a_function_compiled_for_explicit_signatures_differentiates():
+    # Numba's compile() of any signature raised "compilation disabled" there.
+    x = np.arange(3.0)
+    gx, gk = ez.grad(typed_sum_of_squares, argnums=(0, 1))(x, 2.0)
+    np.testing.assert_array_equal(gx, [0.0, 4.0, 8.0])
+    assert gk == 5.0
+    with pytest.raises(TypeError, match=r"'typed_sum_of_squares' was compiled for explicit"):
+        ez.grad(typed_sum_of_squares)(x.astype(np.float32), 2.0)
+
+
 def test_unsigned_integer_arguments_are_refused_before_the_build():
     # Entry points pass signed integers: an unsigned one was a bare KeyError.
     df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)

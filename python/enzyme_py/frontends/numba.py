@@ -114,6 +114,23 @@ def _llvm_scalar(ctx: Any, numba_type: Any) -> str:
     return str(ty)
 
 
+def _compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
+    """Numba's compile of ``signature``, unless the dispatcher has it: one given
+    explicit signatures (``@njit("float64(float64[::1])")``) refuses to compile more,
+    even one it has."""
+    if tuple(signature) in dispatcher.overloads:
+        return
+    if not getattr(dispatcher, "_can_compile", True):
+        name = dispatcher.py_func.__name__
+        known = ", ".join(str(s) for s in dispatcher.signatures)
+        got = ", ".join(str(t) for t in signature)
+        raise TypeError(
+            f"'{name}' was compiled for explicit signatures only ({known}), not for these "
+            f"argument types ({got}): pass arguments of those types"
+        )
+    dispatcher.compile(signature)
+
+
 def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """A compile of ``dispatcher``'s function for differentiation: its own code
     without Numba's full module optimisation (loop unrolling and vectorisation make
@@ -126,7 +143,7 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core import codegen
     from numba.core.compiler_lock import global_compiler_lock
 
-    dispatcher.compile(signature)
+    _compile_if_missing(dispatcher, signature)
     options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
     clone = numba.njit(**options)(dispatcher.py_func)
     library_class = codegen.CPUCodeLibrary
@@ -205,7 +222,7 @@ def _specialize(
                 f"integer (np.int64({arg_name}))"
             )
     if numba_optimized:
-        dispatcher.compile(signature)
+        _compile_if_missing(dispatcher, signature)
         cres = dispatcher.overloads[tuple(signature)]
     else:
         cres = _ad_compile(dispatcher, signature)
