@@ -129,7 +129,8 @@ def default_device() -> Device:
 class DeviceArray:
     """An array that lives on a device: on the CPU device a contiguous copy of the host
     array, on a GPU device memory from liboffload. Freed when closed (``with`` block)
-    or when garbage collected."""
+    or when garbage collected; closed while a launch uses it (from another thread),
+    it is unusable at once and freed when that launch ends."""
 
     def __init__(self, array: np.ndarray, device: Device):
         self.device = device
@@ -137,6 +138,9 @@ class DeviceArray:
         self._shape, self._dtype = host.shape, host.dtype
         self._data: np.ndarray | None = None
         self._address = 0
+        self._lock = threading.Lock()
+        self._launches = 0  # GPU launches using the memory now
+        self._free_after_launches = False
         if device.is_gpu:
             self._address = int(_state.native.gpu_alloc(device.index, host.nbytes))
             _state.native.gpu_copy_to_device(device.index, self._address, host)
@@ -179,11 +183,32 @@ class DeviceArray:
         _state.native.gpu_copy_to_host(self.device.index, out, self._address)
         return out
 
+    def _enter_launch(self) -> int:
+        """The device address, held until _leave_launch: a close() meanwhile waits."""
+        with self._lock:
+            self._check_open()
+            self._launches += 1
+            return self._address
+
+    def _leave_launch(self) -> None:
+        with self._lock:
+            self._launches -= 1
+            if self._launches == 0 and self._free_after_launches:
+                self._free_after_launches = False
+                _state.native.gpu_free(self._address)
+                self._address = 0
+
     def close(self) -> None:
-        """Free the device memory now."""
-        if self._open and self._address:
-            _state.native.gpu_free(self._address)
-        self._open, self._data, self._address = False, None, 0
+        """Free the device memory (once no launch uses it)."""
+        with self._lock:
+            if not self._open:
+                return
+            self._open, self._data = False, None
+            if self._launches:
+                self._free_after_launches = True
+            elif self._address:
+                _state.native.gpu_free(self._address)
+                self._address = 0
 
     def __del__(self) -> None:
         # At interpreter shutdown module globals (contextlib, the native module) may
@@ -649,17 +674,28 @@ class Kernel:
     def launch(
         self, n: int, *args: Any, device: Device | None = None, threads: int | None = None
     ) -> None:
-        """Run the body for i in range(n) on ``device`` (default: the CPU device, the
-        range split across ``threads``, default all cores). Device arrays and host
-        arrays may be mixed; host arrays are used in place. On several threads a reverse
-        kernel gives each thread its own copy of the shadows that are small next to the
-        launch, adding the copies up at the end. Into a shadow the threads share, it adds
-        with plain adds when each index provably touches only entries near its own (as
-        in a stencil; the indices near the ends of each thread's range then run after
-        the rest), else with atomic adds. On one thread (``threads=1``) all adds are
-        plain; small launches are faster so, without the threads' start-up (about
-        0.1 ms)."""
+        """Run the body for i in range(n) on ``device``: by default the device of the
+        DeviceArray arguments, else ``default_device()`` (a GPU if there is one). On the
+        CPU device the range is split across ``threads`` (default all cores; a GPU runs
+        one index per GPU thread and ignores it). Device arrays and host arrays may be
+        mixed; host arrays are used in place (on a GPU: copied there and back). On
+        several threads a reverse kernel gives each thread its own copy of the shadows
+        that are small next to the launch, adding the copies up at the end. Into a
+        shadow the threads share, it adds with plain adds when each index provably
+        touches only entries near its own (as in a stencil; the indices near the ends of
+        each thread's range then run after the rest), else with atomic adds. On one
+        thread (``threads=1``) all adds are plain; small launches are faster so, without
+        the threads' start-up (about 0.1 ms).
+
+        When the body raises (or indexes past an array), the launch raises that
+        exception once every thread has stopped; what the arrays hold then is
+        undefined: other threads finish their parts, indices held back for the end
+        do not run, a reverse kernel's per-thread copies of shadows are dropped while
+        the seeds it read are already consumed. A running launch cannot be
+        interrupted (Ctrl-C waits for it)."""
         n = self._check_launch(n, args, device, threads)
+        if device is None:
+            device = next((a.device for a in args if isinstance(a, DeviceArray)), None)
         device = device or default_device()
         _require_launchable(device)
         if device.is_gpu:
@@ -841,6 +877,8 @@ class Kernel:
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back
         unless the body provably does not write them."""
+        from enzyme_py import _api
+
         if -(-n // _GROUP) > _MAX_GROUPS:
             raise ValueError(
                 f"n = {n} is more indices than one GPU launch covers "
@@ -879,10 +917,13 @@ class Kernel:
             )
         read_only = self._read_only[key]
         info = next(i for i in per_index.module.functions() if i["name"] == per_index.name)
+        names = self._argument_names()
         temporaries: list[tuple[DeviceArray, np.ndarray | None]] = []
+        in_use: list[DeviceArray] = []
+        copies: dict[int, DeviceArray] = {}  # id of a host array -> its one device copy
         try:
             values: list[tuple[str, Any]] = [("i64", n)]
-            visible = iter(args)
+            visible = iter(enumerate(args))
             arrays: dict[int, Any] = {}
             errors: DeviceArray | None = None
             for k, (param, llvm_type) in enumerate(
@@ -897,21 +938,48 @@ class Kernel:
                         temporaries.append((errors, None))
                         values.append(("ptr", errors.address))
                     continue
-                arg = next(visible)
+                position, arg = next(visible)
+                where = (
+                    f"{names[position] if names else param.name} (argument {position + 1} "
+                    f"after n) of kernel {self.name}"
+                )
                 if param.kind == "pointer":
                     if isinstance(arg, DeviceArray):
                         if arg.device != device:
                             raise ValueError(
-                                f"an argument lives on {arg.device.name}, not on {device.name}"
+                                f"{where} lives on {arg.device.name}, not on {device.name}"
                             )
+                        if param.dtype is not None and arg.dtype != param.dtype:
+                            raise ValueError(f"{where} needs dtype {param.dtype}; got {arg.dtype}")
                         on_device = arg
+                        if all(a is not arg for a in in_use):
+                            arg._enter_launch()
+                            in_use.append(arg)
+                    elif id(arg) in copies:  # one array passed twice: one device copy
+                        on_device = copies[id(arg)]
                     else:
-                        on_device = DeviceArray(np.asarray(arg), device)
+                        # Copied to the device and back: any layout does, but the dtype
+                        # must be the body's, and what the body may write, writable.
+                        if not isinstance(arg, np.ndarray):
+                            raise TypeError(
+                                f"{where} is an array; got {type(arg).__name__} "
+                                "(pass a NumPy array or a DeviceArray)"
+                            )
+                        if param.dtype is not None and arg.dtype != param.dtype:
+                            raise ValueError(f"{where} needs dtype {param.dtype}; got {arg.dtype}")
+                        if not read_only[k] and not arg.flags.writeable:
+                            raise ValueError(
+                                f"{where} is read-only, and the kernel may write it: pass a copy"
+                            )
+                        self._refuse_shared_memory(arg, where, copies, args)
+                        on_device = DeviceArray(arg, device)
+                        copies[id(arg)] = on_device
                         temporaries.append((on_device, None if read_only[k] else arg))
                     arrays[k] = on_device
                     values.append(("ptr", on_device.address))
                 else:
-                    values.append((llvm_type, arg))
+                    # Checked and converted as the CPU device's launcher does.
+                    values.append((llvm_type, _api._scalar(arg, param, where)))
             try:
                 _state.native.gpu_launch(
                     device.index, kernel, _pack(values), max(1, -(-n // _GROUP)), _GROUP
@@ -927,7 +995,7 @@ class Kernel:
                     "indices at a time."
                 ) from error
             for on_device, host in temporaries:
-                if host is not None and host.flags.writeable:
+                if host is not None:
                     host[...] = on_device.to_host()
             if errors is not None:
                 status = int(errors.to_host()[0])
@@ -941,20 +1009,45 @@ class Kernel:
         finally:
             for on_device, _ in temporaries:
                 on_device.close()
+            for device_array in in_use:
+                device_array._leave_launch()
+
+    @staticmethod
+    def _refuse_shared_memory(
+        array: np.ndarray, where: str, copies: dict[int, DeviceArray], args: tuple[Any, ...]
+    ) -> None:
+        """A GPU launch copies each host array to the device once; two different
+        arrays that share memory would become two copies, and what the body writes
+        through one would not be seen through the other."""
+        for other in args:
+            if (
+                isinstance(other, np.ndarray)
+                and id(other) in copies
+                and np.shares_memory(array, other)
+            ):
+                raise ValueError(
+                    f"{where} shares memory with another array argument: on a GPU each "
+                    "array is copied to the device on its own; pass the same array "
+                    "object, or one DeviceArray (ez.offload.to_device) for both"
+                )
 
     def _per_index_for(self, args: tuple[Any, ...]) -> Any:
         return self._per_index(self._body_function(args))
 
     def ptx(self, *args: Any, arch: str = "sm_86") -> str:
-        """PTX of this kernel for NVIDIA GPUs (LLVM 15's NVPTX backend, up to sm_86), for
-        arguments like ``args`` (as ``launch`` takes them, without ``n``). Its entry,
+        """PTX of this kernel for NVIDIA GPUs (LLVM 15's NVPTX backend: a newer ``arch``
+        than sm_86 gets PTX for sm_86, which such GPUs run), for arguments like ``args``
+        (as ``launch`` takes them, without ``n``). Its entry,
         ``__enzyme_py_kernel(n, *args)``, runs one index per GPU thread."""
+        args = tuple(np.empty(a.shape, a.dtype) if isinstance(a, DeviceArray) else a for a in args)
         if self._derivative_of is None:
             per_index = self._body_function(args)
         else:
             per_index = self._per_index(self._body_function(args))
         text = per_index.module.ir() + "\n" + _gpu_entry(per_index) + "\n"
-        return str(_state.native.emit_ptx(text, _GPU_KERNEL, _libdevice(), arch))
+        # LLVM 15 knows architectures up to sm_86; PTX for it runs on newer GPUs.
+        target = _ptx_target(arch)
+        return str(_state.native.emit_ptx(text, _GPU_KERNEL, _libdevice(), target))
 
     def cubin(self, *args: Any, arch: str = "sm_90") -> bytes:
         """The PTX assembled by CUDA's ``ptxas`` for ``arch`` (RuntimeError without it)."""

@@ -272,3 +272,60 @@ def test_a_range_past_the_gpu_grid_is_refused_before_anything_is_copied():
     with pytest.raises(ValueError, match=r"n = 1099511627776 is more indices than one GPU"):
         k.launch(2**40, 1, np.ones(4, np.float32), np.float32(1), np.zeros(4), device=gpu())
     assert SIMULATOR.bytes_copied() == sent
+
+
+def test_a_host_array_passed_twice_has_one_device_copy():
+    # Each argument had its own copy; whichever came back last won (here: b's 10.0).
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def two_writes(i, a, b):
+        a[i] = a[i] + 1.0
+        b[i] = b[i] * 10.0
+
+    a = np.ones(4)
+    ez.offload.kernel(two_writes).launch(4, a, a, device=gpu())
+    np.testing.assert_array_equal(a, 20.0)  # as on the CPU device
+    buffer = np.ones(8)
+    with pytest.raises(ValueError, match=r"b \(argument 2 after n\).*shares memory"):
+        ez.offload.kernel(two_writes).launch(4, buffer[:4], buffer[2:6], device=gpu())
+    np.testing.assert_array_equal(buffer, 1.0)  # nothing ran
+
+
+def test_gpu_launches_check_arguments_as_the_cpu_device_does():
+    # The device would read float32 memory as float64, past its end.
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    x, out = np.ones(64, np.float32), np.zeros(64)
+    launches = SIMULATOR.launches()
+    with pytest.raises(ValueError, match=r"argument 4 after n\) of kernel scaled needs dtype"):
+        k.launch(64, 1, x, np.float32(1.0), out.astype(np.float32), device=gpu())
+    with pytest.raises(TypeError, match=r"argument 3 after n\) of kernel scaled is a float32"):
+        k.launch(64, 1, x, "1.0", out, device=gpu())
+    wrong = ez.offload.to_device(out.astype(np.float32), gpu())
+    with wrong, pytest.raises(ValueError, match="needs dtype float64; got float32"):
+        k.launch(64, 1, x, np.float32(1.0), wrong, device=gpu())
+    assert SIMULATOR.launches() == launches
+
+
+def test_a_device_array_closed_during_a_launch_is_freed_after_it():
+    big = np.zeros(4 << 20)
+    live = SIMULATOR.live_allocations()
+    array = ez.offload.to_device(big, gpu())
+    array._enter_launch()  # as a launch on another thread holds it
+    array.close()
+    with pytest.raises(ValueError, match="freed"):
+        array.to_host()
+    assert SIMULATOR.live_allocations() == live + 1  # the launch may still use it
+    array._leave_launch()
+    assert SIMULATOR.live_allocations() == live
+
+
+def test_a_launch_runs_where_its_device_arrays_live():
+    # The default device is the GPU here; arrays on the CPU device used to be refused.
+    k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
+    x = np.ones(64, np.float32)
+    launches = SIMULATOR.launches()
+    with ez.offload.to_device(np.zeros(64), ez.offload.CPU) as out:
+        k.launch(64, 2, x, np.float32(1.0), out)
+        np.testing.assert_array_equal(out.to_host(), 2.0)
+    assert SIMULATOR.launches() == launches
