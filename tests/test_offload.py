@@ -328,6 +328,13 @@ def test_ptx_for_every_test_kernel_and_assembled_by_ptxas():
             assert cubin[:4] == b"\x7fELF", name
 
 
+def test_ptx_for_a_newer_gpu_targets_the_newest_llvm_15_knows():
+    k = ez.offload.kernel(sin_x)
+    x = ez.offload.to_device(np.zeros(8), ez.offload.CPU)  # device arrays, as launch takes
+    ptx = k.ptx(x, np.zeros(8), arch="sm_90")
+    assert ".target sm_86" in ptx and ".version 3.2" not in ptx
+
+
 # libm functions and intrinsics NVPTX cannot lower come from libdevice.
 MATH = """
 declare double @fmod(double, double)
