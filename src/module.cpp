@@ -183,6 +183,13 @@ PYBIND11_MODULE(_native, m) {
           py::arg("function"), py::arg("params"),
           "Atomic float adds of `function` into memory based on the parameters\n"
           "`params` made plain, in place (see rewrites.h); returns how many.")
+      .def(
+          "reaches_recursion",
+          [](const SourceModule &self, const std::string &function) {
+            return reaches_recursion(self.get(), function);
+          },
+          py::arg("function"),
+          "Whether `function` reaches recursion through direct calls (see rewrites.h).")
       .def("functions", &module_functions)
       .def(
           "names",

@@ -1,6 +1,8 @@
 #include "rewrites.h"
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -261,6 +263,30 @@ int make_adds_plain(LLVMModuleRef mod, const std::string &function,
   }
   LLVMDisposeBuilder(b);
   return static_cast<int>(atomics.size());
+}
+
+bool reaches_recursion(LLVMModuleRef mod, const std::string &function) {
+  LLVMValueRef root = LLVMGetNamedFunction(mod, function.c_str());
+  if (!root || LLVMIsDeclaration(root)) return false;
+  // Depth-first over direct calls: a call to a function still on the path closes a cycle.
+  enum Mark { kOnPath, kDone };
+  std::map<LLVMValueRef, Mark> marks;
+  std::function<bool(LLVMValueRef)> visit = [&](LLVMValueRef fn) {
+    auto [at, fresh] = marks.emplace(fn, kOnPath);
+    if (!fresh) return at->second == kOnPath;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst;
+           inst = LLVMGetNextInstruction(inst)) {
+        if (!LLVMIsACallInst(inst) && !LLVMIsAInvokeInst(inst)) continue;
+        LLVMValueRef callee = LLVMGetCalledValue(inst);
+        if (!callee || !LLVMIsAFunction(callee) || LLVMIsDeclaration(callee)) continue;
+        if (visit(callee)) return true;
+      }
+    }
+    marks[fn] = kDone;
+    return false;
+  };
+  return visit(root);
 }
 
 }  // namespace enzyme_py

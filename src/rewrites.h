@@ -48,4 +48,9 @@ void route_tape_to_arena(LLVMModuleRef mod);
 int make_adds_plain(LLVMModuleRef mod, const std::string &function,
                     const std::vector<unsigned> &params);
 
+// Whether `function` can reach a call of itself or of a function it is called
+// from, through direct calls of functions defined in `mod` (recursion). Enzyme
+// v0.0.289 batches (width > 1) such derivatives wrongly.
+bool reaches_recursion(LLVMModuleRef mod, const std::string &function);
+
 }  // namespace enzyme_py

@@ -218,6 +218,38 @@ def test_a_function_compiled_for_explicit_signatures_differentiates():
         ez.grad(typed_sum_of_squares)(x.astype(np.float32), 2.0)
 
 
+@njit
+def discounted(x, n):
+    if n == 0:
+        return 0.0
+    return x[n - 1] ** 2 * x[0] + 0.5 * discounted(x, n - 1)
+
+
+@njit
+def discounted_sum(x):
+    return discounted(x, x.shape[0])
+
+
+@njit
+def discounted_into(x, out):
+    out[0] = discounted(x, x.shape[0])
+    out[1] = x[1]
+
+
+def test_recursion_is_differentiated_one_direction_at_a_time():
+    # Enzyme v0.0.289 gave zeros or garbage for width > 1 through recursion.
+    x = np.linspace(0.3, 1.2, 6)
+    with pytest.raises(ez.ActivityError, match=r"'discounted_sum' is recursive.*width=3"):
+        ez.autodiff(discounted_sum, ez.Forward, ez.Dual, ez.DualOnly, width=3)(x, np.eye(6)[:3])
+    gradient = ez.grad(discounted_sum)
+    np.testing.assert_allclose(gradient(x), fd_gradient(discounted_sum.py_func, x), rtol=1e-7)
+    fd = np.column_stack([fd_gradient(lambda v, i=i: gradient(v)[i], x) for i in range(6)])
+    np.testing.assert_allclose(ez.hessian(discounted_sum)(x), fd, rtol=1e-6, atol=1e-6)
+    jacobian = ez.jacobian(discounted_into, 0, output=1)(x, np.zeros(2))
+    np.testing.assert_allclose(jacobian[0], gradient(x), rtol=1e-14)
+    np.testing.assert_array_equal(jacobian[1], np.eye(6)[1])
+
+
 def test_unsigned_integer_arguments_are_refused_before_the_build():
     # Entry points pass signed integers: an unsigned one was a bare KeyError.
     df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)

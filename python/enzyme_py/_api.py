@@ -247,6 +247,13 @@ class Derivative:
         # As the user gave them: hidden parameters (shapes, errors) left out.
         given = [a for p, a in zip(fn.params, params, strict=True) if p.hidden is None]
         acts = ", ".join(a.name for a in (*given, *([ret] if ret else [])))
+        if options.width > 1 and fn.module.native.reaches_recursion(fn.name):
+            raise ActivityError(
+                f"'{fn.display_name}' is recursive (it, or a function it calls, calls "
+                f"itself): Enzyme v0.0.289 batches derivatives of recursion wrongly, so "
+                f"width={options.width} is refused; call the width=1 derivative once per "
+                "direction instead"
+            )
         self._compiled = _build.derivative(
             fn,
             _build.Request(

@@ -19,6 +19,7 @@ from enzyme_py.core import (
     Active,
     ActiveOnly,
     Activity,
+    ActivityError,
     Const,
     Dual,
     Duplicated,
@@ -205,8 +206,13 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     return value, vjp_fn
 
 
-def _batches(n: int) -> list[tuple[int, int]]:
-    return [(start, min(start + _BATCH, n)) for start in range(0, n, _BATCH)]
+def _batches(n: int, size: int = _BATCH) -> list[tuple[int, int]]:
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _refused_as_recursive(error: ActivityError) -> bool:
+    """Whether autodiff refused a batch (width > 1) because f is recursive."""
+    return "is recursive" in str(error)
 
 
 def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..., Any]:
@@ -237,7 +243,20 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
             )
         n = x.size
         columns = np.empty((out.size, n), dtype=out.dtype)
-        for start, stop in _batches(n):
+        try:
+            _jacobian_columns(columns, args, i, j, _BATCH)
+        except ActivityError as error:
+            if not _refused_as_recursive(error):
+                raise
+            _jacobian_columns(columns, args, i, j, 1)  # one column at a time
+        return columns.reshape(*out.shape, *x.shape)
+
+    def _jacobian_columns(
+        columns: np.ndarray, args: tuple[Any, ...], i: int, j: int, batch: int
+    ) -> None:
+        x, out = args[i], args[j]
+        n = x.size
+        for start, stop in _batches(n, batch):
             width = stop - start
             acts = [Dual if k in (i, j) else Const for k in range(len(args))]
             df = derivatives.get(Forward, acts, None if _returns_nothing(f, args) else Const, width)
@@ -255,7 +274,6 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
                     call.append(tangent_out if width > 1 else tangent_out[0])
             df(*call)
             columns[:, start:stop] = tangent_out.reshape(width, -1).T
-        return columns.reshape(*out.shape, *x.shape)
 
     return jacobian_of
 
@@ -296,7 +314,10 @@ def hessian(f: Any, argnums: int = 0) -> Callable[..., np.ndarray]:
             reverse = reverse.for_arguments((*reverse_args, 1.0))
         n = x.size
         h = np.empty((n, n), dtype=x.dtype)
-        for start, stop in _batches(n):
+        # Enzyme batches derivatives of recursion wrongly: one column at a time then.
+        fn = reverse.function
+        batch = 1 if fn.module.native.reaches_recursion(fn.name) else _BATCH
+        for start, stop in _batches(n, batch):
             width = stop - start
             # Parameters of the reverse derivative: each argument, x's shadow, the seed.
             fwd_acts: list[Activity] = []
