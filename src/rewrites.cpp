@@ -289,4 +289,79 @@ bool reaches_recursion(LLVMModuleRef mod, const std::string &function) {
   return visit(root);
 }
 
+int compare_without_fabs(LLVMModuleRef mod) {
+  std::vector<LLVMValueRef> calls;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    size_t len = 0;
+    const char *name = LLVMGetValueName2(fn, &len);
+    if (std::string(name, len).rfind("llvm.fabs.f", 0) != 0) continue;  // scalars only
+    for (LLVMUseRef u = LLVMGetFirstUse(fn); u; u = LLVMGetNextUse(u)) {
+      LLVMValueRef call = LLVMGetUser(u);
+      if (LLVMIsACallInst(call) && LLVMGetCalledValue(call) == fn) calls.push_back(call);
+    }
+  }
+  auto rewritable = [](LLVMValueRef call) {
+    for (LLVMUseRef u = LLVMGetFirstUse(call); u; u = LLVMGetNextUse(u)) {
+      LLVMValueRef cmp = LLVMGetUser(u);
+      if (!LLVMIsAFCmpInst(cmp) || LLVMGetOperand(cmp, 0) == LLVMGetOperand(cmp, 1)) return false;
+      switch (LLVMGetFCmpPredicate(cmp)) {
+        case LLVMRealOGT: case LLVMRealOGE: case LLVMRealOLT: case LLVMRealOLE: break;
+        default: return false;
+      }
+    }
+    return LLVMGetFirstUse(call) != nullptr;
+  };
+  auto swapped = [](LLVMRealPredicate p) {
+    switch (p) {
+      case LLVMRealOGT: return LLVMRealOLT;
+      case LLVMRealOGE: return LLVMRealOLE;
+      case LLVMRealOLT: return LLVMRealOGT;
+      default: return LLVMRealOGE;  // OLE
+    }
+  };
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(LLVMGetModuleContext(mod));
+  int rewritten = 0;
+  for (LLVMValueRef call : calls) {
+    if (!rewritable(call)) continue;
+    LLVMValueRef x = LLVMGetOperand(call, 0);
+    std::vector<LLVMValueRef> compares;
+    for (LLVMUseRef u = LLVMGetFirstUse(call); u; u = LLVMGetNextUse(u)) {
+      compares.push_back(LLVMGetUser(u));
+    }
+    for (LLVMValueRef cmp : compares) {
+      const bool left = LLVMGetOperand(cmp, 0) == call;
+      LLVMValueRef r = LLVMGetOperand(cmp, left ? 1 : 0);
+      LLVMRealPredicate p = LLVMGetFCmpPredicate(cmp);
+      if (!left) p = swapped(p);  // r ? |x|  is  |x| ?' r
+      LLVMPositionBuilderBefore(b, cmp);
+      LLVMValueRef minus_r = LLVMBuildFNeg(b, r, "");
+      LLVMValueRef joined = nullptr;
+      switch (p) {
+        case LLVMRealOGT:  // |x| > r: x > r or x < -r
+          joined = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealOGT, x, r, ""),
+                               LLVMBuildFCmp(b, LLVMRealOLT, x, minus_r, ""), "");
+          break;
+        case LLVMRealOGE:
+          joined = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealOGE, x, r, ""),
+                               LLVMBuildFCmp(b, LLVMRealOLE, x, minus_r, ""), "");
+          break;
+        case LLVMRealOLT:  // |x| < r: x < r and x > -r
+          joined = LLVMBuildAnd(b, LLVMBuildFCmp(b, LLVMRealOLT, x, r, ""),
+                                LLVMBuildFCmp(b, LLVMRealOGT, x, minus_r, ""), "");
+          break;
+        default:  // OLE
+          joined = LLVMBuildAnd(b, LLVMBuildFCmp(b, LLVMRealOLE, x, r, ""),
+                                LLVMBuildFCmp(b, LLVMRealOGE, x, minus_r, ""), "");
+          break;
+      }
+      LLVMReplaceAllUsesWith(cmp, joined);
+      LLVMInstructionEraseFromParent(cmp);
+    }
+    LLVMInstructionEraseFromParent(call);
+    ++rewritten;
+  }
+  LLVMDisposeBuilder(b);
+  return rewritten;
+}
+
 }  // namespace enzyme_py

@@ -20,6 +20,12 @@ class HostJit;
 // no memory attributes into Enzyme.
 void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
 
+// Enzyme v0.0.289 aborts ("getting diffe of constant value") on fabs whose result
+// only feeds comparisons, as in convergence tests (abs(err) > tol). Such
+// comparisons are rewritten without fabs: |x| > r is x > r or x < -r, and so on
+// for >=, <, <= (ordered: false for NaN either way). Returns how many.
+int compare_without_fabs(LLVMModuleRef mod);
+
 // The pass pipeline simplify_for_enzyme runs (no vectorisation, and no unrolling
 // but of loops of constant length, which leave Enzyme nothing to cache, such as
 // Numba's x ** 2: partial unrolling would make it cache more).

@@ -304,3 +304,21 @@ def test_opaque_pointer_ir_says_how_to_get_typed_pointers():
     opaque = "define double @f(ptr %x) {\n  %v = load double, ptr %x\n  ret double %v\n}"
     with pytest.raises(ez.CompileError, match="opaque pointers.*-Xclang -no-opaque-pointers"):
         ez.llvm_ir(opaque, "f")
+
+
+def test_fabs_in_a_condition_differentiates():
+    m = ez.c(
+        """
+#include <math.h>
+double huber(double r, double delta) {
+    if (fabs(r) <= delta) return 0.5 * r * r;
+    return delta * (fabs(r) - 0.5 * delta);
+}
+double clipped(double x) { return fabs(x) >= 1.0 ? 0.0 : x * x; }
+"""
+    )
+    grad = ez.autodiff(m.huber, ez.Reverse, ez.Active, ez.Const, ez.Active)
+    for r, expected in ((0.3, 0.3), (-2.0, -1.5), (2.0, 1.5), (1.5, 1.5)):
+        assert grad(r, 1.5, 1.0)[1] == pytest.approx(expected, rel=1e-15)
+    clipped = ez.autodiff(m.clipped, ez.Reverse, ez.Active, ez.Active)
+    assert clipped(0.5, 1.0)[1] == pytest.approx(1.0) and clipped(-1.0, 1.0)[1] == 0.0

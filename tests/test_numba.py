@@ -250,6 +250,32 @@ def test_recursion_is_differentiated_one_direction_at_a_time():
     np.testing.assert_array_equal(jacobian[1], np.eye(6)[1])
 
 
+@njit
+def piecewise(a):
+    if abs(a - 1.0) > 0.5:  # abs only in a condition
+        return a * a
+    return 3.0 * a
+
+
+@njit
+def newton_sqrt(a):
+    y = a
+    while abs(y * y - a) > 1e-12:  # a convergence test
+        y = 0.5 * (y + a / y)
+    return y
+
+
+def test_abs_in_conditions_differentiates():
+    # Enzyme v0.0.289 aborted ("getting diffe of constant value") on fabs feeding only
+    # comparisons; the engine writes those comparisons without fabs.
+    assert ez.grad(piecewise)(2.3) == pytest.approx(4.6, rel=1e-15)
+    assert ez.grad(piecewise)(1.2) == pytest.approx(3.0, rel=1e-15)
+    assert ez.grad(piecewise)(0.2) == pytest.approx(0.4, rel=1e-15)
+    assert ez.grad(newton_sqrt)(2.0) == pytest.approx(0.5 / math.sqrt(2.0), rel=1e-12)
+    fwd = ez.autodiff(newton_sqrt, ez.Forward, ez.Dual, ez.Dual)
+    assert fwd(9.0, 1.0) == pytest.approx((3.0, 1.0 / 6.0), rel=1e-12)
+
+
 def test_unsigned_integer_arguments_are_refused_before_the_build():
     # Entry points pass signed integers: an unsigned one was a bare KeyError.
     df = ez.autodiff(weighted_sin, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
