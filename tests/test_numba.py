@@ -469,6 +469,32 @@ def test_numba_runtime_call_gives_enzyme_error_with_advice():
     assert "with activities Duplicated, ActiveOnly)" in text
 
 
+@njit
+def shifted_energy(x):
+    t = np.zeros(x.shape[0] + 1)
+    t[1:] = x  # Numba's slice assignment: a variadic C-API call Enzyme cannot handle
+    return (t * t).sum()
+
+
+@numba.njit(parallel=True)
+def parallel_squares(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def test_constructs_enzyme_cannot_differentiate_get_advice_that_fits():
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(shifted_energy)(np.ones(3))
+    assert "assigning into a slice (t[1:] = x)" in str(info.value)
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(parallel_squares)(np.ones(3))
+    text = str(info.value)
+    assert "'parallel_squares' is compiled with parallel=True" in text
+    assert "Numba's runtime" not in text and "ctypes" not in text
+
+
 def test_blas_call_gives_enzyme_error_with_advice():
     a = np.ones((3, 3))
     with pytest.raises(ez.EnzymeError) as info:

@@ -115,6 +115,22 @@ _NO_RULE = re.compile(
 )
 
 
+# Functions of Numba's parallel runtime (parallel=True, prange).
+_NUMBA_PARALLEL = (
+    "get_parallel_chunksize",
+    "set_parallel_chunksize",
+    "do_scheduling",
+    "get_num_threads",
+    "get_thread_id",
+    "get_sched_size",
+    "allocate_sched",
+    "deallocate_sched",
+    "numba_parallel",
+    "numba_gil_",
+)
+# What Enzyme's assertions say of a call to a variadic function.
+_VARIADIC_CALL = ("nowrite_shadows.size() == todiff->arg_size()", "Number of arg operands")
+
 _NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
 
 
@@ -145,6 +161,15 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             f"({', '.join(blas)}: np.dot, @, np.linalg on arrays), which Enzyme cannot "
             "see into. Write the product as loops in the @njit function."
         )
+    parallel = [m for m in missing if m.startswith(_NUMBA_PARALLEL)]
+    if parallel:
+        hints.append(
+            f"'{fn.display_name}' is compiled with parallel=True (prange): Numba's "
+            f"parallel runtime ({', '.join(parallel[:3])}, ...) cannot be differentiated. "
+            "Drop parallel=True from the function you differentiate; for a gradient on "
+            "all cores, write the loop's body as an ez.offload.kernel."
+        )
+        missing = [m for m in missing if m not in parallel and not m.startswith("PyEval_")]
     runtime = [m for m in missing if m not in blas and m.startswith(("numba_", "NRT_"))]
     if runtime:
         are = "is a function" if len(runtime) == 1 else "are functions"
@@ -162,6 +187,14 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             f"{', '.join(others)} {are} without a derivative Enzyme knows: give enzyme_py "
             "its source (C through ez.c, or an @njit function) instead of a compiled "
             "library or ctypes/cffi call."
+        )
+    if any(mark in message for mark in _VARIADIC_CALL):
+        hints.append(
+            "Numba's code for some operations calls Python's C API through variadic "
+            "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "
+            "differentiate through: assigning into a slice (t[1:] = x), np.diff, print() "
+            f"and objmode blocks. In '{fn.display_name}', write such assignments as loops "
+            "over indices, and leave print() out."
         )
     if "key.returnUsed" in message:
         hints.append(
