@@ -474,6 +474,22 @@ def test_a_failing_thread_is_raised_after_every_thread_has_stopped():
     np.testing.assert_array_equal(out[3 * n // 4 :], last)
 
 
+@numba.njit
+def checked_copy(i, x, out):
+    if x[i] < 0:
+        raise ValueError("negative at", i)
+    out[i] = x[i]
+
+
+def test_an_exception_with_a_run_time_value_says_so():
+    # Its pickled part held an llvmlite placeholder, shown as "<ir.Constant ...>".
+    x = np.ones(4)
+    x[2] = -1.0
+    with pytest.raises(ValueError) as info:
+        ez.offload.kernel(checked_copy).launch(4, x, np.zeros(4))
+    assert info.value.args == ("negative at", "<a value known only at run time>")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
     "shadow, error, message",

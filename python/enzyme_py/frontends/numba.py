@@ -448,6 +448,14 @@ def raise_numba_error(status: int, address: int, name: str) -> None:
                 exc_class = None
             if isinstance(exc_class, type) and issubclass(exc_class, BaseException):
                 args = exc_args if isinstance(exc_args, tuple) else (exc_args,)
+                # Arguments known only at run time (raise E("at", i)) are placeholders
+                # (llvmlite constants) in the pickled part; their values are not kept.
+                args = tuple(
+                    "<a value known only at run time>"
+                    if type(a).__module__.startswith("llvmlite")
+                    else a
+                    for a in args
+                )
                 raise exc_class(*args)
     raise RuntimeError(
         f"the Numba function '{name}' failed with status {status} inside its derivative"
