@@ -495,6 +495,32 @@ def test_constructs_enzyme_cannot_differentiate_get_advice_that_fits():
     assert "Numba's runtime" not in text and "ctypes" not in text
 
 
+@njit
+def ramp_weighted(x):
+    return (x * np.arange(x.shape[0])).sum()  # an int64 array in float arithmetic
+
+
+@njit
+def first_fields(x, r):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * r[i]["a"]
+    return s
+
+
+def test_mixed_activity_and_record_arrays_get_advice():
+    x = np.ones(3)
+    with pytest.raises(ez.EnzymeError, match="runtime_activity=True"):
+        ez.grad(ramp_weighted)(x)
+    df = ez.autodiff(ramp_weighted, ez.Reverse, ez.Duplicated, ez.ActiveOnly, runtime_activity=True)
+    dx = np.zeros(3)
+    df(x, dx, 1.0)
+    np.testing.assert_array_equal(dx, [0.0, 1.0, 2.0])
+    records = np.zeros(3, np.dtype([("a", np.float64), ("b", np.float64)]))
+    with pytest.raises(TypeError, match=r"parameter 'r' of 'first_fields' is an array of Record"):
+        ez.grad(first_fields)(x, records)
+
+
 def test_blas_call_gives_enzyme_error_with_advice():
     a = np.ones((3, 3))
     with pytest.raises(ez.EnzymeError) as info:

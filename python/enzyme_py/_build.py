@@ -196,6 +196,13 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             f"and objmode blocks. In '{fn.display_name}', write such assignments as loops "
             "over indices, and leave print() out."
         )
+    if "Mismatched activity" in message:
+        hints.append(
+            f"Enzyme could not tell whether some memory of '{fn.display_name}' holds "
+            "values that need derivatives; integer arrays mixed into float arithmetic "
+            "(x * np.arange(n)) do this. Use float arrays there (np.arange(0.0, n)), or "
+            "pass runtime_activity=True to ez.autodiff (decided when it runs, a little slower)."
+        )
     if "key.returnUsed" in message:
         hints.append(
             "A custom derivative rule is attached to a function whose result is used, and "

@@ -247,6 +247,13 @@ def _specialize(
             fields = ctx.data_model_manager[numba_type]._fields
             if tuple(fields) != _ARRAY_FIELDS:
                 raise TypeError(f"unexpected Numba array layout {fields}")
+            if not isinstance(numba_type.dtype, (types.Float, types.Integer, types.Boolean)):
+                raise TypeError(
+                    f"parameter '{arg_name}' of '{name}' is an array of {numba_type.dtype}; "
+                    "enzyme_py passes arrays of floats, integers and booleans (pass a "
+                    "structured array's fields as arrays of their own: "
+                    "np.ascontiguousarray(r['a']))"
+                )
             dtype = np.dtype(str(numba_type.dtype))
             if dtype.kind not in "fiub":
                 raise TypeError(
