@@ -269,7 +269,15 @@ LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
   LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
   LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(ctx), &i8p, 1, 0);
   LLVMValueRef keep = LLVMGetNamedFunction(mod, kArenaKeep);
-  if (!keep) keep = LLVMAddFunction(mod, kArenaKeep, type);
+  if (!keep) {
+    keep = LLVMAddFunction(mod, kArenaKeep, type);
+    // A no-op to differentiate through: forward over reverse (ez.hessian of a
+    // function with temporaries) meets it in the first derivative.
+    static const char kInactive[] = "enzyme_inactive";
+    LLVMAddAttributeAtIndex(
+        keep, LLVMAttributeFunctionIndex,
+        LLVMCreateStringAttribute(ctx, kInactive, sizeof kInactive - 1, "", 0));
+  }
   LLVMValueRef arg = LLVMBuildPointerCast(b, to_free, i8p, "");
   return LLVMBuildCall2(b, type, keep, &arg, 1, "");
 }

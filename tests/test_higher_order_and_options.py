@@ -122,6 +122,32 @@ def test_hessians_of_numba_loops_that_vectorize():
     np.testing.assert_allclose(ez.hessian(ring)(z), fd, rtol=1e-6, atol=1e-6)
 
 
+def test_hessians_of_numba_functions_with_temporary_arrays():
+    # Forward over reverse met the first derivative's release of its temporaries'
+    # shadows (__enzyme_py_arena_keep): "No forward mode derivative found".
+    from numba import njit
+
+    @njit
+    def cube_sum(x):
+        return (x * x * x).sum()
+
+    @njit
+    def weighted_sines(x):
+        t = np.empty_like(x)
+        for i in range(x.shape[0]):
+            t[i] = math.sin(x[i])
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += t[i] * t[i] * x[i]
+        return s
+
+    x = np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(ez.hessian(cube_sum)(x), np.diag(6 * x), rtol=1e-14)
+    gradient = ez.grad(weighted_sines)
+    fd = np.column_stack([fd_gradient(lambda v, i=i: gradient(v)[i], x) for i in range(3)])
+    np.testing.assert_allclose(ez.hessian(weighted_sines)(x), fd, rtol=1e-6, atol=1e-7)
+
+
 def test_batched_forward_over_reverse(m):
     x, y = 0.5, 0.7
     dg = ez.autodiff(m.g, ez.Reverse, ez.Active, ez.Active, ez.ActiveOnly)
