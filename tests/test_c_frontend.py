@@ -322,3 +322,18 @@ double clipped(double x) { return fabs(x) >= 1.0 ? 0.0 : x * x; }
         assert grad(r, 1.5, 1.0)[1] == pytest.approx(expected, rel=1e-15)
     clipped = ez.autodiff(m.clipped, ez.Reverse, ez.Active, ez.Active)
     assert clipped(0.5, 1.0)[1] == pytest.approx(1.0) and clipped(-1.0, 1.0)[1] == 0.0
+
+
+def test_a_struct_return_cannot_be_const():
+    # Enzyme v0.0.289 aborted (an isolated build killed by signal 6).
+    m = ez.c(
+        "typedef struct { double a, b; } pair;\npair sc(double x, double y) "
+        "{ pair p = {x * y, x + y * y}; return p; }"
+    )
+    assert ez.autodiff(m.sc, ez.Forward, ez.Dual, ez.Dual, ez.Dual)(2.0, 1.0, 3.0, 0.0) == (
+        (6.0, 11.0),
+        (3.0, 1.0),
+    )
+    for mode, acts in ((ez.Forward, (ez.Dual, ez.Dual)), (ez.Reverse, (ez.Active, ez.Active))):
+        with pytest.raises(ez.ActivityError, match=r"struct of 2 values.*cannot leave Const"):
+            ez.autodiff(m.sc, mode, *acts, ez.Const)

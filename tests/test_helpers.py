@@ -210,3 +210,29 @@ def test_one_shot_helpers_reuse_their_derivatives(rosen_fn):
     assert ez.jvp(f, args, tangents) == first
     ez.vjp(f, *args)[1](2.0)
     assert helpers._derivatives_of(f)._made == made, "the second calls built nothing"
+
+
+@numba.njit
+def doubles_first(x):
+    x[0] *= 2.0  # writes its input
+    return x[0] + x[1]
+
+
+def test_helpers_take_their_inputs_as_given_and_once():
+    x = np.array([1.0, 2.0])
+    # Repeated argnums: a bare StopIteration before; jacobian takes one position.
+    with pytest.raises(ValueError, match=r"argnums \(0, 0\) names an argument twice"):
+        ez.grad(scaled, argnums=(0, 0))(x, 2.0, 2)
+    with pytest.raises(ValueError, match="names an argument twice"):
+        ez.grad(scaled, argnums=(1, -2))(x, 2.0, 2)
+    with pytest.raises(TypeError, match=r"jacobian takes one argument position"):
+        ez.jacobian(mapping, (0, 1), output=1)
+    # vjp_fn differentiates where vjp was called, whatever happens to x afterwards.
+    _, pullback = ez.vjp(rosen, x)
+    expected = pullback(1.0)[0]
+    x[:] = 0.0
+    np.testing.assert_array_equal(pullback(1.0)[0], expected)
+    # A function that writes its input does not write the caller's tangent.
+    tangent = np.array([1.0, 0.0])
+    _, dy = ez.jvp(doubles_first, (np.array([1.0, 2.0]),), (tangent,))
+    assert dy == 2.0 and tangent.tolist() == [1.0, 0.0]

@@ -173,6 +173,14 @@ def _check_return(fn: IRFunction, mode: Mode, ret: Param, act: Activity) -> None
         raise ActivityError(
             f"{act.name} is not allowed in {mode.name} mode ({where}); {_mode_hint(mode)}"
         )
+    if act is Const and ret.kind == "struct":
+        # Enzyme v0.0.289 aborts (setDiffe of a constant) on a constant struct return.
+        raise ActivityError(
+            f"{where} is a struct of {ret.fields} values, which Enzyme v0.0.289 cannot "
+            "leave Const: in Forward mode make it Dual or DualOnly (the primal values come "
+            "with Dual); for a Reverse derivative, differentiate a function returning one "
+            "of its values"
+        )
     if act is Const:
         return
     if ret.kind == "struct" and mode is Forward:

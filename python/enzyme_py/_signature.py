@@ -90,7 +90,8 @@ _C_NAMES = {
 
 SUPPORTED_TYPES = (
     "double, float, integers of up to 64 bits and bool by value, pointers (arrays) and "
-    "returns of a struct of only doubles or only floats"
+    "returns of a struct of two doubles (a struct of more doubles is returned through "
+    "a pointer, its first parameter)"
 )
 
 
@@ -98,9 +99,12 @@ def _unsupported(text: str, name: str) -> TypeError:
     what = "the return value" if name == "return" else f"parameter '{name}'"
     c_name = _C_NAMES.get(text)
     if c_name is None and text.startswith("<"):
-        c_name = "a vector type"
+        c_name = "a vector type, or a struct of floats, which clang returns as one"
     elif c_name is None and text.startswith("{"):
-        c_name = "a struct returned by value whose members are not all double or all float"
+        c_name = (
+            "a struct returned by value that is not two doubles (a struct of floats or of "
+            "mixed members, which clang returns in pieces)"
+        )
     hint = f" (C: {c_name})" if c_name else ""
     return TypeError(
         f"{what} has LLVM type {text}{hint}, which enzyme_py cannot pass; it passes "

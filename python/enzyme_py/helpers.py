@@ -43,7 +43,10 @@ def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
             raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
         if not -n <= a < n:
             raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
-    return tuple(int(a) % n for a in nums)
+    positions = tuple(int(a) % n for a in nums)
+    if len(set(positions)) != len(positions):
+        raise ValueError(f"argnums {argnums!r} names an argument twice")
+    return positions
 
 
 def _is_float_scalar(value: Any) -> bool:
@@ -183,7 +186,7 @@ def _tangent(t: Any, p: Any, i: int) -> Any:
             f"{where} must hold real numbers, like its {p.dtype} array; got "
             + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
         )
-    return values.astype(p.dtype, copy=False)
+    return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent
 
 
 def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
@@ -196,10 +199,13 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         if (isinstance(p, np.ndarray) and p.dtype.kind == "f") or _is_float_scalar(p)
     )
     value = derivatives.get(Forward, [Const] * len(primals), Const)(*primals)
+    # The point vjp_fn differentiates at: the arrays as they are now, not as the
+    # caller may change them later.
+    at = tuple(p.copy() if isinstance(p, np.ndarray) else p for p in primals)
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
         seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
-        _, grads = _reverse_call(derivatives, primals, nums, ActiveOnly, seed)
+        _, grads = _reverse_call(derivatives, at, nums, ActiveOnly, seed)
         pullback = dict(zip(nums, grads, strict=True))
         return tuple(pullback.get(i) for i in range(len(primals)))
 
@@ -226,6 +232,9 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
     if output is None:
         return grad(f, argnums)
     derivatives = _Derivatives(f)
+
+    if not isinstance(argnums, (int, np.integer)) or isinstance(argnums, (bool, np.bool_)):
+        raise TypeError(f"jacobian takes one argument position as argnums; got {argnums!r}")
 
     def jacobian_of(*args: Any) -> np.ndarray:
         i, j = _argnums(argnums, len(args))[0], _argnums(output, len(args))[0]
