@@ -91,3 +91,29 @@ def test_unpicklable_function_says_why():
     df = ez.autodiff(fn, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(df)
+
+
+def call_in_worker(f, *args):
+    return f(*args)
+
+
+def test_helpers_results_and_c_functions_pickle():
+    # ez.grad(...) was a closure, and IRFunction held a native module: neither pickled.
+    sq = ez.c(C_SOURCE).sq
+    x = np.linspace(0.5, 2.0, 4)
+    assert pickle.loads(pickle.dumps(sq)).name == sq.name
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        g = pool.submit(call_in_worker, ez.grad(numba_energy), x, 2.0).result(timeout=300)
+        value, gc = pool.submit(call_in_worker, ez.value_and_grad(sq), x, 4).result(timeout=300)
+    np.testing.assert_allclose(g, 6.0 * x**2)
+    assert value == pytest.approx(float(np.sum(x * x)))
+    np.testing.assert_allclose(gc, 2 * x)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(replace_origin(sq))
+
+
+def replace_origin(fn):
+    from dataclasses import replace
+
+    return replace(fn, origin=None)

@@ -126,6 +126,31 @@ def _reverse_call(
     return primal, tuple(grads[i] for i in nums)
 
 
+class _Gradient:
+    """What ``grad`` / ``value_and_grad`` return: picklable (as f and argnums, its
+    derivatives made again in the new process) when f is."""
+
+    def __init__(self, f: Any, argnums: Argnums, with_value: bool):
+        self.f, self.argnums, self.with_value = f, argnums, with_value
+        self._derivatives = _Derivatives(f)
+        self.__name__ = ("value_and_grad" if with_value else "grad") + (
+            f"({getattr(f, '__name__', None) or getattr(f, 'display_name', 'f')})"
+        )
+
+    def __call__(self, *args: Any) -> Any:
+        nums = _argnums(self.argnums, len(args))
+        ret = Active if self.with_value else ActiveOnly
+        value, grads = _reverse_call(self._derivatives, args, nums, ret)
+        found = grads[0] if isinstance(self.argnums, (int, np.integer)) else grads
+        return (value, found) if self.with_value else found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Gradient, (self.f, self.argnums, self.with_value))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+
 def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments in ``argnums``.
 
@@ -133,24 +158,12 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     the argument, or a float) for an int ``argnums``, a tuple for a sequence.
     The primal value is not computed (``ActiveOnly``).
     """
-    derivatives = _Derivatives(f)
-
-    def gradient(*args: Any) -> Any:
-        _, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), ActiveOnly)
-        return grads[0] if isinstance(argnums, (int, np.integer)) else grads
-
-    return gradient
+    return _Gradient(f, argnums, with_value=False)
 
 
 def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass."""
-    derivatives = _Derivatives(f)
-
-    def value_and_gradient(*args: Any) -> Any:
-        value, grads = _reverse_call(derivatives, args, _argnums(argnums, len(args)), Active)
-        return value, (grads[0] if isinstance(argnums, (int, np.integer)) else grads)
-
-    return value_and_gradient
+    return _Gradient(f, argnums, with_value=True)
 
 
 def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:

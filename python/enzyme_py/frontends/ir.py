@@ -122,6 +122,15 @@ class IRFunction:
     # count arguments otherwise (a kernel's launch: "x (argument 1 after n) of ...").
     describe_argument: Callable[[int, Param], str] | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Made again from what made it (the source, the IR text) in the new process.
+        if self.origin is None or self.origin[0] not in ("llvm_ir", "c"):
+            raise TypeError(
+                f"'{self.display_name}' cannot be pickled: it was not made by ez.llvm_ir, "
+                "ez.c or ez.cpp"
+            )
+        return (rebuild_function, (self.origin,))
+
     @property
     def visible_params(self) -> list[tuple[int, Param]]:
         """(index, param) of the parameters a caller passes (hidden ones left out)."""
