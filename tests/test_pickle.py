@@ -102,6 +102,8 @@ def test_helpers_results_and_c_functions_pickle():
     sq = ez.c(C_SOURCE).sq
     x = np.linspace(0.5, 2.0, 4)
     assert pickle.loads(pickle.dumps(sq)).name == sq.name
+    module = pickle.loads(pickle.dumps(ez.c(C_SOURCE, flags=["-O1"])))
+    assert module.functions() == ["sq"] and module._origin[1] == ("-O1",)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
         g = pool.submit(call_in_worker, ez.grad(numba_energy), x, 2.0).result(timeout=300)

@@ -395,6 +395,11 @@ class CModule:
             raise AttributeError(self._missing(name))
         return fn
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Compiled again from its source in the new process.
+        source, flags, language = self._origin
+        return (c if language == "c" else cpp, (source, None if flags is None else list(flags)))
+
     def __dir__(self) -> list[str]:
         return [*super().__dir__(), *(n for n in self.functions() if n.isidentifier())]
 
