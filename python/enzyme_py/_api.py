@@ -193,6 +193,11 @@ def _check_return(fn: IRFunction, mode: Mode, ret: Param, act: Activity) -> None
         )
 
 
+class RecursionBatchRefused(ActivityError):
+    """width > 1 asked of a recursive function (Enzyme v0.0.289 batches it wrongly);
+    the helpers catch it to go one column at a time."""
+
+
 @dataclass(frozen=True)
 class InputStep:
     """One step of filling a derivative's input slots.
@@ -256,7 +261,7 @@ class Derivative:
         given = [a for p, a in zip(fn.params, params, strict=True) if p.hidden is None]
         acts = ", ".join(a.name for a in (*given, *([ret] if ret else [])))
         if options.width > 1 and fn.module.native.reaches_recursion(fn.name):
-            raise ActivityError(
+            raise RecursionBatchRefused(
                 f"'{fn.display_name}' is recursive (it, or a function it calls, calls "
                 f"itself): Enzyme v0.0.289 batches derivatives of recursion wrongly, so "
                 f"width={options.width} is refused; call the width=1 derivative once per "

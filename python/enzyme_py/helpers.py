@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py._api import Derivative, _real_number, autodiff
+from enzyme_py._api import Derivative, RecursionBatchRefused, _real_number, autodiff
 from enzyme_py.core import (
     Active,
     ActiveOnly,
     Activity,
-    ActivityError,
     Const,
     Dual,
     Duplicated,
@@ -229,11 +228,6 @@ def _batches(n: int, size: int = _BATCH) -> list[tuple[int, int]]:
     return [(start, min(start + size, n)) for start in range(0, n, size)]
 
 
-def _refused_as_recursive(error: ActivityError) -> bool:
-    """Whether autodiff refused a batch (width > 1) because f is recursive."""
-    return "is recursive" in str(error)
-
-
 def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..., Any]:
     """The Jacobian of ``f`` with respect to argument ``argnums``.
 
@@ -267,9 +261,7 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
         columns = np.empty((out.size, n), dtype=out.dtype)
         try:
             _jacobian_columns(columns, args, i, j, _BATCH)
-        except ActivityError as error:
-            if not _refused_as_recursive(error):
-                raise
+        except RecursionBatchRefused:
             _jacobian_columns(columns, args, i, j, 1)  # one column at a time
         return columns.reshape(*out.shape, *x.shape)
 
