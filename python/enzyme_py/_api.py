@@ -698,14 +698,13 @@ def _overlapping(arrays: list[np.ndarray]) -> bool:
     return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
 
 
-def _span(array: np.ndarray) -> tuple[int, int]:
-    """The bytes of a C-contiguous array: [start, end)."""
-    return array.ctypes.data, array.ctypes.data + array.nbytes
+def _share_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(a.nbytes and b.nbytes and np.shares_memory(a, b))
 
 
 def _check_shadows_apart(
-    shadows: list[tuple[str, np.ndarray, np.ndarray]],
-    arrays: list[tuple[str, np.ndarray]],
+    shadows: Sequence[tuple[str, np.ndarray, np.ndarray | None]],
+    arrays: Sequence[tuple[str, np.ndarray]],
     width: int,
 ) -> None:
     """No shadow (given as ``(where, shadow, its array)``) may share memory with an array
@@ -713,22 +712,26 @@ def _check_shadows_apart(
     the function reads it (its own array is checked with the shadow). Two shadows may
     share memory only as their arrays do (one array passed twice, its shadow twice):
     Enzyme reads back the shadow of an array the function writes, so shadows shared
-    otherwise would mix the adjoints of different arrays."""
+    otherwise would mix the adjoints of different arrays. (A shadow's array given as
+    None, one that is not a host array, shares memory with nothing.)"""
     for n, (shadow_where, shadow, primal) in enumerate(shadows):
-        start, end = _span(shadow)
         for where, array in arrays:
-            begin, stop = _span(array)
-            if start < stop and begin < end and shadow.nbytes and array.nbytes:
+            if _share_memory(shadow, array):
                 raise ValueError(
                     f"{shadow_where} overlaps {where}: the derivative writes into the "
                     "shadow, which would change that array; give the shadow memory of its own"
                 )
         for other_where, other, other_primal in shadows[:n]:
-            begin, stop = _span(other)
-            if not (start < stop and begin < end and shadow.nbytes and other.nbytes):
+            if not _share_memory(shadow, other):
                 continue
-            mirrored = start - primal.ctypes.data == begin - other_primal.ctypes.data
-            if not mirrored or (width > 1 and primal.nbytes != other_primal.nbytes):
+            alike = (
+                primal is not None
+                and other_primal is not None
+                and shadow.ctypes.data - primal.ctypes.data
+                == other.ctypes.data - other_primal.ctypes.data
+                and (width == 1 or primal.nbytes == other_primal.nbytes)
+            )
+            if not alike:
                 raise ValueError(
                     f"{shadow_where} overlaps {other_where}, and their arrays do not overlap "
                     "alike: the adjoints of the two would mix; give each shadow memory of its "

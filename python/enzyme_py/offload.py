@@ -816,62 +816,56 @@ class Kernel:
         if self._derivative_of is None:
             return
         layout = self._layout()
+
+        def where(k: int) -> str:
+            return f"{names[k]} (argument {k + 1} after n)"
+
         for pos, at in layout:
             if at is None:
                 continue
             primal, shadow = args[pos], args[at]
-            where = f"{names[at]} (argument {at + 1} after n)"
             if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
-                _api._check_shadow(shadow, primal, 1, where)
+                _api._check_shadow(shadow, primal, 1, where(at))
             elif isinstance(primal, (np.ndarray, DeviceArray)):
                 if not isinstance(shadow, (np.ndarray, DeviceArray)):
                     raise TypeError(
-                        f"{where} must be an array like {names[pos]}; got {type(shadow).__name__}"
+                        f"{where(at)} must be an array like {names[pos]}; "
+                        f"got {type(shadow).__name__}"
                     )
                 if (shadow.shape, shadow.dtype) != (primal.shape, primal.dtype):
                     raise ValueError(
-                        f"{where} needs shape {primal.shape} and dtype {primal.dtype} "
+                        f"{where(at)} needs shape {primal.shape} and dtype {primal.dtype} "
                         f"(as its array); got {shadow.shape} {shadow.dtype}"
                     )
-        for at in (at for _, at in layout if at is not None):
-            shadow = args[at]
-            if not isinstance(shadow, (np.ndarray, DeviceArray)):
-                continue
-            for pos, _ in layout:
-                array = args[pos]
-                if array is shadow or (
-                    isinstance(array, np.ndarray)
-                    and isinstance(shadow, np.ndarray)
-                    and np.shares_memory(array, shadow)
-                ):
-                    raise ValueError(
-                        f"{names[at]} (argument {at + 1} after n) overlaps {names[pos]} "
-                        f"(argument {pos + 1} after n): the derivative adds into the shadow, "
-                        "which would change that array; give the shadow memory of its own"
-                    )
+        # Host arrays: the rule of calls from Python (a shadow of a device array is
+        # never like another's).
+        _api._check_shadows_apart(
+            [
+                (where(at), args[at], args[pos] if isinstance(args[pos], np.ndarray) else None)
+                for pos, at in layout
+                if at is not None and isinstance(args[at], np.ndarray)
+            ],
+            [(where(pos), args[pos]) for pos, _ in layout if isinstance(args[pos], np.ndarray)],
+            1,
+        )
+        # A device array shares memory only with itself.
         pairs = [(pos, at) for pos, at in layout if at is not None]
         for j, (pos, at) in enumerate(pairs):
-            for other_pos, other_at in pairs[:j]:
-                shadow, other = args[at], args[other_at]
-                if isinstance(shadow, np.ndarray) and isinstance(other, np.ndarray):
-                    if not np.shares_memory(shadow, other):
-                        continue
-                    alike = (
-                        isinstance(args[pos], np.ndarray)
-                        and isinstance(args[other_pos], np.ndarray)
-                        and shadow.ctypes.data - args[pos].ctypes.data
-                        == other.ctypes.data - args[other_pos].ctypes.data
-                    )
-                elif shadow is other:  # device arrays share memory only so
-                    alike = args[pos] is args[other_pos]
-                else:
-                    continue
-                if not alike:
+            shadow = args[at]
+            if not isinstance(shadow, DeviceArray):
+                continue
+            for array_pos, _ in layout:
+                if args[array_pos] is shadow:
                     raise ValueError(
-                        f"{names[at]} (argument {at + 1} after n) overlaps {names[other_at]} "
-                        f"(argument {other_at + 1} after n), and their arrays do not overlap "
-                        "alike: the adjoints of the two would mix; give each shadow memory "
-                        "of its own"
+                        f"{where(at)} overlaps {where(array_pos)}: the derivative adds into the "
+                        "shadow, which would change that array; give the shadow memory of its own"
+                    )
+            for other_pos, other_at in pairs[:j]:
+                if args[other_at] is shadow and args[pos] is not args[other_pos]:
+                    raise ValueError(
+                        f"{where(at)} overlaps {where(other_at)}, and their arrays do not "
+                        "overlap alike: the adjoints of the two would mix; give each shadow "
+                        "memory of its own"
                     )
 
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
