@@ -1,6 +1,7 @@
 #include "caller.h"
 
 #include "arena.h"
+#include "entry_abi.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -16,13 +17,13 @@ namespace {
 
 void put(uint64_t *slot, char code, double f, long long i) {
   switch (code) {
-    case 'd': std::memcpy(slot, &f, sizeof f); break;
-    case 'f': { float v = static_cast<float>(f); std::memcpy(slot, &v, sizeof v); break; }
-    case 'q': { int64_t v = i; std::memcpy(slot, &v, sizeof v); break; }
-    case 'i': { int32_t v = static_cast<int32_t>(i); std::memcpy(slot, &v, sizeof v); break; }
-    case 'h': { int16_t v = static_cast<int16_t>(i); std::memcpy(slot, &v, sizeof v); break; }
-    case 'b': { int8_t v = static_cast<int8_t>(i); std::memcpy(slot, &v, sizeof v); break; }
-    case '?': { uint8_t v = i != 0; std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kDouble: std::memcpy(slot, &f, sizeof f); break;
+    case slot::kFloat: { float v = static_cast<float>(f); std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kI64: { int64_t v = i; std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kI32: { int32_t v = static_cast<int32_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kI16: { int16_t v = static_cast<int16_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kI8: { int8_t v = static_cast<int8_t>(i); std::memcpy(slot, &v, sizeof v); break; }
+    case slot::kBool: { uint8_t v = i != 0; std::memcpy(slot, &v, sizeof v); break; }
     default: throw ArgumentsRejected();
   }
 }
@@ -74,10 +75,10 @@ long long as_int(PyObject *obj, char code) {
   }
   long long lo = std::numeric_limits<long long>::min(), hi = std::numeric_limits<long long>::max();
   switch (code) {
-    case 'i': lo = INT32_MIN; hi = INT32_MAX; break;
-    case 'h': lo = INT16_MIN; hi = INT16_MAX; break;
-    case 'b': lo = INT8_MIN; hi = INT8_MAX; break;
-    case '?': return v != 0;
+    case slot::kI32: lo = INT32_MIN; hi = INT32_MAX; break;
+    case slot::kI16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case slot::kI8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case slot::kBool: return v != 0;
     default: break;
   }
   if (v < lo || v > hi) throw ArgumentsRejected();
@@ -91,13 +92,13 @@ bool native_order(const py::dtype &dt) {
 
 py::object scalar_object(char code, const uint64_t *slot) {
   switch (code) {
-    case 'd': { double v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
-    case 'f': { float v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
-    case 'q': { int64_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
-    case 'i': { int32_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
-    case 'h': { int16_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
-    case 'b': { int8_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
-    case '?': { uint8_t v; std::memcpy(&v, slot, sizeof v); return py::bool_(v != 0); }
+    case slot::kDouble: { double v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
+    case slot::kFloat: { float v; std::memcpy(&v, slot, sizeof v); return py::float_(v); }
+    case slot::kI64: { int64_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case slot::kI32: { int32_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case slot::kI16: { int16_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case slot::kI8: { int8_t v; std::memcpy(&v, slot, sizeof v); return py::int_(v); }
+    case slot::kBool: { uint8_t v; std::memcpy(&v, slot, sizeof v); return py::bool_(v != 0); }
     default: break;
   }
   uint64_t v;
@@ -109,7 +110,7 @@ py::object scalar_object(char code, const uint64_t *slot) {
 py::array float_array(char code, const uint64_t *slots, std::vector<py::ssize_t> shape) {
   py::ssize_t count = 1;
   for (auto d : shape) count *= d;
-  if (code == 'f') {
+  if (code == slot::kFloat) {
     py::array_t<float> out(shape);
     float *dst = out.mutable_data();
     for (py::ssize_t i = 0; i < count; ++i) std::memcpy(dst + i, slots + i, sizeof(float));
@@ -132,7 +133,7 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
       result_(std::move(result)) {
   disjoint_ = disjoint;
   arity_ = 0;
-  for (const ArgStep &step : steps_) arity_ += (step.kind != 'S' && step.kind != 'E');
+  for (const ArgStep &step : steps_) arity_ += (step.kind != step::kShape && step.kind != step::kErrors);
 }
 
 py::object Caller::slot_value(const uint64_t *slots, size_t index) const {
@@ -168,7 +169,7 @@ py::object Caller::call(py::args args) const {
   };
   size_t next_arg = 0;
   for (const ArgStep &step : steps_) {
-    if (step.kind == 'S') {
+    if (step.kind == step::kShape) {
       PyObject *source = args[step.source].ptr();
       if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
       auto a = py::reinterpret_borrow<py::array>(source);
@@ -176,21 +177,21 @@ py::object Caller::call(py::args args) const {
       put(slots + s++, step.code, 0, static_cast<long long>(a.shape(step.lanes)));
       continue;
     }
-    if (step.kind == 'E') {
+    if (step.kind == step::kErrors) {
       uint64_t p = reinterpret_cast<uint64_t>(&errors[0]);
       std::memcpy(slots + s++, &p, sizeof p);
       continue;
     }
     PyObject *obj = args[next_arg++].ptr();
     switch (step.kind) {
-      case 's':
-        if (step.code == 'd' || step.code == 'f') {
+      case step::kScalar:
+        if (step.code == slot::kDouble || step.code == slot::kFloat) {
           put(slots + s++, step.code, as_float(obj), 0);
         } else {
           put(slots + s++, step.code, 0, as_int(obj, step.code));
         }
         break;
-      case 'a': {
+      case step::kArray: {
         if (!py::isinstance<py::array>(obj)) throw ArgumentsRejected();
         auto a = py::reinterpret_borrow<py::array>(obj);
         if (step.dtype && (a.dtype().char_() != step.dtype || !native_order(a.dtype()))) {
@@ -204,7 +205,7 @@ py::object Caller::call(py::args args) const {
         last_array = a;
         break;
       }
-      case 'h': {
+      case slot::kI16: {
         const uint64_t base = reinterpret_cast<uint64_t>(last_array.data());
         if (step.self_shadow && obj == last_array_obj) {
           for (int lane = 0; lane < step.lanes; ++lane) std::memcpy(slots + s++, &base, 8);
@@ -237,7 +238,7 @@ py::object Caller::call(py::args args) const {
         note_range(shadow, shadow_bytes);
         break;
       }
-      case 'l': {
+      case step::kLanes: {
         if (step.lanes == 1) {
           put(slots + s++, step.code, as_float(obj), 0);
           break;
@@ -283,7 +284,7 @@ py::object Caller::call(py::args args) const {
     primal = std::move(t);
   }
   switch (result_.shape) {
-    case 'r': {
+    case result_shape::kReverse: {
       py::tuple t(1 + result_.adjoints.size());
       t[0] = primal;
       for (size_t a = 0; a < result_.adjoints.size(); ++a) {
@@ -297,8 +298,8 @@ py::object Caller::call(py::args args) const {
       }
       return std::move(t);
     }
-    case 'p':
-    case 't': {
+    case result_shape::kPair:
+    case result_shape::kTangent: {
       py::object tangent;
       const int fields = result_.tangent_fields, lanes = result_.tangent_lanes;
       if (result_.tangent_struct && lanes == 1) {
@@ -312,10 +313,10 @@ py::object Caller::call(py::args args) const {
       } else {
         tangent = float_array(out_slots_[o], out + o, {lanes});
       }
-      if (result_.shape == 't') return tangent;
+      if (result_.shape == result_shape::kTangent) return tangent;
       return py::make_tuple(primal, tangent);
     }
-    case 'y':
+    case result_shape::kPrimal:
       return primal;
     default:
       return py::none();

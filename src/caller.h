@@ -35,12 +35,31 @@ struct OutOfMemory : std::runtime_error {
                            " bytes (a temporary array, its shadow or Enzyme's tape)") {}
 };
 
-// One parameter of the entry point, in order. Most take the next Python
-// argument; 'S' and 'E' fill hidden parameters without one.
+// What one ArgStep fills (python/enzyme_py/_convention.py: StepKind).
+namespace step {
+constexpr char kScalar = 's';  // a scalar argument
+constexpr char kArray = 'a';   // an array argument: its data pointer
+constexpr char kShadow = 'h';  // the shadow of the last array: one pointer per lane
+constexpr char kLanes = 'l';   // a tangent or seed: one scalar per lane
+constexpr char kShape = 'S';   // a dimension of an earlier array argument (hidden)
+constexpr char kErrors = 'E';  // the callee's errors buffer (hidden)
+}  // namespace step
+
+// How the output slots become the result (_convention.py: ResultShape).
+namespace result_shape {
+constexpr char kReverse = 'r';  // (primal, *adjoints)
+constexpr char kPair = 'p';     // (y, dy)
+constexpr char kTangent = 't';  // dy
+constexpr char kPrimal = 'y';   // y
+constexpr char kNothing = 'n';  // None
+}  // namespace result_shape
+
+// One parameter of the entry point, in order (the plan of
+// _convention.plan_call). Most take the next Python argument; kShape and
+// kErrors fill hidden parameters without one.
 struct ArgStep {
-  char kind;        // 's' scalar, 'a' array, 'h' shadow of the last array, 'l' lanes,
-                    // 'S' a dimension of an earlier array argument, 'E' errors buffer
-  char code;        // slot code of the value ('d', 'f', 'q', 'i', 'h', 'b', '?', 'p')
+  char kind;        // a step:: kind
+  char code;        // slot code of the value (slot:: in entry_abi.h)
   char dtype;       // for arrays: required NumPy dtype char, or 0 for any
   int lanes;        // shadows and lanes: the width; 'S': the dimension
   bool self_shadow; // runtime activity: an array may be its own shadow
@@ -49,7 +68,7 @@ struct ArgStep {
 
 // How the output slots become the Python result.
 struct ResultPlan {
-  char shape;                   // 'r' reverse tuple, 'p' (y, dy), 't' dy, 'y' y, 'n' None
+  char shape;                   // a result_shape:: kind
   int primal_fields;            // 0: no primal; 1: a scalar; n: a tuple of n
   std::vector<int> adjoints;    // reverse: lanes of each Active adjoint
   int tangent_fields;           // forward: values per lane of dy (0 if none)

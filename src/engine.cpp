@@ -21,6 +21,7 @@
 #include <llvm-c/Linker.h>
 
 #include "arena.h"
+#include "entry_abi.h"
 #include "enzyme_plugin.h"
 #include "rewrites.h"
 
@@ -113,90 +114,6 @@ std::string print_module(LLVMModuleRef mod) {
   LLVMDisposeMessage(text);
   return result;
 }
-
-char slot_code(LLVMTypeRef type) {
-  switch (LLVMGetTypeKind(type)) {
-    case LLVMDoubleTypeKind: return 'd';
-    case LLVMFloatTypeKind: return 'f';
-    case LLVMPointerTypeKind: return 'p';
-    case LLVMIntegerTypeKind:
-      switch (LLVMGetIntTypeWidth(type)) {
-        case 64: return 'q';
-        case 32: return 'i';
-        case 16: return 'h';
-        case 8: return 'b';
-        case 1: return '?';
-        default: break;
-      }
-      break;
-    default: break;
-  }
-  return 0;
-}
-
-std::string type_name(LLVMTypeRef type) {
-  char *text = LLVMPrintTypeToString(type);
-  std::string result = text;
-  LLVMDisposeMessage(text);
-  return result;
-}
-
-// Builds `void entry(i8* slots)`: each scalar in 8 bytes, aggregates flattened.
-class EntryBuilder {
- public:
-  EntryBuilder(LLVMContextRef ctx, LLVMBuilderRef b, LLVMValueRef slots)
-      : ctx_(ctx), b_(b), slots_(slots) {}
-
-  LLVMValueRef load(LLVMTypeRef type, std::string &codes) {
-    LLVMTypeKind kind = LLVMGetTypeKind(type);
-    if (kind == LLVMArrayTypeKind || kind == LLVMStructTypeKind) {
-      LLVMValueRef agg = LLVMGetUndef(type);
-      unsigned n = kind == LLVMArrayTypeKind ? LLVMGetArrayLength(type)
-                                             : LLVMCountStructElementTypes(type);
-      for (unsigned i = 0; i < n; ++i) {
-        LLVMTypeRef elem = kind == LLVMArrayTypeKind ? LLVMGetElementType(type)
-                                                     : LLVMStructGetTypeAtIndex(type, i);
-        agg = LLVMBuildInsertValue(b_, agg, load(elem, codes), i, "");
-      }
-      return agg;
-    }
-    return LLVMBuildLoad2(b_, type, slot(type, codes), "");
-  }
-
-  void store(LLVMValueRef value, LLVMTypeRef type, std::string &codes) {
-    LLVMTypeKind kind = LLVMGetTypeKind(type);
-    if (kind == LLVMArrayTypeKind || kind == LLVMStructTypeKind) {
-      unsigned n = kind == LLVMArrayTypeKind ? LLVMGetArrayLength(type)
-                                             : LLVMCountStructElementTypes(type);
-      for (unsigned i = 0; i < n; ++i) {
-        LLVMTypeRef elem = kind == LLVMArrayTypeKind ? LLVMGetElementType(type)
-                                                     : LLVMStructGetTypeAtIndex(type, i);
-        store(LLVMBuildExtractValue(b_, value, i, ""), elem, codes);
-      }
-      return;
-    }
-    LLVMBuildStore(b_, value, slot(type, codes));
-  }
-
- private:
-  LLVMValueRef slot(LLVMTypeRef type, std::string &codes) {
-    char code = slot_code(type);
-    if (!code) {
-      throw std::runtime_error("parameter or result of unsupported LLVM type " +
-                               type_name(type));
-    }
-    codes.push_back(code);
-    LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx_);
-    LLVMValueRef index = LLVMConstInt(i64, next_++, 0);
-    LLVMValueRef at = LLVMBuildGEP2(b_, i64, slots_, &index, 1, "");
-    return LLVMBuildBitCast(b_, at, LLVMPointerType(type, 0), "");
-  }
-
-  LLVMContextRef ctx_;
-  LLVMBuilderRef b_;
-  LLVMValueRef slots_;
-  uint64_t next_ = 0;
-};
 
 // Enzyme's type tree for one value of `type`, its pointee described by `pointee`.
 class TypeTrees {
@@ -361,6 +278,9 @@ std::unique_ptr<SourceModule> SourceModule::with_rules(const std::vector<Rule> &
     // A rule written in the function's own module is there already.
     if (r.rule_module == this) continue;
     if (std::find(done.begin(), done.end(), r.rule_module) != done.end()) continue;
+    // Linked in already: a derivative made with these rules, differentiated again.
+    LLVMValueRef existing = LLVMGetNamedFunction(linked.mod, r.rule.c_str());
+    if (existing && !LLVMIsDeclaration(existing)) continue;
     done.push_back(r.rule_module);
     // The linker consumes its source: link a clone.
     if (LLVMLinkModules2(linked.mod, LLVMCloneModule(r.rule_module->get()))) {

@@ -103,9 +103,9 @@ def test_memory_cache_reuses_compiled_code():
     )
     a = ez.autodiff(f, ez.Reverse, ez.Active, ez.Active)
     b = ez.autodiff(f, ez.Reverse, ez.Active, ez.Active)
-    assert a._entry == b._entry
+    assert a.entry == b.entry
     c = ez.autodiff(f, ez.Reverse, ez.Active, ez.ActiveOnly)
-    assert c._entry != a._entry
+    assert c.entry != a.entry
     assert a(2.0, 1.0) == (8.0, 12.0) and c(2.0, 1.0) == (None, 12.0)
 
 

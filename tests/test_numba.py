@@ -679,7 +679,7 @@ again = ez.autodiff(cube_sum, ez.Reverse, ez.Duplicated, ez.Active)
 dx = np.zeros(5)
 first(x, dx, 1.0)
 again(x, np.zeros(5), 1.0)
-print(first.only()._entry == again.only()._entry, np.allclose(dx, 3 * x**2))
+print(first.only().entry == again.only().entry, np.allclose(dx, 3 * x**2))
 """
 
 

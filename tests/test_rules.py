@@ -209,3 +209,43 @@ def test_forward_mode_through_a_function_pointer_is_refused():
     with pytest.raises(ez.EnzymeError, match="calls through a function pointer"):
         ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Dual)
     assert ez.autodiff(m.f, ez.Reverse, ez.Active, ez.Active)(3.0, 1.0) == (18.0, 12.0)
+
+
+KERNEL_BODY = """
+double opaque_dot(int n, const double *x, const double *y);
+void row_dot(long i, const double *x, const double *y, double *out, int n) {
+    out[i] = 3.0 * opaque_dot(n, x + i * n, y);
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rule_applies_inside_a_kernel(library, threads):
+    # Rules are applied where every derivative is built: a kernel's too.
+    _, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_dot)
+    body = ez.c(KERNEL_BODY).row_dot
+    dk = ez.autodiff(
+        ez.offload.kernel(body), ez.Reverse, ez.Duplicated, ez.Const, ez.Duplicated, ez.Const
+    )
+    m, n = 5, 3
+    x = np.arange(1.0, 1.0 + m * n).reshape(m, n)
+    dx, out, dout = np.zeros_like(x), np.zeros(m), np.linspace(1.0, 2.0, m)
+    seeds = dout.copy()
+    dk.launch(m, x, dx, Y, out, dout, n, threads=threads)
+    np.testing.assert_allclose(out, 3.0 * x @ Y)
+    np.testing.assert_allclose(dx, 3.0 * seeds[:, None] * Y[None, :])
+
+
+def test_a_rule_applies_to_a_derivative_differentiated_again(library):
+    # Forward over reverse of a function whose rules are linked in already: the rules'
+    # module is not linked twice. The tangent of the seed flows through the rule's
+    # gradient (which has a body Enzyme differentiates) into the tangent of dx.
+    user, rules = library
+    ez.register_gradient("opaque_dot", augment=rules.aug_dot, gradient=rules.rev_dot)
+    first = ez.autodiff(user.loss, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly)
+    second = ez.autodiff(first, ez.Forward, ez.Const, ez.Dual, ez.Const, ez.Const, ez.Dual)
+    dx, tdx = np.zeros(3), np.zeros(3)
+    second(X, dx, tdx, Y, 3, 2.0, 0.5)
+    np.testing.assert_allclose(dx, 3 * Y * 2.0)  # the first derivative, computed again
+    np.testing.assert_allclose(tdx, 3 * Y * 0.5)  # its derivative along the seed

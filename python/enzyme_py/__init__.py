@@ -33,7 +33,7 @@ from enzyme_py.core import (
 
 if _state.native is not None:
     from enzyme_py._api import autodiff
-    from enzyme_py._check import check_grad
+    from enzyme_py._gradcheck import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
     from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
     from enzyme_py.rules import clear_rules, register_derivative, register_gradient

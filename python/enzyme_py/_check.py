@@ -1,10 +1,10 @@
-"""Gradient checking: reverse mode, forward mode and central finite differences compared.
+"""Gradient checking: derivatives compared with central finite differences.
 
-``check_grad(f, *args)`` reports, per differentiable argument, the worst relative
-disagreement between the three; ``autodiff(..., check=True)`` does the same once, at
-the first call of a derivative, and warns when they disagree: the answer to silent
-wrong gradients (a missing ``runtime_activity``, an aliasing assumption broken, a
-bug in a rule).
+``autodiff(..., check=True)`` checks the first call of a derivative
+(``check_first_call``) and warns when it disagrees: the answer to silent wrong
+gradients (a missing ``runtime_activity``, an aliasing assumption broken, a bug in a
+rule). ``check_grad`` (``_gradcheck``) compares reverse mode, forward mode and
+differences per argument, with the same settings and report.
 
 The finite-difference step and the tolerance follow the least precise float type
 involved: float32 data gets a larger step (a step of 1e-6 is below float32's
@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py.core import Const, Dual, Forward
+from enzyme_py._activities import check_activities
+from enzyme_py._derivative import Derivative, Options
+from enzyme_py.core import Active, ActiveOnly, Const, Dual, DualOnly, Forward, Reverse
 
-__all__ = ["GradCheck", "GradientCheckWarning", "check_grad"]
+__all__ = ["GradCheck", "GradientCheckWarning", "check_first_call", "fd_settings"]
 
 
 class GradientCheckWarning(UserWarning):
@@ -59,13 +61,7 @@ class GradCheck:
         return "\n".join(lines)
 
 
-def _differentiable(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return value.dtype.kind == "f"
-    return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
-
-
-def _rel(a: float, b: float) -> float:
+def rel(a: float, b: float) -> float:
     return abs(a - b) / max(1.0, abs(a), abs(b))
 
 
@@ -78,124 +74,15 @@ _FLOAT64_FD = (1e-6, 1e-5, 1e-4)
 _FLOAT32_FD = (1e-3, 1e-2, 1e-2)
 
 
-def _fd_settings(dtypes: Sequence[Any]) -> tuple[float, float, float]:
+def fd_settings(dtypes: Sequence[Any]) -> tuple[float, float, float]:
     """The finite-difference settings for the least precise of ``dtypes`` (floats)."""
     eps = [np.finfo(d).eps for d in dtypes if d is not None and np.dtype(d).kind == "f"]
     return _FLOAT32_FD if max(eps, default=0.0) > np.finfo(np.float64).eps else _FLOAT64_FD
 
 
-def _dtype_of(value: Any) -> Any:
+def dtype_of(value: Any) -> Any:
     """The float dtype a value is computed in: Python floats are float64."""
     return value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.dtype(np.float64)
-
-
-def _declared_dtypes(f: Any) -> list[Any]:
-    """The float dtypes of a C or IR function's parameters and result (a float
-    parameter computes in its own type, whatever the argument was); none for Numba,
-    which compiles for the arguments' dtypes."""
-    from enzyme_py._api import _resolve
-    from enzyme_py.frontends import numba as numba_frontend
-
-    if numba_frontend.is_dispatcher(f):
-        return []
-    try:
-        fn = _resolve(f)
-    except TypeError:
-        return []
-    return [p.dtype for _, p in fn.visible_params] + ([fn.ret.dtype] if fn.ret else [])
-
-
-def check_grad(
-    f: Any,
-    *args: Any,
-    argnums: int | Sequence[int] | None = None,
-    eps: float | None = None,
-    rtol: float | None = None,
-    coordinates: int = 8,
-    seed: int = 0,
-) -> GradCheck:
-    """Compare reverse mode, forward mode and central finite differences for scalar ``f``.
-
-    For each float argument (or those in ``argnums``): the reverse gradient and the
-    forward-mode derivative along a random direction are compared with central
-    differences along that direction, and, for up to ``coordinates`` coordinates of
-    it, coordinate by coordinate. Arguments are not modified. Returns a ``GradCheck``
-    (``print`` it for the table; ``.ok`` and ``.worst`` summarise it).
-
-    ``eps`` (the difference step, relative to the argument's largest value) and
-    ``rtol`` default to the least precise float type among the differentiated
-    arguments (and a C or IR function's parameters and result): 1e-6 and 1e-5 for
-    float64, 1e-3 and 1e-2 for float32.
-    """
-    from enzyme_py.helpers import _argnums, _Derivatives, _reverse_call
-
-    if argnums is None:
-        nums = tuple(i for i, a in enumerate(args) if _differentiable(a))
-    else:
-        nums = _argnums(argnums, len(args))
-    derivatives = _Derivatives(f)
-    primal = derivatives.get(Forward, [Const] * len(args), Const)
-    step, tolerance, _ = _fd_settings([_dtype_of(args[i]) for i in nums] + _declared_dtypes(f))
-    eps = step if eps is None else eps
-    rtol = tolerance if rtol is None else rtol
-
-    def value(call_args: list[Any]) -> float:
-        return float(primal(*[a.copy() if isinstance(a, np.ndarray) else a for a in call_args]))
-
-    from enzyme_py.core import Active
-
-    _, grads = _reverse_call(
-        derivatives, [a.copy() if isinstance(a, np.ndarray) else a for a in args], nums, Active
-    )
-    rng = np.random.default_rng(seed)
-    report = GradCheck(rtol=rtol)
-    for i, g in zip(nums, grads, strict=True):
-        x = args[i]
-        direction: Any = 1.0
-        if isinstance(x, np.ndarray):
-            direction = np.asarray(rng.standard_normal(x.shape)).astype(x.dtype)
-
-        def shifted(t: float, x: Any = x, i: int = i, d: Any = direction) -> float:
-            call = list(args)
-            call[i] = x + t * d
-            return value(call)
-
-        h = eps * max(1.0, float(np.max(np.abs(x))))
-        fd_dir = (shifted(h) - shifted(-h)) / (2 * h)
-        reverse_dir = float(np.sum(np.asarray(g) * direction))
-        acts = [Dual if k == i else Const for k in range(len(args))]
-        call: list[Any] = []
-        for k, a in enumerate(args):
-            call.append(a.copy() if isinstance(a, np.ndarray) else a)
-            if k == i:
-                call.append(direction)
-        _, forward_dir = derivatives.get(Forward, acts, Dual)(*call)
-        worst_fd_coord = 0.0
-        if isinstance(x, np.ndarray):
-            flat = np.asarray(g).reshape(-1)
-            picks = rng.choice(x.size, size=min(coordinates, x.size), replace=False)
-            for j in picks:
-                e = np.zeros(x.size, dtype=x.dtype)
-                e[j] = 1
-                e = e.reshape(x.shape)
-
-                def along(t: float, x: Any = x, i: int = i, e: Any = e) -> float:
-                    call = list(args)
-                    call[i] = x + t * e
-                    return value(call)
-
-                worst_fd_coord = max(
-                    worst_fd_coord, _rel(flat[j], (along(h) - along(-h)) / (2 * h))
-                )
-        row: dict[str, Any] = {
-            "argument": f"arg {i}",
-            "reverse_vs_fd": max(_rel(reverse_dir, fd_dir), worst_fd_coord),
-            "forward_vs_fd": _rel(float(forward_dir), fd_dir),
-            "reverse_vs_forward": _rel(reverse_dir, float(forward_dir)),
-        }
-        row["worst"] = max(row["reverse_vs_fd"], row["forward_vs_fd"], row["reverse_vs_forward"])
-        report.rows.append(row)
-    return report
 
 
 def warn_if_wrong(report: GradCheck, name: str) -> None:
@@ -218,9 +105,6 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
     mode, Dual/DualOnly in forward mode); otherwise the call is made without a check
     and a warning says so.
     """
-    from enzyme_py._api import autodiff
-    from enzyme_py.core import Active, ActiveOnly, DualOnly, Reverse
-
     fn = df.function
     name = fn.display_name
     reverse = df.mode is Reverse
@@ -235,7 +119,7 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
             GradientCheckWarning,
             stacklevel=3,
         )
-        return df._call(args)
+        return df.call(args)
     # Split the call into primal arguments and their shadows/tangents.
     primals: list[Any] = []
     shadows: dict[int, Any] = {}
@@ -250,7 +134,7 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
     # Shadows as given: the call adds into them (reverse) or writes them (forward).
     before = {k: np.array(v, copy=True) for k, v in shadows.items() if isinstance(v, np.ndarray)}
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in primals]
-    result = df._call(args)
+    result = df.call(args)
     seed = float(args[pos]) if reverse else 1.0  # checked by the call
 
     rng = np.random.default_rng(0)
@@ -264,8 +148,9 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
                 directions[k] = np.asarray(rng.standard_normal(x.shape)).astype(x.dtype)
             else:
                 directions[k] = 1.0
-    primal_of = autodiff(fn, Forward, *([Const] * len(visible)), Const)
-    step, _, rtol = _fd_settings(
+    params, ret_activity = check_activities(fn, Forward, [Const] * (len(visible) + 1))
+    primal_of = Derivative(fn, Forward, params, ret_activity, Options(1, False, False))
+    step, _, rtol = fd_settings(
         [visible[k][0].dtype for k in directions] + ([fn.ret.dtype] if fn.ret else [])
     )
 
@@ -305,7 +190,7 @@ def check_first_call(df: Any, args: tuple[Any, ...]) -> Any:
     else:
         fd = (up - down) / (2 * h)
         ad = float(result[1] if ret is Dual else result)
-    error = _rel(ad, fd)
+    error = rel(ad, fd)
     report = GradCheck(
         rows=[
             {

@@ -18,29 +18,11 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _state
-from enzyme_py.core import Active, Const, Dual, DualOnly, Reverse
+from enzyme_py._convention import SLOT_VIEWS, CallPlan, ResultShape, SlotCode, StepKind
 
-# slot code -> (view name, items per slot)
-_VIEWS = {
-    "d": ("f64", 1),
-    "f": ("f32", 2),
-    "q": ("i64", 1),
-    "i": ("i32", 2),
-    "h": ("i16", 4),
-    "b": ("i8", 8),
-    "?": ("u8", 8),
-    "p": ("u64", 1),
-}
-_VIEW_DTYPES = {
-    "f64": "np.float64",
-    "f32": "np.float32",
-    "i64": "np.int64",
-    "i32": "np.int32",
-    "i16": "np.int16",
-    "i8": "np.int8",
-    "u8": "np.uint8",
-    "u64": "np.uint64",
-}
+# slot code -> (the name of the caller's view of the slots as that type, items per slot)
+_VIEWS = {code: (f"view_{dtype.name}", per) for code, (dtype, per) in SLOT_VIEWS.items()}
+_VIEW_DTYPES = {f"view_{dtype.name}": f"np.{dtype.name}" for dtype, _ in SLOT_VIEWS.values()}
 
 
 def _invoker() -> Any:
@@ -95,14 +77,17 @@ def numba_dtype(dtype: np.dtype) -> Any:
     return from_dtype(dtype)
 
 
-def compile_njit(df: Any) -> Any:
-    """An ``@njit`` function calling derivative ``df`` (see the module docstring)."""
+def compile_njit(
+    call_plan: CallPlan, entry: int, safe_entry: int | None, out_codes: str, display_name: str
+) -> Any:
+    """An ``@njit`` function calling the entry point ``entry`` of a derivative of
+    ``display_name`` as ``call_plan`` says (see the module docstring); ``safe_entry`` is the
+    build without the promise that arrays do not overlap (None: no such promise)."""
     import numba
 
-    fn = df.function
-    k = df.width
-    plan = df.input_plan()
-    args = [f"a{i}" for i in range(1 + max((step.arg for step in plan), default=-1))]
+    k = call_plan.width
+    plan = call_plan.steps
+    args = [f"a{i}" for i in range(call_plan.arity)]
     lines: list[str] = []
     checks: list[str] = []
     guards: dict[str, Any] = {}
@@ -113,9 +98,9 @@ def compile_njit(df: Any) -> Any:
     # parameters (none for a C pointer, whose rank is free).
     ranks: dict[int, int] = {}
     for step in plan:
-        if step.kind == "S":
+        if step.kind == StepKind.SHAPE:
             ranks[step.source] = ranks.get(step.source, 0) + 1
-    dtypes = {step.arg: step.dtype for step in plan if step.kind == "a"}
+    dtypes = {step.arg: step.dtype for step in plan if step.kind == StepKind.ARRAY}
 
     def guard(arg: str, where: str, source: int, lanes: int = 0) -> None:
         """Check argument ``arg`` as an array like argument ``source`` (plus a
@@ -141,15 +126,15 @@ def compile_njit(df: Any) -> Any:
 
     for step in plan:
         arg = f"a{step.arg}"
-        if step.kind == "S":
-            put("q", f"a{step.source}.shape[{step.dim}]")
-        elif step.kind == "E":
-            put("p", "errors.ctypes.data")
-        elif step.kind == "a":
+        if step.kind == StepKind.SHAPE:
+            put(SlotCode.I64, f"a{step.source}.shape[{step.dim}]")
+        elif step.kind == StepKind.ERRORS:
+            put(SlotCode.POINTER, "errors.ctypes.data")
+        elif step.kind == StepKind.ARRAY:
             guard(arg, f"parameter '{step.name}'", step.arg)
             arrays.append((arg, f"parameter '{step.name}'", step.arg))
-            put("p", f"{arg}.ctypes.data")
-        elif step.kind == "h":
+            put(SlotCode.POINTER, f"{arg}.ctypes.data")
+        elif step.kind == StepKind.SHADOW:
             array = f"a{step.source}"
             where = f"the shadow of '{step.name}'"
             guard(arg, where, step.source, k)
@@ -161,8 +146,8 @@ def compile_njit(df: Any) -> Any:
             )
             shadows.append((arg, where, step.source))
             for lane in range(k):
-                put("p", f"{arg}.ctypes.data + {lane} * {array}.nbytes")
-        elif step.kind == "s":
+                put(SlotCode.POINTER, f"{arg}.ctypes.data + {lane} * {array}.nbytes")
+        elif step.kind == StepKind.SCALAR:
             put(step.code, arg)
         else:  # "l": a tangent or seed, k values
             for lane in range(k):
@@ -172,7 +157,7 @@ def compile_njit(df: Any) -> Any:
     # runtime activity). Shadows may overlap each other, as in the Python path.
     for shadow, where, own in shadows:
         for array, name, index in arrays:
-            if index == own and df._runtime_activity:
+            if index == own and call_plan.runtime_activity:
                 continue
             what = "its array" if index == own else name
             refuse_if(
@@ -200,11 +185,10 @@ def compile_njit(df: Any) -> Any:
                 "give each shadow memory of its own",
             )
     n_in = slot
-    if n_in != len(df._in_codes):
+    if n_in != len(call_plan.in_codes):
         raise RuntimeError("the derivative's slots do not match its parameters")
 
-    # Results, as Derivative._results arranges them.
-    out_codes = df._out_codes
+    # Results, as _convention.read_results arranges them.
     cursor = n_in
 
     def take(count: int) -> str:
@@ -218,26 +202,28 @@ def compile_njit(df: Any) -> Any:
         cursor += count
         return expr
 
-    ret = fn.ret
-    fields = ret.fields if ret is not None and ret.kind == "struct" else 0
+    result_plan = call_plan.result
+    fields = result_plan.primal_fields
     primal = "None"
-    if df._return_primal:
-        primal = "(" + ", ".join(take(1) for _ in range(fields)) + ",)" if fields else take(1)
-    if df.mode is Reverse:
-        adjoints = [take(k) for a in df.activities if a is Active]
+    if fields == 1 and not result_plan.tangent_struct:
+        primal = take(1)
+    elif fields:
+        primal = "(" + ", ".join(take(1) for _ in range(fields)) + ",)"
+    if result_plan.shape == ResultShape.REVERSE:
+        adjoints = [take(lanes) for lanes in result_plan.adjoints]
         result = "(" + ", ".join([primal, *adjoints]) + ",)"
-    elif df.return_activity in (Dual, DualOnly):
-        tangent = take(k * max(fields, 1))
-        result = f"({primal}, {tangent})" if df.return_activity is Dual else tangent
+    elif result_plan.shape in (ResultShape.PAIR, ResultShape.TANGENT):
+        tangent = take(k * max(result_plan.tangent_fields, 1))
+        result = f"({primal}, {tangent})" if result_plan.shape == ResultShape.PAIR else tangent
     else:
-        result = primal if df.return_activity is Const else "None"
+        result = primal
 
-    array_args = [f"a{step.arg}" for step in plan if step.kind in ("a", "h")]
+    array_args = [
+        f"a{step.arg}" for step in plan if step.kind in (StepKind.ARRAY, StepKind.SHADOW)
+    ]
     entry_lines = ["    entry = ENTRY"]
-    safe_entry = df._entry
-    if fn.alias_safe is not None and len(array_args) > 1:
+    if safe_entry is not None and len(array_args) > 1:
         # Overlapping arrays break the noalias promise: use the safe build.
-        safe_entry = df._alias_safe_derivative()._entry
         n = len(array_args)
         entry_lines = [f"    spans = np.empty(({n}, 2), np.int64)"]
         for j, a in enumerate(array_args):
@@ -250,8 +236,8 @@ def compile_njit(df: Any) -> Any:
             "            if spans[x, 0] < spans[y, 1] and spans[y, 0] < spans[x, 1]:",
             "                entry = SAFE_ENTRY",
         ]
-    out_of_memory = f"the derivative of {fn.display_name} ran out of memory"
-    failed = f"{fn.display_name} failed inside its derivative"
+    out_of_memory = f"the derivative of {display_name} ran out of memory"
+    failed = f"{display_name} failed inside its derivative"
     source = "\n".join(
         [
             f"def call({', '.join(args)}):",
@@ -273,8 +259,8 @@ def compile_njit(df: Any) -> Any:
         **guards,
         "np": np,
         "invoke": _invoker(),
-        "ENTRY": df._entry,
-        "SAFE_ENTRY": safe_entry,
+        "ENTRY": entry,
+        "SAFE_ENTRY": entry if safe_entry is None else safe_entry,
     }
-    exec(compile(source, f"<enzyme_py njit caller of {fn.display_name}>", "exec"), namespace)
+    exec(compile(source, f"<enzyme_py njit caller of {display_name}>", "exec"), namespace)
     return numba.njit(namespace["call"])

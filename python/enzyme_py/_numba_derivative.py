@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _api
+from enzyme_py._activities import check_activities
+from enzyme_py._derivative import Derivative, Options
 from enzyme_py.core import ActivityError, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
 
@@ -37,7 +38,7 @@ class NumbaDerivative:
         dispatcher: Any,
         mode: Mode,
         activities: tuple[Any, ...],
-        options: _api._Options,
+        options: Options,
         sig: Any = None,
     ):
         self.dispatcher = dispatcher
@@ -47,10 +48,10 @@ class NumbaDerivative:
         self._sig = sig
         self.name = dispatcher.py_func.__name__
         self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
-        self._by_types: dict[tuple[Any, ...], _api.Derivative] = {}
+        self._by_types: dict[tuple[Any, ...], Derivative] = {}
         # Calls pick their specialisation by a cheap key of the arguments' kinds.
-        self._by_kinds: dict[tuple[Any, ...], _api.Derivative] = {}
-        self._single: _api.Derivative | None = None
+        self._by_kinds: dict[tuple[Any, ...], Derivative] = {}
+        self._single: Derivative | None = None
         signature = _signature_of(dispatcher, sig)
         if signature is not None and sig is not None:
             self._single = self.specialize(signature)  # every call uses it
@@ -65,27 +66,23 @@ class NumbaDerivative:
                 f"(one more if it returns a value); got {len(activities)}"
             )
 
-    def specialize(self, signature: tuple[Any, ...]) -> _api.Derivative:
+    def specialize(self, signature: tuple[Any, ...]) -> Derivative:
         """The derivative for Numba argument types ``signature`` (compiled once)."""
         found = self._by_types.get(signature)
         if found is None:
-            from enzyme_py.rules import with_rules
-
-            spec = numba_frontend.specialize(self.dispatcher, signature)
-            wrapper = with_rules(spec.wrapper)
-            params, ret = _api._check_activities(wrapper, self.mode, self.activities)
+            wrapper = numba_frontend.specialize(self.dispatcher, signature).wrapper
+            params, ret = check_activities(wrapper, self.mode, self.activities)
             try:
-                found = _api.Derivative(wrapper, self.mode, params, ret, self.options)
+                found = Derivative(wrapper, self.mode, params, ret, self.options)
             except EnzymeError:
                 # Numba's fully optimised code can be easier to analyse (types that
                 # only show after its optimisation); slower derivatives, but some.
                 spec = numba_frontend.specialize(self.dispatcher, signature, numba_optimized=True)
-                wrapper = with_rules(spec.wrapper)
-                found = _api.Derivative(wrapper, self.mode, params, ret, self.options)
+                found = Derivative(spec.wrapper, self.mode, params, ret, self.options)
             self._by_types[signature] = found
         return found
 
-    def for_arguments(self, args: tuple[Any, ...]) -> _api.Derivative:
+    def for_arguments(self, args: tuple[Any, ...]) -> Derivative:
         """The derivative for the types of these call arguments."""
         if self._single is not None:
             return self._single
@@ -120,7 +117,7 @@ class NumbaDerivative:
             return single(*args)
         return self.for_arguments(args)(*args)
 
-    def only(self) -> _api.Derivative:
+    def only(self) -> Derivative:
         """The single specialisation (for higher order and inspection)."""
         if len(self._by_types) != 1:
             raise ActivityError(

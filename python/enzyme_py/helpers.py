@@ -14,7 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py._api import Derivative, RecursionBatchRefused, _real_number, autodiff
+from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py._api import autodiff
+from enzyme_py._convention import real_number as _real_number
+from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -26,6 +29,7 @@ from enzyme_py.core import (
     Mode,
     Reverse,
 )
+from enzyme_py.frontends import numba as numba_frontend
 
 __all__ = ["grad", "hessian", "jacobian", "jvp", "value_and_grad", "vjp"]
 
@@ -294,17 +298,13 @@ def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..
 
 def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     """Whether f returns no value (from its compiled signature)."""
-    from enzyme_py.frontends import numba as numba_frontend
-
     if numba_frontend.is_dispatcher(f):
         types = tuple(f.typeof_pyval(a) for a in args)
         f.compile(types)
         from numba.core import types as nbtypes
 
         return isinstance(f.overloads[types].signature.return_type, nbtypes.NoneType)
-    from enzyme_py._api import _resolve
-
-    return _resolve(f).ret is None
+    return resolve_function(f).ret is None
 
 
 def hessian(f: Any, argnums: int = 0) -> Callable[..., np.ndarray]:

@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _state
+from enzyme_py import _convention, _state
+from enzyme_py._activities import check_activities
+from enzyme_py._derivative import Derivative, Options
 from enzyme_py._signature import Param
 from enzyme_py.core import (
     Active,
@@ -45,6 +47,8 @@ from enzyme_py.core import (
     Mode,
     Reverse,
 )
+from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py.frontends.ir import IRFunction, parse_module
 
 __all__ = [
     "CPU",
@@ -291,8 +295,6 @@ def _range_driver(
     """An IRFunction ``range(start, end, *body's other parameters)`` that calls
     ``body(i, ...)`` for i in [start, end), stopping at the first error reported
     through a hidden errors parameter; ``describe`` names its parameters in errors."""
-    from enzyme_py.frontends.ir import IRFunction, parse_module
-
     info = next(i for i in body.module.functions() if i["name"] == body.name)
     types = info["params"]
     if not types or types[0] != "i64":
@@ -497,8 +499,6 @@ class Kernel:
         derivative_of: tuple[Any, ...] | None = None,
         boundscheck: bool | None = None,
     ):
-        from enzyme_py.frontends import numba as numba_frontend
-
         self.body = body
         self._derivative_of = derivative_of  # (mode, activities, options) of a derivative
         self._boundscheck = boundscheck
@@ -522,8 +522,6 @@ class Kernel:
 
     def _body_function(self, args: tuple[Any, ...]) -> Any:
         """The IRFunction to run per index, for these arguments."""
-        from enzyme_py.frontends import numba as numba_frontend
-
         if numba_frontend.is_dispatcher(self._compiled):
             types = (self._compiled.typeof_pyval(0), *self._primal_types(args))
             return numba_frontend.specialize(self._compiled, types).wrapper
@@ -535,19 +533,15 @@ class Kernel:
         """What runs per index: the body, or the derivative the kernel is of (on one
         thread, its shadows updated with plain adds instead of atomic ones; on several,
         plain adds into the shadows at launch positions ``plain`` only)."""
-        from enzyme_py import _api
-
         if self._derivative_of is None:
             return fn
         mode, activities, options = self._derivative_of
         if one_thread:
             options = replace(options, atomic_add=False)
-        full, ret = _api._check_activities(fn, mode, (Const, *activities))
-        derivative = _api.Derivative(fn, mode, full, ret, options).as_function()
+        full, ret = check_activities(fn, mode, (Const, *activities))
+        derivative = Derivative(fn, mode, full, ret, options).as_function()
         if not plain or one_thread:
             return derivative
-        from enzyme_py.frontends.ir import parse_module
-
         module = parse_module(derivative.module.ir())  # a copy: the derivative keeps its own
         positions = [k for k, _ in derivative.visible_params]  # [index, *launch arguments]
         module.native.make_adds_plain(derivative.name, [positions[1 + k] for k in plain])
@@ -638,8 +632,6 @@ class Kernel:
     def _launcher(
         self, args: tuple[Any, ...], one_thread: bool = False, plain: frozenset[int] = frozenset()
     ) -> Any:
-        from enzyme_py import _api
-
         # Reverse kernels accumulate atomically only when threads share shadows.
         one_thread = one_thread and self._derivative_of is not None
         key = (
@@ -665,9 +657,9 @@ class Kernel:
             driver = _range_driver(
                 self._per_index(body, one_thread, plain), safe, self._describe_argument
             )
-            options = _api._Options(1, False, False, primal_only=True)
-            acts, _ = _api._check_activities(driver, Forward, [Const] * len(driver.visible_params))
-            launcher = _api.Derivative(driver, Forward, acts, None, options)
+            options = Options(1, False, False, primal_only=True)
+            acts, _ = check_activities(driver, Forward, [Const] * len(driver.visible_params))
+            launcher = Derivative(driver, Forward, acts, None, options)
             self._launchers[key] = launcher
         return launcher
 
@@ -745,8 +737,6 @@ class Kernel:
         """The body's parameters after the index (None where the body does not say)."""
         import inspect
 
-        from enzyme_py.frontends import numba as numba_frontend
-
         if numba_frontend.is_dispatcher(self.body):
             return list(inspect.signature(self.body.py_func).parameters)[1:]
         if hasattr(self.body, "visible_params"):
@@ -811,8 +801,6 @@ class Kernel:
         that array. Two shadows may share memory only as their arrays do (one
         array passed twice): the derivative reads a written array's shadow back as its
         seed, which another array's adjoints would otherwise mix into."""
-        from enzyme_py import _api
-
         if self._derivative_of is None:
             return
         layout = self._layout()
@@ -825,7 +813,7 @@ class Kernel:
                 continue
             primal, shadow = args[pos], args[at]
             if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
-                _api._check_shadow(shadow, primal, 1, where(at))
+                _convention.check_shadow(shadow, primal, 1, where(at))
             elif isinstance(primal, (np.ndarray, DeviceArray)):
                 if not isinstance(shadow, (np.ndarray, DeviceArray)):
                     raise TypeError(
@@ -839,7 +827,7 @@ class Kernel:
                     )
         # Host arrays: the rule of calls from Python (a shadow of a device array is
         # never like another's).
-        _api._check_shadows_apart(
+        _convention.check_shadows_apart(
             [
                 (where(at), args[at], args[pos] if isinstance(args[pos], np.ndarray) else None)
                 for pos, at in layout
@@ -871,8 +859,6 @@ class Kernel:
     def _launch_gpu(self, n: int, args: tuple[Any, ...], device: Device) -> None:
         """One index per GPU thread. Host arrays are copied to the device, and back
         unless the body provably does not write them."""
-        from enzyme_py import _api
-
         if -(-n // _GROUP) > _MAX_GROUPS:
             raise ValueError(
                 f"n = {n} is more indices than one GPU launch covers "
@@ -973,7 +959,7 @@ class Kernel:
                     values.append(("ptr", on_device.address))
                 else:
                     # Checked and converted as the CPU device's launcher does.
-                    values.append((llvm_type, _api._scalar(arg, param, where)))
+                    values.append((llvm_type, _convention.scalar(arg, param, where)))
             try:
                 _state.native.gpu_launch(
                     device.index, kernel, _pack(values), max(1, -(-n // _GROUP)), _GROUP
@@ -1068,8 +1054,6 @@ class Kernel:
     def derivative(self, mode: Mode, *activities: Any) -> Kernel:
         """The kernel of the derivative of the body with respect to its arguments after
         the index (see ``ez.autodiff``); reverse mode accumulates with atomic adds."""
-        from enzyme_py import _api
-
         if mode is not Reverse and mode is not Forward:
             raise TypeError(f"mode must be ez.Reverse or ez.Forward, not {mode!r}")
         if self._derivative_of is not None:
@@ -1102,7 +1086,7 @@ class Kernel:
                     "nothing, so a scalar's derivative has nowhere to go. Make it Const, or "
                     "pass it as a 1-element array marked Duplicated"
                 )
-        options = _api._Options(1, False, False, atomic_add=mode is Reverse)
+        options = Options(1, False, False, atomic_add=mode is Reverse)
         # The body as compiled here (its boundscheck already settled), not recompiled.
         return Kernel(self._compiled, (mode, tuple(activities), options), self._boundscheck)
 
@@ -1123,8 +1107,6 @@ def kernel(body: Any, *, boundscheck: bool | None = None) -> Kernel:
     arrays is up to them, and ``boundscheck=True`` is a TypeError."""
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("ez.offload.kernel"))
-    from enzyme_py.frontends import numba as numba_frontend
-
     if boundscheck is not None and not isinstance(boundscheck, bool):
         raise TypeError(f"boundscheck must be True, False or None, not {boundscheck!r}")
     if boundscheck and not numba_frontend.is_dispatcher(body):

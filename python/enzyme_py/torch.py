@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from enzyme_py._api import Derivative, autodiff
+from enzyme_py._api import autodiff
+from enzyme_py._derivative import Derivative
 from enzyme_py._state import require_autodiff as _require_autodiff
 from enzyme_py.core import (
     Active,

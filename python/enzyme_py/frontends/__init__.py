@@ -4,6 +4,10 @@
 - ``numba``: ``@numba.njit`` dispatchers, through a generated wrapper around Numba's ABI.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from enzyme_py.frontends.ir import (
     CModule,
     IRFunction,
@@ -13,8 +17,9 @@ from enzyme_py.frontends.ir import (
     function_of,
     llvm_ir,
     parse_module,
-    rebuild_function,
+    rebuild_ir_function,
 )
+from enzyme_py.frontends.numba import specialize
 
 __all__ = [
     "CModule",
@@ -27,3 +32,16 @@ __all__ = [
     "parse_module",
     "rebuild_function",
 ]
+
+
+def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
+    """The function an ``IRFunction.origin`` describes, made again."""
+    kind = origin[0]
+    if kind in ("llvm_ir", "c"):
+        return rebuild_ir_function(origin)
+    if kind == "derivative":  # a derivative, differentiated again
+        return origin[1].as_function()
+    if kind == "numba":
+        _, dispatcher, signature, numba_optimized = origin
+        return specialize(dispatcher, signature, numba_optimized).wrapper
+    raise ValueError(f"cannot rebuild a function of origin {kind!r}")

@@ -28,7 +28,6 @@ __all__ = [
     "c",
     "cpp",
     "llvm_ir",
-    "rebuild_function",
 ]
 
 # Optimisation flags for ez.c/ez.cpp; a user's flags come after them, so they win
@@ -116,7 +115,7 @@ class IRFunction:
     alias_safe: Callable[[], IRFunction] | None = None
     # How to make this function again in another process (pickling derivatives):
     # ("llvm_ir", text, name), ("c", source, flags, language, attribute), or a
-    # frontend's own tuple understood by rebuild_function.
+    # frontend's own tuple understood by frontends.rebuild_function.
     origin: tuple[Any, ...] | None = None
     # How argument errors name the visible parameter at a position, where callers
     # count arguments otherwise (a kernel's launch: "x (argument 1 after n) of ...").
@@ -129,7 +128,7 @@ class IRFunction:
                 f"'{self.display_name}' cannot be pickled: it was not made by ez.llvm_ir, "
                 "ez.c or ez.cpp"
             )
-        return (rebuild_function, (self.origin,))
+        return (rebuild_ir_function, (self.origin,))
 
     @property
     def visible_params(self) -> list[tuple[int, Param]]:
@@ -176,23 +175,13 @@ def llvm_ir(text: str, name: str) -> IRFunction:
     return replace(function_of(parse_module(text), name), origin=("llvm_ir", text, name))
 
 
-def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
-    """The function an ``IRFunction.origin`` describes, made again."""
-    kind = origin[0]
-    if kind == "llvm_ir":
+def rebuild_ir_function(origin: tuple[Any, ...]) -> IRFunction:
+    """The function of ``ez.llvm_ir`` or ``ez.c``/``ez.cpp`` that ``origin`` describes."""
+    if origin[0] == "llvm_ir":
         return llvm_ir(origin[1], origin[2])
-    if kind == "c":
-        _, source, flags, language, attribute = origin
-        unit = c(source, flags) if language == "c" else cpp(source, flags)
-        return unit[attribute]
-    if kind == "derivative":  # a derivative, differentiated again
-        return origin[1].as_function()
-    if kind == "numba":
-        from enzyme_py.frontends.numba import specialize
-
-        _, dispatcher, signature, numba_optimized = origin
-        return specialize(dispatcher, signature, numba_optimized).wrapper
-    raise ValueError(f"cannot rebuild a function of origin {kind!r}")
+    _, source, flags, language, attribute = origin
+    unit = c(source, flags) if language == "c" else cpp(source, flags)
+    return unit[attribute]
 
 
 def _clang() -> str:

@@ -1,0 +1,536 @@
+"""The calling convention between Python and a derivative's compiled entry point.
+
+Every derivative is compiled behind one uniform entry point, ``void entry(uint64_t
+*slots)`` (``src/entry_abi.h`` builds it): each scalar value or pointer the derivative
+takes occupies one 8-byte slot, in parameter order, and each value it returns one slot
+after those, aggregates flattened. A *slot code* names the type of each slot.
+
+This module states the convention once for Python:
+
+- ``plan_call``: from a function's parameters and the activities asked for, the
+  ``CallPlan``: how each Python argument fills input slots (``InputStep``), the input
+  slot codes that implies, and how the output slots become the Python result
+  (``ResultPlan``). The checked path below, the C++ fast caller (``src/caller.h``) and
+  the compiled ``@njit`` callers (``_njit_call``) all follow it.
+- ``fill_slots`` / ``read_results``: the checked path, which names the offending
+  parameter of any argument that does not fit.
+- the argument rules every caller shares: ``check_array``, ``check_shadow``,
+  ``check_shadows_apart``, ``real_number``, ``scalar``, ``lanes``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from enzyme_py._signature import Param
+from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, DualOnly, Mode, Reverse
+from enzyme_py.frontends import IRFunction
+
+
+class SlotCode:
+    """The type of one 8-byte slot (the same letters as ``src/entry_abi.h``)."""
+
+    DOUBLE = "d"
+    FLOAT = "f"
+    I64 = "q"
+    I32 = "i"
+    I16 = "h"
+    I8 = "b"
+    BOOL = "?"
+    POINTER = "p"
+
+
+SLOT_CODE_OF_DTYPE: dict[np.dtype, str] = {
+    np.dtype(np.float64): SlotCode.DOUBLE,
+    np.dtype(np.float32): SlotCode.FLOAT,
+    np.dtype(np.int64): SlotCode.I64,
+    np.dtype(np.int32): SlotCode.I32,
+    np.dtype(np.int16): SlotCode.I16,
+    np.dtype(np.int8): SlotCode.I8,
+    np.dtype(np.bool_): SlotCode.BOOL,
+}
+
+# Slot code -> (the NumPy dtype a slot is read as, values of that dtype per slot).
+SLOT_VIEWS: dict[str, tuple[np.dtype, int]] = {
+    SlotCode.DOUBLE: (np.dtype(np.float64), 1),
+    SlotCode.FLOAT: (np.dtype(np.float32), 2),
+    SlotCode.I64: (np.dtype(np.int64), 1),
+    SlotCode.I32: (np.dtype(np.int32), 2),
+    SlotCode.I16: (np.dtype(np.int16), 4),
+    SlotCode.I8: (np.dtype(np.int8), 8),
+    SlotCode.BOOL: (np.dtype(np.uint8), 8),
+    SlotCode.POINTER: (np.dtype(np.uint64), 1),
+}
+
+
+class StepKind:
+    """What one ``InputStep`` puts into the slots (the letters of ``src/caller.h``)."""
+
+    SCALAR = "s"  # a scalar argument
+    ARRAY = "a"  # an array argument: its data pointer
+    SHADOW = "h"  # the shadow of an array argument: one pointer per lane
+    LANES = "l"  # a tangent or a seed: one scalar per lane
+    SHAPE = "S"  # a dimension of an earlier array argument (a hidden parameter)
+    ERRORS = "E"  # the callee's error buffer (a hidden parameter)
+
+
+class ResultShape:
+    """How the output slots become the result (the letters of ``src/caller.h``)."""
+
+    REVERSE = "r"  # (primal, *adjoints of Active parameters)
+    PAIR = "p"  # (y, dy)
+    TANGENT = "t"  # dy
+    PRIMAL = "y"  # y
+    NOTHING = "n"  # None
+
+
+@dataclass(frozen=True)
+class InputStep:
+    """One step of filling a derivative's input slots.
+
+    ``arg`` is the Python argument the step takes (-1: none); ``code`` the slot code of
+    each slot; ``dtype`` the NumPy dtype char an array must have ("" for any); ``lanes``
+    the slots a shadow or lanes step fills; ``source`` the Python argument holding the
+    array a shadow or shape step refers to; ``dim`` the dimension a shape step reads.
+    ``param`` describes the value (its dtype, for scalars and lanes); ``where`` names it
+    in error messages.
+    """
+
+    kind: str
+    code: str
+    dtype: str
+    lanes: int
+    arg: int
+    source: int = -1
+    dim: int = 0
+    name: str = ""  # the parameter's name
+    param: Param | None = None
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class ResultPlan:
+    """How a derivative's output slots become its Python result."""
+
+    shape: str  # a ResultShape
+    primal_fields: int  # 0: no primal; 1: a scalar; n: a tuple of n values
+    adjoints: tuple[int, ...]  # reverse: the lanes of each Active parameter's adjoint
+    tangent_fields: int  # forward: values per lane of the tangent
+    tangent_lanes: int
+    tangent_struct: bool  # the tangent of a struct return: a tuple / (lanes, fields) array
+    out_slots: int  # how many output slots the entry point writes
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Everything about calling one derivative, fixed when it is made."""
+
+    steps: tuple[InputStep, ...]
+    result: ResultPlan
+    arity: int  # Python arguments taken
+    argument_names: tuple[str, ...]  # for messages: x, dx, ..., seed
+    width: int
+    runtime_activity: bool
+
+    @property
+    def in_codes(self) -> str:
+        """The slot codes of the entry point's inputs, in order."""
+        return "".join(step.code * step.lanes for step in self.steps)
+
+
+def _where(fn: IRFunction, visible: int, param: Param) -> str:
+    if fn.describe_argument is not None:
+        return fn.describe_argument(visible, param)
+    return f"{param.describe(visible)} of '{fn.display_name}'"
+
+
+def plan_call(
+    fn: IRFunction,
+    mode: Mode,
+    activities: Sequence[Activity],
+    return_activity: Activity | None,
+    width: int,
+    return_primal: bool,
+    runtime_activity: bool,
+) -> CallPlan:
+    """The calling plan of the derivative of ``fn`` with one activity per parameter
+    (hidden ones Const) and ``return_activity`` (None: it returns nothing).
+
+    Python arguments: each visible parameter's value, followed by its shadow (an array)
+    or tangent (a scalar) when its activity has one; then, in reverse mode with an
+    Active return, the seed. Hidden parameters take no argument."""
+    k = width
+    steps: list[InputStep] = []
+    names: list[str] = []
+    arg_of_param: dict[int, int] = {}  # parameter index -> Python argument index
+    next_arg = 0
+    visible = 0
+    shadow_prefix = "d" if mode is Reverse else "t"
+    for i, (param, act) in enumerate(zip(fn.params, activities, strict=True)):
+        if param.hidden is not None:
+            what, source, dim = param.hidden
+            if what == "shape":
+                steps.append(
+                    InputStep(StepKind.SHAPE, SlotCode.I64, "", 1, -1, arg_of_param[source], dim)
+                )
+            else:
+                steps.append(InputStep(StepKind.ERRORS, SlotCode.POINTER, "", 1, -1))
+            continue
+        where = _where(fn, visible, param)
+        visible += 1
+        arg = arg_of_param[i] = next_arg
+        next_arg += 2 if act.shadow else 1
+        names.append(param.name)
+        if act.shadow:
+            names.append(shadow_prefix + param.name)
+        if param.kind == "pointer":
+            dtype = param.dtype.char if param.dtype is not None else ""
+            steps.append(
+                InputStep(
+                    StepKind.ARRAY, SlotCode.POINTER, dtype, 1, arg, name=param.name,
+                    param=param, where=where,
+                )
+            )  # fmt: skip
+            if act.shadow:
+                steps.append(
+                    InputStep(
+                        StepKind.SHADOW, SlotCode.POINTER, "", k, arg + 1, arg, name=param.name,
+                        param=param, where=f"the shadow of {where}",
+                    )
+                )  # fmt: skip
+            continue
+        assert param.dtype is not None  # scalars always have one
+        code = SLOT_CODE_OF_DTYPE[param.dtype]
+        steps.append(InputStep(StepKind.SCALAR, code, "", 1, arg, param=param, where=where))
+        if act.shadow:
+            steps.append(
+                InputStep(
+                    StepKind.LANES, code, "", k, arg + 1, param=param,
+                    where=f"the tangent of {where}",
+                )
+            )  # fmt: skip
+    ret = fn.ret
+    if mode is Reverse and return_activity in (Active, ActiveOnly):
+        assert ret is not None and ret.dtype is not None
+        steps.append(
+            InputStep(
+                StepKind.LANES, SLOT_CODE_OF_DTYPE[ret.dtype], "", k, next_arg, param=ret,
+                where=f"the seed of '{fn.display_name}'",
+            )
+        )  # fmt: skip
+        names.append("seed")
+        next_arg += 1
+    return CallPlan(
+        tuple(steps),
+        _result_plan(fn, mode, activities, return_activity, width, return_primal),
+        next_arg,
+        tuple(names),
+        width,
+        runtime_activity,
+    )
+
+
+def _result_plan(
+    fn: IRFunction,
+    mode: Mode,
+    activities: Sequence[Activity],
+    return_activity: Activity | None,
+    width: int,
+    return_primal: bool,
+) -> ResultPlan:
+    ret = fn.ret
+    fields = ret.fields if ret is not None else 0
+    primal_fields = fields if return_primal else 0
+    adjoints: tuple[int, ...] = ()
+    tangent_fields = 0
+    if mode is Reverse:
+        shape = ResultShape.REVERSE
+        adjoints = tuple(width for a in activities if a is Active)
+    else:
+        shape = {
+            Dual: ResultShape.PAIR,
+            DualOnly: ResultShape.TANGENT,
+            Const: ResultShape.PRIMAL,
+            None: ResultShape.NOTHING,
+        }[return_activity]
+        if return_activity in (Dual, DualOnly):
+            tangent_fields = fields
+    return ResultPlan(
+        shape,
+        primal_fields,
+        adjoints,
+        tangent_fields,
+        width,
+        ret is not None and ret.kind == "struct",
+        primal_fields + sum(adjoints) + width * tangent_fields,
+    )
+
+
+class SlotWriter:
+    """Writes values into consecutive input slots, each in its slot's type."""
+
+    def __init__(self, slots: np.ndarray, codes: str):
+        self.slots = slots
+        self.codes = codes
+        self.index = 0
+
+    def put(self, value: Any) -> None:
+        dtype, per_slot = SLOT_VIEWS[self.codes[self.index]]
+        self.slots.view(dtype)[self.index * per_slot] = value
+        self.index += 1
+
+
+class SlotReader:
+    """Reads consecutive output slots (starting at slot ``start``) as Python values."""
+
+    def __init__(self, slots: np.ndarray, codes: str, start: int):
+        self.slots = slots
+        self.codes = codes
+        self.start = start
+        self.index = 0
+
+    def take(self) -> Any:
+        code = self.codes[self.index]
+        dtype, per_slot = SLOT_VIEWS[code]
+        value = self.slots.view(dtype)[(self.start + self.index) * per_slot]
+        self.index += 1
+        if code == SlotCode.BOOL:
+            return bool(value)
+        return value if code == SlotCode.POINTER else value.item()
+
+    def take_lanes(self, k: int) -> Any:
+        if k == 1:
+            return self.take()
+        dtype, _ = SLOT_VIEWS[self.codes[self.index]]
+        return np.array([self.take() for _ in range(k)], dtype=dtype)
+
+
+def read_results(plan: ResultPlan, reader: SlotReader) -> Any:
+    """The Python result of a call, from its output slots (as ``src/caller.cpp`` does)."""
+    primal = None
+    if plan.primal_fields == 1 and not plan.tangent_struct:
+        primal = reader.take()
+    elif plan.primal_fields:
+        primal = tuple(reader.take() for _ in range(plan.primal_fields))
+    if plan.shape == ResultShape.REVERSE:
+        return (primal, *(reader.take_lanes(lanes) for lanes in plan.adjoints))
+    if plan.shape in (ResultShape.PAIR, ResultShape.TANGENT):
+        k, fields = plan.tangent_lanes, plan.tangent_fields
+        if plan.tangent_struct:  # lane-major: each lane holds every field
+            values = [reader.take() for _ in range(k * fields)]
+            tangent: Any = tuple(values) if k == 1 else np.array(values).reshape(k, fields)
+        else:
+            tangent = reader.take_lanes(k)
+        return (primal, tangent) if plan.shape == ResultShape.PAIR else tangent
+    return primal
+
+
+@dataclass
+class FilledSlots:
+    """The slots of one checked call, and what must outlive the call."""
+
+    slots: np.ndarray
+    errors: np.ndarray  # the callee's status and detail
+    arrays: list[np.ndarray]  # arrays and shadows passed (kept alive; overlap checks)
+
+
+def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
+    """The input slots (of slot codes ``codes``) of a call with ``args``, every argument
+    checked first: a TypeError or ValueError naming the parameter for any that does not
+    fit. ``codes`` are the entry point's own, which may name a narrower integer than the
+    plan (a Numba boolean is an ``i8``)."""
+    assert len(args) == plan.arity  # the caller says what is missing
+    slots = np.zeros(len(codes) + plan.result.out_slots, dtype=np.uint64)
+    writer = SlotWriter(slots, codes)
+    errors = np.zeros(2, dtype=np.int64)
+    arrays: dict[int, np.ndarray] = {}  # Python argument -> the checked array
+    named_arrays: list[tuple[str, np.ndarray]] = []
+    named_shadows: list[tuple[str, np.ndarray, np.ndarray]] = []
+    passed: list[np.ndarray] = []
+    k = plan.width
+    for step in plan.steps:
+        if step.kind == StepKind.SHAPE:
+            writer.put(arrays[step.source].shape[step.dim])
+        elif step.kind == StepKind.ERRORS:
+            writer.put(errors.ctypes.data)
+        elif step.kind == StepKind.ARRAY:
+            assert step.param is not None
+            array = check_array(args[step.arg], step.param, step.where)
+            arrays[step.arg] = array
+            named_arrays.append((step.where, array))
+            passed.append(array)
+            writer.put(array.ctypes.data)
+        elif step.kind == StepKind.SHADOW:
+            array = arrays[step.source]
+            value = args[step.arg]
+            if plan.runtime_activity and value is args[step.source]:
+                # Enzyme's runtime activity: a shadow that is its own primal marks the
+                # array inactive for this call.
+                for _ in range(k):
+                    writer.put(array.ctypes.data)
+                continue
+            shadow = check_shadow(value, array, k, step.where)
+            named_shadows.append((step.where, shadow, array))
+            passed.append(shadow)
+            for lane in range(k):
+                writer.put(shadow.ctypes.data + lane * array.nbytes)
+        elif step.kind == StepKind.SCALAR:
+            assert step.param is not None
+            writer.put(scalar(args[step.arg], step.param, step.where))
+        else:  # LANES: a tangent or a seed
+            assert step.param is not None
+            for value in lanes(args[step.arg], k, step.param, step.where):
+                writer.put(value)
+    check_shadows_apart(named_shadows, named_arrays, k)
+    return FilledSlots(slots, errors, passed)
+
+
+# --- the argument rules every caller shares ---------------------------------------
+
+
+def overlapping(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether any two of the arrays passed share bytes (the same array twice does)."""
+    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a.nbytes)
+    return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
+
+
+def _share_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(a.nbytes and b.nbytes and np.shares_memory(a, b))
+
+
+def check_shadows_apart(
+    shadows: Sequence[tuple[str, np.ndarray, np.ndarray | None]],
+    arrays: Sequence[tuple[str, np.ndarray]],
+    width: int,
+) -> None:
+    """No shadow (given as ``(where, shadow, its array)``) may share memory with an array
+    argument: the derivative writes into its shadows, which would change that array as
+    the function reads it (its own array is checked with the shadow). Two shadows may
+    share memory only as their arrays do (one array passed twice, its shadow twice):
+    Enzyme reads back the shadow of an array the function writes, so shadows shared
+    otherwise would mix the adjoints of different arrays. (A shadow's array given as
+    None, one that is not a host array, shares memory with nothing.)"""
+    for n, (shadow_where, shadow, primal) in enumerate(shadows):
+        for where, array in arrays:
+            if _share_memory(shadow, array):
+                raise ValueError(
+                    f"{shadow_where} overlaps {where}: the derivative writes into the "
+                    "shadow, which would change that array; give the shadow memory of its own"
+                )
+        for other_where, other, other_primal in shadows[:n]:
+            if not _share_memory(shadow, other):
+                continue
+            alike = (
+                primal is not None
+                and other_primal is not None
+                and shadow.ctypes.data - primal.ctypes.data
+                == other.ctypes.data - other_primal.ctypes.data
+                and (width == 1 or primal.nbytes == other_primal.nbytes)
+            )
+            if not alike:
+                raise ValueError(
+                    f"{shadow_where} overlaps {other_where}, and their arrays do not overlap "
+                    "alike: the adjoints of the two would mix; give each shadow memory of its "
+                    "own (an array passed twice may take the same shadow twice)"
+                )
+
+
+def real_number(value: Any, where: str, what: str) -> float:
+    """``value`` as a float, if it is one real number: a Python or NumPy int, float or
+    bool, or a 0-d array of one. Strings, None and complex numbers are refused rather
+    than converted (``float("1")`` works, and NumPy drops an imaginary part)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value[()]
+    if not isinstance(value, (numbers.Real, np.bool_)):
+        raise TypeError(
+            f"{where} is {what}: pass a real number (an int, a float or a NumPy real "
+            f"scalar); got {type(value).__name__}"
+        )
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{where} is {what}; {value} does not fit in a float64") from None
+
+
+def scalar(value: Any, param: Param, where: str) -> Any:
+    """``value`` checked and converted for scalar parameter ``param``."""
+    assert param.dtype is not None
+    if param.kind == "float":
+        return param.dtype.type(real_number(value, where, f"a {param.dtype} scalar"))
+    try:
+        integer = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{where} is an integer ({param.dtype}); got {type(value).__name__}"
+        ) from None
+    if param.dtype == np.bool_:
+        return np.uint8(bool(integer))
+    info = np.iinfo(param.dtype)
+    if not info.min <= integer <= info.max:
+        raise ValueError(f"{where} is {param.dtype}; {integer} does not fit")
+    return integer
+
+
+def lanes(value: Any, k: int, param: Param, where: str) -> list[Any]:
+    """k scalar values for a tangent or seed: a scalar when k == 1, else length-k."""
+    assert param.dtype is not None
+    if k == 1:
+        return [scalar(value, param, where)]
+    if isinstance(value, np.ndarray):
+        shape = value.shape
+    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        shape = (len(value),)
+    elif isinstance(value, (numbers.Real, np.bool_)):
+        shape = ()
+    else:
+        raise TypeError(
+            f"{where} needs {k} real numbers (width={k}), a sequence or an array; "
+            f"got {type(value).__name__}"
+        )
+    if shape != (k,):
+        raise ValueError(f"{where} needs {k} values (width={k}); got shape {shape}")
+    what = f"a {param.dtype} scalar"
+    return [
+        param.dtype.type(real_number(v, f"{where} (value {lane})", what))
+        for lane, v in enumerate(value)
+    ]
+
+
+def check_array(value: Any, param: Param, where: str) -> np.ndarray:
+    """``value`` if it can be passed as array parameter ``param``."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{where} is an array; got {type(value).__name__} (pass a NumPy array)")
+    if param.dtype is not None and value.dtype != param.dtype:
+        raise ValueError(f"{where} needs dtype {param.dtype}; got {value.dtype}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{where} must be C-contiguous; pass np.ascontiguousarray(...) of it")
+    if not value.flags.writeable:
+        raise ValueError(f"{where} is read-only; the function may write it: pass a copy")
+    return value
+
+
+def check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarray:
+    """``value`` if it can be the shadow (k lanes) of array ``primal``."""
+    shape = primal.shape if k == 1 else (k, *primal.shape)
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"{where} must be a NumPy array of shape {shape}; got {type(value).__name__}"
+        )
+    if value.dtype != primal.dtype:
+        raise ValueError(f"{where} needs dtype {primal.dtype} (as its array); got {value.dtype}")
+    if value.shape != shape:
+        lane = f" (width={k})" if k > 1 else ""
+        raise ValueError(f"{where} needs shape {shape}{lane}; got {value.shape}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{where} must be C-contiguous")
+    if not value.flags.writeable:
+        raise ValueError(f"{where} must be writable: derivatives are accumulated into it")
+    if np.shares_memory(value, primal):
+        raise ValueError(f"{where} overlaps its array; give it memory of its own")
+    return value

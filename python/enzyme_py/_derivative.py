@@ -1,0 +1,369 @@
+"""``Derivative``: one compiled derivative of one function, as a fast Python callable.
+
+A derivative is built here, once, for every kind of caller (``autodiff``, Numba
+dispatchers, kernels, higher order): the registered custom rules are applied to the
+function, the request goes to ``_build`` (memory cache, disk cache, Enzyme), and the
+calling plan (``_convention``) drives the C++ fast caller, the checked Python path and
+the ``@njit`` callers alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+from enzyme_py import _build, _convention, _njit_call, _state, frontends, rules
+from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py._signature import Param
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    ActivityError,
+    Const,
+    Dual,
+    DualOnly,
+    Duplicated,
+    DuplicatedOnly,
+    EnzymeError,
+    Forward,
+    Mode,
+    Reverse,
+)
+from enzyme_py.frontends import IRFunction
+
+__all__ = ["Derivative", "Options", "resolve_function"]
+
+# CDIFFE_TYPE values (src/enzyme_capi.h).
+_DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_CONSTANT, _DFT_DUP_NONEED = 0, 1, 2, 3
+_DIFFE = {
+    Const: _DFT_CONSTANT,
+    Active: _DFT_OUT_DIFF,
+    ActiveOnly: _DFT_OUT_DIFF,
+    Duplicated: _DFT_DUP_ARG,
+    Dual: _DFT_DUP_ARG,
+    DuplicatedOnly: _DFT_DUP_NONEED,
+    DualOnly: _DFT_DUP_NONEED,
+}
+
+# Called instead of the derivative at its first call (``autodiff(..., check=True)``):
+# hook(derivative, args) makes the call, checks it and returns its result.
+FirstCallHook = Callable[["Derivative", tuple[Any, ...]], Any]
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a derivative is built and called, beyond its mode and activities."""
+
+    width: int
+    runtime_activity: bool
+    strong_zero: bool
+    first_call: FirstCallHook | None = None
+    atomic_add: bool = False  # reverse: shadows updated atomically (kernels)
+    primal_only: bool = False  # no differentiation: the function itself
+
+
+def resolve_function(f: Any) -> IRFunction:
+    """The function to differentiate that ``f`` is: itself, or a derivative's
+    function (higher order)."""
+    if isinstance(f, IRFunction):
+        return f
+    if isinstance(f, Derivative) or hasattr(f, "as_function"):  # higher order
+        return f.as_function()  # type: ignore[no-any-return]
+    raise TypeError(
+        f"autodiff cannot differentiate {f!r}: give a Numba @njit function, a function "
+        "from ez.llvm_ir(text, name), or an attribute of ez.c(source) / ez.cpp(source)"
+    )
+
+
+class Derivative:
+    """A compiled derivative; call it with the arguments of ``autodiff``'s convention."""
+
+    def __init__(
+        self,
+        fn: IRFunction,
+        mode: Mode,
+        params: tuple[Activity, ...],
+        ret: Activity | None,
+        options: Options,
+    ):
+        self.function = fn
+        self.mode = mode
+        self.activities = params
+        self.return_activity = ret
+        self.width = options.width
+        self._options = options
+        self._as_function: IRFunction | None = None
+        self._alias_safe: Derivative | None = None
+        self._njit: Any = None
+        self._first_call = options.first_call
+        if ret is None:
+            ret_code, return_primal = _DFT_CONSTANT, False
+        else:
+            ret_code, return_primal = _DIFFE[ret], ret.primal_needed
+        if options.width > 1 and fn.module.native.reaches_recursion(fn.name):
+            raise RecursionBatchRefused(
+                f"'{fn.display_name}' is recursive (it, or a function it calls, calls "
+                f"itself): Enzyme v0.0.289 batches derivatives of recursion wrongly, so "
+                f"width={options.width} is refused; call the width=1 derivative once per "
+                "direction instead"
+            )
+        # Custom rules apply to every derivative, made here (a function itself needs none).
+        self._built_function = fn if options.primal_only else rules.with_rules(fn)
+        self._compiled = _build.derivative(
+            self._built_function,
+            _build.Request(
+                forward=mode is Forward,
+                args=tuple(_DIFFE[a] for a in params),
+                ret=ret_code,
+                return_primal=return_primal,
+                width=options.width,
+                runtime_activity=options.runtime_activity,
+                strong_zero=options.strong_zero,
+                atomic_add=options.atomic_add,
+                primal_only=options.primal_only,
+            ),
+            f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}",
+        )
+        self.plan = _convention.plan_call(
+            fn, mode, params, ret, options.width, return_primal, options.runtime_activity
+        )
+        self.entry = self._compiled.entry
+        if (len(self.plan.in_codes), self.plan.result.out_slots) != (
+            len(self._compiled.in_slots),
+            len(self._compiled.out_slots),
+        ):
+            raise EnzymeError(
+                f"the derivative of '{fn.display_name}' has an unexpected signature "
+                f"({self._compiled.in_slots} -> {self._compiled.out_slots}); this is a bug "
+                "in enzyme_py"
+            )
+        self._fast = self._fast_caller()
+
+    def _given(self) -> str:
+        """The activities as the user gave them: hidden parameters left out."""
+        fn, ret = self.function, self.return_activity
+        given = [a for p, a in zip(fn.params, self.activities, strict=True) if p.hidden is None]
+        return ", ".join(a.name for a in (*given, *([ret] if ret else [])))
+
+    @property
+    def out_codes(self) -> str:
+        """The slot codes of what the entry point writes after its inputs."""
+        return self._compiled.out_slots
+
+    @property
+    def may_overlap(self) -> bool:
+        """Whether calls whose arrays overlap must go to ``alias_safe_twin``."""
+        return self.function.alias_safe is not None
+
+    def _fast_caller(self) -> Any:
+        """The native caller of this plan, or None where the entry point's slot codes
+        differ from the plan's (a Numba boolean is passed as an ``i8``)."""
+        native = _state.native
+        plan = self.plan
+        if plan.in_codes != self._compiled.in_slots:
+            return None
+        result = plan.result
+        steps = [
+            native.ArgStep(
+                step.kind,
+                step.code,
+                step.dtype,
+                step.dim if step.kind == _convention.StepKind.SHAPE else step.lanes,
+                step.kind == _convention.StepKind.SHADOW and plan.runtime_activity,
+                step.source,
+            )
+            for step in plan.steps
+        ]
+        return native.Caller(
+            self.entry,
+            plan.in_codes,
+            self.out_codes,
+            steps,
+            result.shape,
+            result.primal_fields,
+            list(result.adjoints),
+            result.tangent_fields,
+            result.tangent_lanes,
+            result.tangent_struct,
+            # Calls whose arrays overlap take the checked path: to the build without
+            # noalias, and to the check that no shadow overlaps an array.
+            self.may_overlap
+            or any(step.kind == _convention.StepKind.SHADOW for step in plan.steps),
+        )
+
+    # --- calling ------------------------------------------------------------
+    def __call__(self, *args: Any) -> Any:
+        hook = self._first_call
+        if hook is not None:
+            self._first_call = None
+            return hook(self, args)
+        return self.call(args)
+
+    def call(self, args: tuple[Any, ...]) -> Any:
+        """A call with ``args`` (a tuple), without the first-call hook."""
+        try:
+            if self._fast is not None:
+                return self._fast(*args)
+        except _state.native.ArgumentsRejected:
+            pass  # the checked path below says what is wrong
+        except _state.native.CalleeFailed as exc:
+            status, detail = (int(v) for v in str(exc).split())
+            self._raise_callee_error(status, detail)
+        except _state.native.OutOfMemory as exc:
+            self._raise_out_of_memory(exc)
+        return self._call_checked(args)
+
+    def alias_safe_twin(self) -> Derivative:
+        """The same derivative without the promise that arrays do not overlap."""
+        if self._alias_safe is None:
+            assert self.function.alias_safe is not None
+            self._alias_safe = Derivative(
+                self.function.alias_safe(),
+                self.mode,
+                self.activities,
+                self.return_activity,
+                replace(self._options, first_call=None),
+            )
+        return self._alias_safe
+
+    def _raise_out_of_memory(self, exc: Exception) -> NoReturn:
+        raise MemoryError(
+            f"the {self.mode.name.lower()} derivative of '{self.function.display_name}' "
+            f"ran out of memory: {exc}"
+        ) from None
+
+    def _raise_callee_error(self, status: int, detail: int) -> None:
+        if self.function.on_error is not None:
+            self.function.on_error(status, detail)
+        raise RuntimeError(f"'{self.function.display_name}' failed with status {status}")
+
+    def _call_checked(self, args: tuple[Any, ...]) -> Any:
+        if len(args) != self.plan.arity:
+            raise TypeError(
+                f"the {self.mode.name.lower()} derivative of '{self.function.display_name}' "
+                f"takes {self.plan.arity} arguments ({', '.join(self.plan.argument_names)}); "
+                f"got {len(args)}"
+            )
+        filled = _convention.fill_slots(self.plan, args, self._compiled.in_slots)
+        if self.may_overlap and _convention.overlapping(filled.arrays):
+            return self.alias_safe_twin()._call_checked(args)
+        try:
+            _state.native.invoke(self.entry, filled.slots)
+        except _state.native.OutOfMemory as exc:
+            self._raise_out_of_memory(exc)
+        errors = filled.errors
+        if errors[0] != 0:
+            self._raise_callee_error(int(errors[0]), int(errors[1]))
+        reader = _convention.SlotReader(filled.slots, self.out_codes, len(self.plan.in_codes))
+        return _convention.read_results(self.plan.result, reader)
+
+    # --- higher order, pickling, inspection ----------------------------------
+    def as_function(self) -> IRFunction:
+        """This derivative as a function to differentiate again (higher order).
+
+        Its parameters are the derivative's, in calling order (shadows after their
+        values, then the seed); a reverse derivative returns its adjoints by value.
+        """
+        if self._as_function is None:
+            if self.width != 1:
+                raise ActivityError("only derivatives of width 1 can be differentiated again")
+            module = frontends.parse_module(self._compiled.artifact.derivative_module)
+            # Enzyme differentiates its own raw output poorly (dead primal code,
+            # placeholder phis trip its assertions); it handles the optimized form.
+            module.native.optimize(_build.PASSES_TO_DIFFERENTIATE_AGAIN)
+            name = f"{self._compiled.artifact.entry_name}_derivative"
+            llvm_fn = frontends.function_of(module, name)
+            self._as_function = IRFunction(
+                module,
+                name,
+                self._derivative_params(),
+                llvm_fn.ret,
+                f"{self.mode.name.lower()} derivative of {self.function.display_name}",
+                self.function.on_error,
+                origin=("derivative", self),
+            )
+            if len(self._as_function.params) != len(llvm_fn.params):
+                raise EnzymeError(
+                    f"the derivative of '{self.function.display_name}' has "
+                    f"{len(llvm_fn.params)} parameters, {len(self._as_function.params)} "
+                    "were expected; this is a bug in enzyme_py"
+                )
+        return self._as_function
+
+    def _derivative_params(self) -> tuple[Param, ...]:
+        """The derivative's parameters: each value, its shadow, then the seed."""
+        fn = self.function
+        index: dict[int, int] = {}
+        params: list[Param] = []
+        for i, (p, act) in enumerate(zip(fn.params, self.activities, strict=True)):
+            index[i] = len(params)
+            params.append(p)
+            if act.shadow:
+                prefix = "d" if self.mode is Reverse else "t"
+                params.append(Param(prefix + p.name, p.kind, p.dtype))
+        if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
+            assert fn.ret is not None
+            params.append(Param("seed", "float", fn.ret.dtype))
+        # Hidden shapes follow their array to its new position.
+        return tuple(
+            replace(p, hidden=(p.hidden[0], index[p.hidden[1]], p.hidden[2]))
+            if p.hidden is not None and p.hidden[0] == "shape"
+            else p
+            for p in params
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as what is needed to build it again; in the new process the
+        # disk cache usually serves the compiled code.
+        built = self._built_function.origin
+        if built is not None and built[0] == "custom rules":
+            raise TypeError(
+                f"the derivative of '{self.function.display_name}' cannot be pickled: it "
+                f"uses custom rules (for {', '.join(built[1])}), which are registered in "
+                "this process only"
+            )
+        if self.function.origin is None:
+            raise TypeError(
+                f"the derivative of '{self.function.display_name}' cannot be pickled: its "
+                "function was not made by ez.llvm_ir, ez.c, ez.cpp or a Numba dispatcher"
+            )
+        return (
+            _rebuild_derivative,
+            (self.function.origin, self.mode, self.activities, self.return_activity, self._options),
+        )
+
+    def njit(self) -> Any:
+        """This derivative as an ``@numba.njit`` function (same arguments and results),
+        to call from inside other Numba code. Made once and kept."""
+        if self._njit is None:
+            safe = self.alias_safe_twin().entry if self.may_overlap else None
+            self._njit = _njit_call.compile_njit(
+                self.plan, self.entry, safe, self.out_codes, self.function.display_name
+            )
+        return self._njit
+
+    def inspect_llvm(self, optimized: bool = False) -> str:
+        """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
+        art = self._compiled.artifact
+        return art.optimized_ir if optimized else art.enzyme_ir
+
+    def __repr__(self) -> str:
+        acts = ", ".join(a.name for a in self.activities)
+        if self.return_activity is not None:
+            acts += f" -> {self.return_activity.name}"
+        return (
+            f"<enzyme_py.Derivative of '{self.function.display_name}' "
+            f"{self.mode.name}({acts}) width={self.width}>"
+        )
+
+
+def _rebuild_derivative(
+    origin: tuple[Any, ...],
+    mode: Mode,
+    activities: tuple[Activity, ...],
+    ret: Activity | None,
+    options: Options,
+) -> Derivative:
+    return Derivative(frontends.rebuild_function(origin), mode, activities, ret, options)
