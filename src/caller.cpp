@@ -133,7 +133,9 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
       result_(std::move(result)) {
   disjoint_ = disjoint;
   arity_ = 0;
-  for (const ArgStep &step : steps_) arity_ += (step.kind != step::kShape && step.kind != step::kErrors);
+  for (const ArgStep &step : steps_) {
+    arity_ += step.kind != step::kShape && step.kind != step::kStride && step.kind != step::kErrors;
+  }
 }
 
 py::object Caller::slot_value(const uint64_t *slots, size_t index) const {
@@ -169,12 +171,14 @@ py::object Caller::call(py::args args) const {
   };
   size_t next_arg = 0;
   for (const ArgStep &step : steps_) {
-    if (step.kind == step::kShape) {
+    if (step.kind == step::kShape || step.kind == step::kStride) {
       PyObject *source = args[step.source].ptr();
       if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
       auto a = py::reinterpret_borrow<py::array>(source);
       if (step.lanes >= a.ndim()) throw ArgumentsRejected();
-      put(slots + s++, step.code, 0, static_cast<long long>(a.shape(step.lanes)));
+      const py::ssize_t value =
+          step.kind == step::kShape ? a.shape(step.lanes) : a.strides(step.lanes);
+      put(slots + s++, step.code, 0, static_cast<long long>(value));
       continue;
     }
     if (step.kind == step::kErrors) {

@@ -42,6 +42,7 @@ constexpr char kArray = 'a';   // an array argument: its data pointer
 constexpr char kShadow = 'h';  // the shadow of the last array: one pointer per lane
 constexpr char kLanes = 'l';   // a tangent or seed: one scalar per lane
 constexpr char kShape = 'S';   // a dimension of an earlier array argument (hidden)
+constexpr char kStride = 'T';  // a stride (bytes) of an earlier array argument (hidden)
 constexpr char kErrors = 'E';  // the callee's errors buffer (hidden)
 }  // namespace step
 
@@ -55,15 +56,15 @@ constexpr char kNothing = 'n';  // None
 }  // namespace result_shape
 
 // One parameter of the entry point, in order (the plan of
-// _convention.plan_call). Most take the next Python argument; kShape and
-// kErrors fill hidden parameters without one.
+// _convention.plan_call). Most take the next Python argument; kShape, kStride
+// and kErrors fill hidden parameters without one.
 struct ArgStep {
   char kind;        // a step:: kind
   char code;        // slot code of the value (slot:: in entry_abi.h)
   char dtype;       // for arrays: required NumPy dtype char, or 0 for any
-  int lanes;        // shadows and lanes: the width; 'S': the dimension
+  int lanes;        // shadows and lanes: the width; kShape, kStride: the dimension
   bool self_shadow; // runtime activity: an array may be its own shadow
-  int source;       // 'S': index of the Python argument holding the array
+  int source;       // kShape, kStride: index of the Python argument holding the array
 };
 
 // How the output slots become the Python result.

@@ -138,14 +138,9 @@ def good():
             r"shadow of parameter 0 \('a'\).* needs dtype float64",
         ),
         (
-            lambda a, da, b: (a, np.zeros(8)[::2], b),
-            ValueError,
-            r"shadow of parameter 0 \('a'\).* must be C-contiguous",
-        ),
-        (
             lambda a, da, b: (a, np.broadcast_to(0.0, (4,)), b),
             ValueError,
-            r"shadow of parameter 0 \('a'\).* (must be writable|C-contiguous)",
+            r"shadow of parameter 0 \('a'\).* must be writable",
         ),
         (lambda a, da, b: (a, a, b), ValueError, r"overlaps its array"),
         (

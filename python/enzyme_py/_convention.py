@@ -77,6 +77,7 @@ class StepKind:
     SHADOW = "h"  # the shadow of an array argument: one pointer per lane
     LANES = "l"  # a tangent or a seed: one scalar per lane
     SHAPE = "S"  # a dimension of an earlier array argument (a hidden parameter)
+    STRIDE = "T"  # a stride, in bytes, of an earlier array argument (hidden)
     ERRORS = "E"  # the callee's error buffer (a hidden parameter)
 
 
@@ -175,10 +176,9 @@ def plan_call(
     for i, (param, act) in enumerate(zip(fn.params, activities, strict=True)):
         if param.hidden is not None:
             what, source, dim = param.hidden
-            if what == "shape":
-                steps.append(
-                    InputStep(StepKind.SHAPE, SlotCode.I64, "", 1, -1, arg_of_param[source], dim)
-                )
+            if what in ("shape", "stride"):
+                kind = StepKind.SHAPE if what == "shape" else StepKind.STRIDE
+                steps.append(InputStep(kind, SlotCode.I64, "", 1, -1, arg_of_param[source], dim))
             else:
                 steps.append(InputStep(StepKind.ERRORS, SlotCode.POINTER, "", 1, -1))
             continue
@@ -338,6 +338,14 @@ class FilledSlots:
     slots: np.ndarray
     errors: np.ndarray  # the callee's status and detail
     arrays: list[np.ndarray]  # arrays and shadows passed (kept alive; overlap checks)
+    # (the caller's shadow, the stand-in the derivative used): shadows laid out
+    # otherwise than their array, copied in before the call and back after it.
+    stand_ins: list[tuple[np.ndarray, np.ndarray]]
+
+    def copy_back(self) -> None:
+        """What the derivative wrote into stand-ins, into the caller's shadows."""
+        for shadow, stand_in in self.stand_ins:
+            shadow[...] = stand_in
 
 
 def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
@@ -353,10 +361,13 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
     named_arrays: list[tuple[str, np.ndarray]] = []
     named_shadows: list[tuple[str, np.ndarray, np.ndarray]] = []
     passed: list[np.ndarray] = []
+    stand_ins: list[tuple[np.ndarray, np.ndarray]] = []
     k = plan.width
     for step in plan.steps:
         if step.kind == StepKind.SHAPE:
             writer.put(arrays[step.source].shape[step.dim])
+        elif step.kind == StepKind.STRIDE:
+            writer.put(arrays[step.source].strides[step.dim])
         elif step.kind == StepKind.ERRORS:
             writer.put(errors.ctypes.data)
         elif step.kind == StepKind.ARRAY:
@@ -377,9 +388,22 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
                 continue
             shadow = check_shadow(value, array, k, step.where)
             named_shadows.append((step.where, shadow, array))
-            passed.append(shadow)
-            for lane in range(k):
-                writer.put(shadow.ctypes.data + lane * array.nbytes)
+            if array.flags.c_contiguous and shadow.flags.c_contiguous:
+                passed.append(shadow)
+                for lane in range(k):
+                    writer.put(shadow.ctypes.data + lane * array.nbytes)
+                continue
+            # The derivative indexes a shadow as its array: each lane is given memory
+            # laid out like the array, unless it is already.
+            lane_shadows: list[np.ndarray] = [shadow[j] for j in range(k)] if k > 1 else [shadow]
+            for given in lane_shadows:
+                used = given
+                if used.strides != array.strides:
+                    used = laid_out_like(array)
+                    used[...] = given
+                    stand_ins.append((given, used))
+                passed.append(used)
+                writer.put(used.ctypes.data)
         elif step.kind == StepKind.SCALAR:
             assert step.param is not None
             writer.put(scalar(args[step.arg], step.param, step.where))
@@ -388,7 +412,18 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
             for value in lanes(args[step.arg], k, step.param, step.where):
                 writer.put(value)
     check_shadows_apart(named_shadows, named_arrays, k)
-    return FilledSlots(slots, errors, passed)
+    return FilledSlots(slots, errors, passed, stand_ins)
+
+
+def laid_out_like(array: np.ndarray) -> np.ndarray:
+    """Zeros with ``array``'s shape, dtype and strides: each element at the same byte
+    offset from the data pointer (a view's gaps and negative strides included)."""
+    low = sum(min(0, (n - 1) * s) for n, s in zip(array.shape, array.strides, strict=True))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(array.shape, array.strides, strict=True))
+    if array.size == 0:
+        return np.zeros(array.shape, array.dtype)
+    buffer = np.zeros(high - low + array.itemsize, dtype=np.uint8)
+    return np.ndarray(array.shape, array.dtype, buffer, offset=-low, strides=array.strides)
 
 
 # --- the argument rules every caller shares ---------------------------------------
@@ -508,15 +543,16 @@ def check_array(value: Any, param: Param, where: str) -> np.ndarray:
         raise TypeError(f"{where} is an array; got {type(value).__name__} (pass a NumPy array)")
     if param.dtype is not None and value.dtype != param.dtype:
         raise ValueError(f"{where} needs dtype {param.dtype}; got {value.dtype}")
-    if not value.flags.c_contiguous:
+    if not param.strided and not value.flags.c_contiguous:
         raise ValueError(f"{where} must be C-contiguous; pass np.ascontiguousarray(...) of it")
-    if not value.flags.writeable:
+    if not param.readonly and not value.flags.writeable:
         raise ValueError(f"{where} is read-only; the function may write it: pass a copy")
     return value
 
 
 def check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarray:
-    """``value`` if it can be the shadow (k lanes) of array ``primal``."""
+    """``value`` if it can be the shadow (k lanes) of array ``primal``: of any layout
+    (the call gives the derivative a stand-in laid out like ``primal`` where it is not)."""
     shape = primal.shape if k == 1 else (k, *primal.shape)
     if not isinstance(value, np.ndarray):
         raise TypeError(
@@ -527,8 +563,6 @@ def check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarr
     if value.shape != shape:
         lane = f" (width={k})" if k > 1 else ""
         raise ValueError(f"{where} needs shape {shape}{lane}; got {value.shape}")
-    if not value.flags.c_contiguous:
-        raise ValueError(f"{where} must be C-contiguous")
     if not value.flags.writeable:
         raise ValueError(f"{where} must be writable: derivatives are accumulated into it")
     if np.shares_memory(value, primal):

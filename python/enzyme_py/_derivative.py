@@ -170,7 +170,9 @@ class Derivative:
                 step.kind,
                 step.code,
                 step.dtype,
-                step.dim if step.kind == _convention.StepKind.SHAPE else step.lanes,
+                step.dim
+                if step.kind in (_convention.StepKind.SHAPE, _convention.StepKind.STRIDE)
+                else step.lanes,
                 step.kind == _convention.StepKind.SHADOW and plan.runtime_activity,
                 step.source,
             )
@@ -256,6 +258,7 @@ class Derivative:
         errors = filled.errors
         if errors[0] != 0:
             self._raise_callee_error(int(errors[0]), int(errors[1]))
+        filled.copy_back()
         reader = _convention.SlotReader(filled.slots, self.out_codes, len(self.plan.in_codes))
         return _convention.read_results(self.plan.result, reader)
 
@@ -269,6 +272,15 @@ class Derivative:
         if self._as_function is None:
             if self.width != 1:
                 raise ActivityError("only derivatives of width 1 can be differentiated again")
+            strided = [p.name for p in self.function.params if p.strided]
+            if strided:
+                # Its shadows would be indexed with their arrays' strides, which a
+                # derivative of it could not check: only C-contiguous arrays here.
+                raise ActivityError(
+                    f"the derivative of '{self.function.display_name}' takes arrays of any "
+                    f"layout ({', '.join(strided)}), and cannot be differentiated again: "
+                    "pass C-contiguous arrays (np.ascontiguousarray) to differentiate twice"
+                )
             module = frontends.parse_module(self._compiled.artifact.derivative_module)
             # Enzyme differentiates its own raw output poorly (dead primal code,
             # placeholder phis trip its assertions); it handles the optimized form.
@@ -306,10 +318,10 @@ class Derivative:
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             assert fn.ret is not None
             params.append(Param("seed", "float", fn.ret.dtype))
-        # Hidden shapes follow their array to its new position.
+        # Hidden shapes and strides follow their array to its new position.
         return tuple(
             replace(p, hidden=(p.hidden[0], index[p.hidden[1]], p.hidden[2]))
-            if p.hidden is not None and p.hidden[0] == "shape"
+            if p.hidden is not None and p.hidden[0] in ("shape", "stride")
             else p
             for p in params
         )

@@ -128,6 +128,8 @@ def compile_njit(
         arg = f"a{step.arg}"
         if step.kind == StepKind.SHAPE:
             put(SlotCode.I64, f"a{step.source}.shape[{step.dim}]")
+        elif step.kind == StepKind.STRIDE:
+            put(SlotCode.I64, f"a{step.source}.strides[{step.dim}]")
         elif step.kind == StepKind.ERRORS:
             put(SlotCode.POINTER, "errors.ctypes.data")
         elif step.kind == StepKind.ARRAY:

@@ -1,22 +1,29 @@
 """Derivatives of Numba dispatchers: one engine derivative per Numba signature.
 
 Each specialisation is an ordinary ``Derivative`` of the frontend's wrapper, whose
-hidden parameters (array shapes, the errors buffer) enzyme_py fills in; this class
-picks the specialisation from the ``sig=`` given, else from the types of the
-arguments of each call (the dispatcher's only signature, if it has one, is
-built at once, and serves the calls whose arguments have its types).
+hidden parameters (array shapes and strides, the errors buffer) enzyme_py fills in;
+this class picks the specialisation from the ``sig=`` given, else from the types of
+the arguments of each call (the dispatcher's only signature, if it has one, is built
+at once, and serves the calls whose arguments have its types).
+
+Parameters with defaults may be left out, as in a call of the function: activities
+for the first parameters, then the return's; the parameters left out are Const and
+take their default values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options
-from enzyme_py.core import ActivityError, EnzymeError, Mode
+from enzyme_py._numba_results import ArrayResultCall, part_activity
+from enzyme_py.core import Activity, ActivityError, Const, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
 
 
@@ -28,6 +35,28 @@ def _signature_of(dispatcher: Any, sig: Any) -> tuple[Any, ...] | None:
 
     args, _ = sigutils.normalize_signature(sig)
     return tuple(args)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A specialisation, with the default values of the parameters a call leaves out
+    inserted after the given parameters' arguments (before the seed)."""
+
+    derivative: Derivative
+    given: int  # parameters the activities (and so the calls) cover
+    defaults: tuple[Any, ...]
+    insert_at: int  # where the defaults go among the call's arguments
+    results: ArrayResultCall | None = None  # calls of a function returning arrays
+
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        if self.defaults:
+            args = (*args[: self.insert_at], *self.defaults, *args[self.insert_at :])
+        if self.results is not None:
+            return self.results(args)
+        return self.derivative(*args)
+
+
+__all__ = ["NumbaDerivative"]
 
 
 class NumbaDerivative:
@@ -47,43 +76,113 @@ class NumbaDerivative:
         self.options = options
         self._sig = sig
         self.name = dispatcher.py_func.__name__
-        self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
-        self._by_types: dict[tuple[Any, ...], Derivative] = {}
+        parameters = list(inspect.signature(dispatcher.py_func).parameters.values())
+        self._n_params = len(parameters)
+        self._defaults = [p.default for p in parameters]
+        # The fewest parameters a call may give (the rest have defaults).
+        self._required = next(
+            (i for i in range(self._n_params) if all(
+                p.default is not inspect.Parameter.empty for p in parameters[i:]
+            )),
+            self._n_params,
+        )  # fmt: skip
+        self._by_types: dict[tuple[Any, ...], _Bound] = {}
         # Calls pick their specialisation by a cheap key of the arguments' kinds.
-        self._by_kinds: dict[tuple[Any, ...], Derivative] = {}
-        self._single: Derivative | None = None
-        signature = _signature_of(dispatcher, sig)
-        if signature is not None and sig is not None:
-            self._single = self.specialize(signature)  # every call uses it
-        elif signature is not None:
-            # The dispatcher's only signature so far: ready before the first call
-            # (higher order, njit), but calls of other types get their own.
-            self.specialize(signature)
-        elif len(activities) not in (self._n_params, self._n_params + 1):
-            n = self._n_params
+        self._by_kinds: dict[tuple[Any, ...], _Bound] = {}
+        self._single: _Bound | None = None
+        n, given = self._n_params, len(activities)
+        if not (self._required <= given <= n + 1):
+            least = f"{self._required} (the parameters without defaults)"
             raise ActivityError(
                 f"'{self.name}' has {n} parameters, so autodiff needs {n} activities "
-                f"(one more if it returns a value); got {len(activities)}"
+                f"(one more if it returns a value; at least {least}, then the return's, "
+                f"leaving out parameters with defaults); got {given}"
             )
+        signature = _signature_of(dispatcher, sig)
+        if signature is not None and sig is not None:
+            self._single = self._specialize(signature, self._given_for(signature))
+        elif signature is not None:
+            # The dispatcher's only signature so far: ready before the first call
+            # (higher order, njit), but calls of other types get their own. Its types
+            # may not suit these activities (an earlier call with ints): the calls'
+            # own types then decide.
+            with contextlib.suppress(ActivityError, TypeError, EnzymeError):
+                self._specialize(signature, self._given_for(signature))
+
+    def _given_for(self, signature: tuple[Any, ...]) -> int:
+        """How many parameters the activities cover, for Numba argument types
+        ``signature`` of all of them: all but the last activity, the return's, when the
+        function returns a value."""
+        return len(self.activities) - (1 if numba_frontend.returns_value(
+            self.dispatcher, signature
+        ) else 0)  # fmt: skip
+
+    def _specialize(self, signature: tuple[Any, ...], given: int) -> _Bound:
+        """The derivative for Numba argument types ``signature`` of all parameters, the
+        activities covering the first ``given`` (compiled once)."""
+        key = (signature, given)
+        found = self._by_types.get(key)
+        if found is not None:
+            return found
+        if given < self._required:
+            raise ActivityError(
+                f"'{self.name}' returns a value and its parameters without defaults are "
+                f"{self._required}: give autodiff one activity for each, then the return's"
+            )
+        parameters: tuple[Activity, ...] = (
+            *self.activities[:given],
+            *([Const] * (self._n_params - given)),
+        )
+        spec = numba_frontend.specialize(self.dispatcher, signature, strided=True)
+        returned: tuple[Activity, ...] = tuple(self.activities[given:])
+        if spec.results is not None and returned:
+            # Arrays and tuples come back through output arrays, one per part.
+            returned = (part_activity(self.name, self.mode, returned[0]),) * len(spec.results)
+        params, ret = check_activities(spec.wrapper, self.mode, (*parameters, *returned))
+        try:
+            derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+        except EnzymeError:
+            # Numba's fully optimised code can be easier to analyse (types that only
+            # show after its optimisation); slower derivatives, but some.
+            spec = numba_frontend.specialize(
+                self.dispatcher, signature, numba_optimized=True, strided=True
+            )
+            derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+        results = None
+        if spec.results is not None:
+            positions, at = [], 0
+            for act in parameters:
+                positions.append(at)
+                at += 2 if act.shadow else 1
+            results = ArrayResultCall(
+                derivative,
+                self.name,
+                self.mode,
+                self.activities[given],
+                spec.results,
+                self.options.width,
+                self.dispatcher,
+                tuple(positions),
+            )
+        found = _Bound(
+            derivative,
+            given,
+            tuple(self._defaults[given:]),
+            sum(2 if act.shadow else 1 for act in self.activities[:given]),
+            results,
+        )
+        self._by_types[key] = found
+        return found
 
     def specialize(self, signature: tuple[Any, ...]) -> Derivative:
-        """The derivative for Numba argument types ``signature`` (compiled once)."""
-        found = self._by_types.get(signature)
-        if found is None:
-            wrapper = numba_frontend.specialize(self.dispatcher, signature).wrapper
-            params, ret = check_activities(wrapper, self.mode, self.activities)
-            try:
-                found = Derivative(wrapper, self.mode, params, ret, self.options)
-            except EnzymeError:
-                # Numba's fully optimised code can be easier to analyse (types that
-                # only show after its optimisation); slower derivatives, but some.
-                spec = numba_frontend.specialize(self.dispatcher, signature, numba_optimized=True)
-                found = Derivative(spec.wrapper, self.mode, params, ret, self.options)
-            self._by_types[signature] = found
-        return found
+        """The derivative for Numba argument types ``signature`` of every parameter."""
+        return self._specialize(signature, self._given_for(signature)).derivative
 
     def for_arguments(self, args: tuple[Any, ...]) -> Derivative:
         """The derivative for the types of these call arguments."""
+        return self._bound_for(args).derivative
+
+    def _bound_for(self, args: tuple[Any, ...]) -> _Bound:
         if self._single is not None:
             return self._single
         kinds = tuple(
@@ -94,28 +193,43 @@ class NumbaDerivative:
         )
         found = self._by_kinds.get(kinds)
         if found is None:
-            found = self._by_kinds[kinds] = self.specialize(self._types_of(args))
+            signature, given = self._types_of(args)
+            found = self._by_kinds[kinds] = self._specialize(signature, given)
         return found
 
-    def _types_of(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Numba types of the primal arguments (shadows and seed skipped)."""
-        types = []
-        pos = 0
-        for act in self.activities[: self._n_params]:
-            if pos >= len(args):
-                raise TypeError(
-                    f"the {self.mode.name.lower()} derivative of '{self.name}' got only "
-                    f"{len(args)} arguments"
-                )
-            types.append(self.dispatcher.typeof_pyval(args[pos]))
-            pos += 2 if act.shadow else 1
-        return tuple(types)
+    def _types_of(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+        """Numba types of every parameter for a call with ``args`` (shadows and seed
+        skipped; defaults for the parameters the activities leave out), and how many
+        parameters the activities cover: all but the return's activity, which only a
+        compile tells apart from a parameter's when parameters have defaults."""
+        chosen: tuple[tuple[Any, ...], int] | None = None
+        given = len(self.activities)
+        for count in (given - 1, given):
+            if not self._required <= count <= self._n_params:
+                continue
+            types = []
+            pos = 0
+            for act in self.activities[:count]:
+                if pos >= len(args):
+                    raise TypeError(
+                        f"the {self.mode.name.lower()} derivative of '{self.name}' got only "
+                        f"{len(args)} arguments"
+                    )
+                types.append(self.dispatcher.typeof_pyval(args[pos]))
+                pos += 2 if act.shadow else 1
+            types += [self.dispatcher.typeof_pyval(d) for d in self._defaults[count:]]
+            signature = numba_frontend.resolve_signature(self.dispatcher, tuple(types))
+            if self._given_for(signature) == count:
+                return signature, count
+            chosen = chosen or (signature, count)
+        assert chosen is not None  # __init__ checked the number of activities
+        return chosen  # the activities do not fit: check_activities says how
 
     def __call__(self, *args: Any) -> Any:
         single = self._single
         if single is not None:
-            return single(*args)
-        return self.for_arguments(args)(*args)
+            return single(args)
+        return self._bound_for(args)(args)
 
     def only(self) -> Derivative:
         """The single specialisation (for higher order and inspection)."""
@@ -124,7 +238,20 @@ class NumbaDerivative:
                 f"the derivative of '{self.name}' has {len(self._by_types)} specialisations; "
                 "give autodiff a sig= (or call it once) to pick one"
             )
-        return next(iter(self._by_types.values()))
+        bound = next(iter(self._by_types.values()))
+        if bound.results is not None:
+            raise ActivityError(
+                f"'{self.name}' returns an array or a tuple: its derivative cannot be "
+                "differentiated again or called from @njit code yet; write the result into "
+                "an output parameter for that"
+            )
+        if bound.defaults:
+            raise ActivityError(
+                f"the derivative of '{self.name}' leaves out parameters with defaults; to "
+                "differentiate it again or call it from @njit code, give an activity for "
+                "every parameter"
+            )
+        return bound.derivative
 
     def as_function(self) -> Any:
         return self.only().as_function()
@@ -147,3 +274,4 @@ class NumbaDerivative:
     def __repr__(self) -> str:
         acts = ", ".join(a.name for a in self.activities)
         return f"<enzyme_py derivative of Numba function '{self.name}' {self.mode.name}({acts})>"
+

@@ -45,10 +45,16 @@ class Param:
     dtype: np.dtype | None
     fields: int = 1  # number of values of a "struct" (a derivative's result)
     # Filled by enzyme_py, not passed by the caller: ("shape", i, d) is dimension d
-    # of the array that is parameter i; ("errors", 0, 0) a buffer for the callee's
-    # status (a frontend's error protocol).
+    # of the array that is parameter i, ("stride", i, d) its stride in bytes;
+    # ("errors", 0, 0) a buffer for the callee's status (a frontend's error protocol).
     hidden: tuple[str, int, int] | None = None
     pointee_is_pointer: bool = False
+    # An array parameter whose strides are passed (hidden "stride" parameters): it
+    # takes arrays of any layout. Otherwise arrays must be C-contiguous.
+    strided: bool = False
+    # An array parameter the function cannot write (a Numba readonly array): it
+    # takes read-only arrays.
+    readonly: bool = False
 
     @property
     def enzyme_pointee(self) -> int:

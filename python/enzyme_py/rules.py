@@ -38,7 +38,7 @@ import hashlib
 import warnings
 from dataclasses import dataclass, replace
 
-from enzyme_py.frontends.ir import IRFunction, SourceModule
+from enzyme_py.frontends.ir import IRFunction, SourceModule, function_of, parse_module
 
 __all__ = ["clear_rules", "register_derivative", "register_gradient"]
 
@@ -67,8 +67,6 @@ def _from_numba_cfunc(cfunc: object) -> IRFunction:
     """A ``@numba.cfunc`` as a rule: its C-ABI wrapper, behind a function of exactly the
     declared C types (Numba's wrapper of a ``void`` function returns a pointer)."""
     from numba.core import types
-
-    from enzyme_py.frontends.ir import function_of, parse_module
 
     library_ir = cfunc._library.get_llvm_str()  # type: ignore[attr-defined]
     inner = parse_module(library_ir)

@@ -42,6 +42,6 @@ def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
     if kind == "derivative":  # a derivative, differentiated again
         return origin[1].as_function()
     if kind == "numba":
-        _, dispatcher, signature, numba_optimized = origin
-        return specialize(dispatcher, signature, numba_optimized).wrapper
+        _, dispatcher, signature, numba_optimized, strided = origin
+        return specialize(dispatcher, signature, numba_optimized, strided).wrapper
     raise ValueError(f"cannot rebuild a function of origin {kind!r}")

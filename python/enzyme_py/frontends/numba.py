@@ -6,11 +6,15 @@ every array expanded into seven fields (meminfo, parent, nitems, itemsize, data,
 shape..., strides...). For each signature enzyme_py takes the IR of Numba's
 library and adds a wrapper in plain terms, which is what Enzyme differentiates:
 
-    RET wrapper(<array: T* data, i64 shape...> | <scalar>, ..., i64* errors)
+    RET wrapper(<array: T* data, i64 shape... [, i64 stride...]> | <scalar>, ...,
+                [<result part: T* data, i64 shape...>, ...], i64* errors)
 
-Arrays are passed C-contiguous, without a meminfo (Numba's reference counting
-sees null and does nothing), and ``errors`` receives Numba's status code and its
-exception-info pointer, so a Numba exception is raised again in Python.
+Arrays are passed without a meminfo (Numba's reference counting sees null and does
+nothing): C-contiguous ones by data pointer and shape, those of other layouts with
+their strides too. An array or tuple result is copied into output arrays, one per
+part (``_numba_results``); a scalar is returned by value. ``errors`` receives
+Numba's status code and its exception-info pointer, so a Numba exception is raised
+again in Python.
 """
 
 from __future__ import annotations
@@ -27,9 +31,22 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._signature import Param
+from enzyme_py.frontends._numba_results import (
+    SHAPE_MISMATCH,
+    ResultPart,
+    copy_out,
+    output_signature,
+    result_parts,
+)
 from enzyme_py.frontends.ir import IRFunction, SourceModule, function_of, parse_module
 
-__all__ = ["NumbaSignature", "is_dispatcher", "specialize"]
+__all__ = [
+    "NumbaSignature",
+    "is_dispatcher",
+    "resolve_signature",
+    "returns_value",
+    "specialize",
+]
 
 WRAPPER = "__enzyme_py_numba_wrapper"
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
@@ -72,6 +89,9 @@ class NumbaSignature:
     params: tuple[NumbaParam, ...]
     ret: Param | None
     wrapper: IRFunction  # per NumbaParam its value (+ hidden shape...), hidden errors
+    # An array or tuple result: its parts, each an output array of the wrapper after
+    # the parameters (None: a scalar returned by value, or nothing).
+    results: tuple[ResultPart, ...] | None = None
 
 
 _runtime_symbols_defined = False
@@ -128,7 +148,78 @@ def _compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
             f"'{name}' was compiled for explicit signatures only ({known}), not for these "
             f"argument types ({got}): pass arguments of those types"
         )
-    dispatcher.compile(signature)
+    from numba.core import errors, types
+
+    try:
+        dispatcher.compile(signature)
+    except errors.TypingError as exc:
+        names = list(inspect.signature(dispatcher.py_func).parameters)
+        read_only = [
+            f"'{name}'"
+            for name, numba_type in zip(names, signature, strict=False)
+            if isinstance(numba_type, types.Array) and not numba_type.mutable
+        ]
+        if not read_only or "readonly array" not in str(exc):
+            raise
+        which = ", ".join(read_only)
+        raise TypeError(
+            f"'{dispatcher.py_func.__name__}' writes into a read-only array: parameter "
+            f"{which} {'was' if len(read_only) == 1 else 'were'} given one (Numba: Cannot "
+            "modify readonly array); pass a writable array (a copy, np.array(a))"
+        ) from None
+
+
+def _refuse_unsigned(dispatcher: Any, signature: tuple[Any, ...]) -> None:
+    """Entry points pass signed integers; an unsigned one would be passed reinterpreted
+    (a negative count as a huge one): refused before anything is compiled."""
+    from numba.core import types
+
+    names = list(inspect.signature(dispatcher.py_func).parameters)
+    for arg_name, numba_type in zip(names, signature, strict=False):
+        if isinstance(numba_type, types.Integer) and not numba_type.signed:
+            raise TypeError(
+                f"parameter '{arg_name}' of '{dispatcher.py_func.__name__}' is an unsigned "
+                f"integer ({numba_type}); enzyme_py passes signed integers: pass a Python "
+                f"int or a signed NumPy integer (np.int64({arg_name}))"
+            )
+
+
+def resolve_signature(dispatcher: Any, types: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The argument types to differentiate for calls with arguments of ``types``: those
+    types, or, for a dispatcher compiled for explicit signatures only (which compiles
+    no more), the first of its signatures that takes them the way Numba's own dispatch
+    would without losing precision (a C-contiguous or read-only array for a
+    ``float64[:]`` parameter, an int for a float)."""
+    from numba.core.typeconv import Conversion
+
+    types = tuple(types)
+    _refuse_unsigned(dispatcher, types)
+    if types in dispatcher.overloads or getattr(dispatcher, "_can_compile", True):
+        return types
+    context = dispatcher.typingctx
+    for signature in dispatcher.signatures:
+        formal = tuple(signature)
+        if len(formal) == len(types) and all(
+            actual == wanted
+            or (
+                (found := context.can_convert(actual, wanted)) is not None
+                and found <= Conversion.safe
+            )
+            for actual, wanted in zip(types, formal, strict=True)
+        ):
+            return formal
+    _compile_if_missing(dispatcher, types)  # raises: no signature takes them
+    return types
+
+
+def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
+    """Whether ``dispatcher`` compiled for ``signature`` returns a value (compiled here
+    if it was not)."""
+    from numba.core import types
+
+    _compile_if_missing(dispatcher, signature)
+    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
+    return not isinstance(return_type, types.NoneType)
 
 
 def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
@@ -185,42 +276,42 @@ _specialized: weakref.WeakKeyDictionary[Any, dict[Any, NumbaSignature]] = (
 
 
 def specialize(
-    dispatcher: Any, signature: tuple[Any, ...], numba_optimized: bool = False
+    dispatcher: Any,
+    signature: tuple[Any, ...],
+    numba_optimized: bool = False,
+    strided: bool = False,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine (once per
     dispatcher, signature and form; see ``_specialize``)."""
-    key = (tuple(signature), numba_optimized)
+    key = (tuple(signature), numba_optimized, strided)
     try:
         known = _specialized.setdefault(dispatcher, {})
     except TypeError:  # not weak-referenceable: no memo
-        return _specialize(dispatcher, signature, numba_optimized)
+        return _specialize(dispatcher, signature, numba_optimized, strided)
     if key not in known:
-        known[key] = _specialize(dispatcher, signature, numba_optimized)
+        known[key] = _specialize(dispatcher, signature, numba_optimized, strided)
     return known[key]
 
 
 def _specialize(
-    dispatcher: Any, signature: tuple[Any, ...], numba_optimized: bool = False
+    dispatcher: Any,
+    signature: tuple[Any, ...],
+    numba_optimized: bool = False,
+    strided: bool = False,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
 
     By default from a compile without Numba's full module optimisation (see
     ``_ad_compile``); ``numba_optimized=True`` takes the dispatcher's own compile,
-    for what Enzyme cannot analyse in the unoptimised form.
+    for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
+    parameters of layouts other than C take their strides as hidden parameters (any
+    layout passes); without it every array is passed C-contiguous.
     """
     from numba.core import types
 
     name = dispatcher.py_func.__name__
     names = list(inspect.signature(dispatcher.py_func).parameters)
-    for arg_name, numba_type in zip(names, signature, strict=False):
-        if isinstance(numba_type, types.Integer) and not numba_type.signed:
-            # Entry points pass signed integers; an unsigned one would be passed
-            # reinterpreted (a negative count as a huge one).
-            raise TypeError(
-                f"parameter '{arg_name}' of '{name}' is an unsigned integer ({numba_type}); "
-                "enzyme_py passes signed integers: pass a Python int or a signed NumPy "
-                f"integer (np.int64({arg_name}))"
-            )
+    _refuse_unsigned(dispatcher, signature)
     if numba_optimized:
         _compile_if_missing(dispatcher, signature)
         cres = dispatcher.overloads[tuple(signature)]
@@ -239,7 +330,10 @@ def _specialize(
     for i, (arg_name, numba_type) in enumerate(zip(names, fndesc.argtypes, strict=True)):
         v = f"a{i}"
         if isinstance(numba_type, types.Array):
-            if numba_type.layout == "F":
+            # Arrays of any layout but C get their strides passed; C-contiguous ones
+            # get them computed here (Numba's code for layout C reads shapes only).
+            passes_strides = strided and numba_type.layout != "C"
+            if numba_type.layout == "F" and not passes_strides:
                 raise TypeError(
                     f"parameter '{arg_name}' of '{name}' is a Fortran-ordered array; enzyme_py "
                     "passes C-contiguous arrays: use np.ascontiguousarray"
@@ -262,13 +356,26 @@ def _specialize(
                 )
             elem = str(ctx.get_data_type(numba_type.dtype))
             nd = numba_type.ndim
-            params.append(NumbaParam(Param(arg_name, "pointer", dtype), nd, numba_type))
+            param = Param(
+                arg_name,
+                "pointer",
+                dtype,
+                strided=passes_strides,
+                readonly=not numba_type.mutable,
+            )
+            params.append(NumbaParam(param, nd, numba_type))
             signature_text.append(f"{elem}* {NOALIAS} %{v}")
             signature_text.extend(f"i64 %{v}.shape{d}" for d in range(nd))
-            # C-contiguous strides, innermost first; nitems the product of the shape.
-            body.append(f"  %{v}.stride{nd - 1} = add i64 0, {dtype.itemsize}")
-            for d in range(nd - 2, -1, -1):
-                body.append(f"  %{v}.stride{d} = mul i64 %{v}.stride{d + 1}, %{v}.shape{d + 1}")
+            if passes_strides:
+                signature_text.extend(f"i64 %{v}.stride{d}" for d in range(nd))
+            elif nd:
+                # C-contiguous strides, innermost first.
+                body.append(f"  %{v}.stride{nd - 1} = add i64 0, {dtype.itemsize}")
+                for d in range(nd - 2, -1, -1):
+                    body.append(
+                        f"  %{v}.stride{d} = mul i64 %{v}.stride{d + 1}, %{v}.shape{d + 1}"
+                    )
+            # nitems: the product of the shape.
             body.append(f"  %{v}.n0 = add i64 0, 1")
             for d in range(nd):
                 body.append(f"  %{v}.n{d + 1} = mul i64 %{v}.n{d}, %{v}.shape{d}")
@@ -289,18 +396,16 @@ def _specialize(
             call_args.append(f"{llvm_type} %{v}")
 
     restype = fndesc.restype
-    if isinstance(restype, types.NoneType):
+    # Arrays and tuples come back through output arrays (see _numba_results).
+    results = result_parts(restype, ctx, name)
+    if isinstance(restype, types.NoneType) or results is not None:
         ret_llvm = "void"
-    elif isinstance(restype, (types.Float, types.Integer, types.Boolean)):
-        ret_llvm = retptr_type[:-1]  # the pointee of the result pointer
     else:
-        raise TypeError(
-            f"'{name}' returns {restype}; enzyme_py differentiates Numba functions that "
-            "return a float or integer scalar, or nothing (write arrays into an output "
-            "parameter instead)"
-        )
+        ret_llvm = retptr_type[:-1]  # the pointee of the result pointer
     ret_param = None if ret_llvm == "void" else _scalar_param(restype, "return")
     slot_type = retptr_type[:-1]
+    if results is not None:
+        signature_text.extend(output_signature(results, NOALIAS))
     signature_text.append("i64* %errors")
     lines = [
         f"define {ret_llvm} @{WRAPPER}({', '.join(signature_text)}) {{",
@@ -319,7 +424,9 @@ def _specialize(
         "  %status64 = sext i32 %status to i64",
         "  store i64 %status64, i64* %errors",
     ]
-    if ret_llvm == "void":
+    if results is not None:
+        lines += copy_out(results, slot_type, "%errors")
+    elif ret_llvm == "void":
         lines.append("  ret void")
     else:
         lines += [f"  %value = load {ret_llvm}, {ret_llvm}* %result", f"  ret {ret_llvm} %value"]
@@ -348,11 +455,35 @@ def _specialize(
             Param(f"{p.param.name}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
             for d in range(p.ndim)
         )
+        if p.param.strided:
+            wrapper_params.extend(
+                Param(
+                    f"{p.param.name}.stride{d}",
+                    "int",
+                    np.dtype(np.int64),
+                    hidden=("stride", index, d),
+                )
+                for d in range(p.ndim)
+            )
+    for part in results or ():
+        index = len(wrapper_params)
+        label = "result" if part.member is None else f"result[{part.member}]"
+        wrapper_params.append(Param(label, "pointer", part.dtype))
+        wrapper_params.extend(
+            Param(f"{label}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
+            for d in range(part.ndim)
+        )
     wrapper_params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
     if len(wrapper_params) != len(llvm_fn.params):
         raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
 
     def on_error(status: int, detail: int) -> None:
+        if status == SHAPE_MISMATCH:
+            what = "its result" if len(results or ()) == 1 else f"part {detail} of its result"
+            raise ValueError(
+                f"'{name}' returned {what} with another shape than the array given for it "
+                "(its cotangent or tangent): give one shaped like the result"
+            )
         raise_numba_error(status, detail, name)
 
     def alias_safe() -> IRFunction:
@@ -373,9 +504,9 @@ def _specialize(
         name,
         on_error,
         alias_safe,
-        ("numba", dispatcher, tuple(signature), numba_optimized),
+        ("numba", dispatcher, tuple(signature), numba_optimized, strided),
     )
-    return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper)
+    return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper, results)
 
 
 NOALIAS = "<noalias>"

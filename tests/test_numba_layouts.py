@@ -1,0 +1,235 @@
+"""Numba functions called as users call them: arrays of any layout (views, negative
+strides, Fortran order, read-only), shadows of any layout, explicit signatures with
+layout 'A', parameters with defaults left out. Each against finite differences."""
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from reference import fd_gradient
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit
+def weighted_cubes(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * x[i] ** 3
+    return s
+
+
+@numba.njit
+def row_weighted_squares(a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s += (i + 1) * a[i, j] ** 2 + 0.5 * j * a[i, j]
+    return s
+
+
+@numba.njit
+def squares_into(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * x[i]
+
+
+def _every_other_column_of(a):
+    wide = np.zeros((a.shape[0], 2 * a.shape[1]))
+    wide[:, ::2] = a
+    return wide[:, ::2]
+
+
+def _views():
+    base = np.linspace(0.5, 2.0, 20)
+    return {
+        "every other": base[::2],
+        "reversed": base[::-1][:10],
+        "offset view": base[3:13],
+        "reversed, every other": base[::-2],
+    }
+
+
+@pytest.mark.parametrize("view", list(_views()))
+def test_gradient_of_a_strided_view(view):
+    x = _views()[view]
+    w = np.arange(1.0, 11.0)[::-1]  # negative strides too
+    expected = fd_gradient(lambda v: weighted_cubes(v, w), x)
+    np.testing.assert_allclose(ez.grad(weighted_cubes)(x, w), expected, rtol=1e-6)
+    # A shadow laid out like its array, and one that is not.
+    for dx in (np.zeros(20)[::2], np.zeros(10)):
+        df = ez.autodiff(weighted_cubes, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+        value, = df(x, dx, w, 2.0)
+        assert value == pytest.approx(weighted_cubes(x, w))
+        np.testing.assert_allclose(dx, 2.0 * expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: np.asfortranarray(a),
+        lambda a: np.ascontiguousarray(a.T).T,
+        lambda a: _every_other_column_of(a),
+        lambda a: np.pad(a, 1)[1:-1, 1:-1],
+    ],
+    ids=["Fortran order", "transposed view", "column slice", "inner window"],
+)
+def test_two_dimensional_arrays_of_any_layout(make):
+    a = make(np.arange(12.0).reshape(3, 4) / 7.0)
+    expected = fd_gradient(row_weighted_squares, np.ascontiguousarray(a))
+    np.testing.assert_allclose(ez.grad(row_weighted_squares)(a), expected, rtol=1e-6)
+    tangent = np.ones_like(a)
+    y, dy = ez.jvp(row_weighted_squares, (a,), (tangent,))
+    assert dy == pytest.approx(float(np.sum(expected)), rel=1e-6)
+
+
+def test_forward_and_reverse_into_a_strided_output():
+    x = np.linspace(0.5, 2.0, 20)[::2]
+    out, tout = np.zeros(20)[::2], np.zeros(10)
+    ez.autodiff(squares_into, ez.Forward, ez.Dual, ez.Dual)(x, np.ones(10), out, tout)
+    np.testing.assert_allclose(out, x * x)
+    np.testing.assert_allclose(tout, 2 * x)
+    dx, dout = np.zeros(10), np.full(20, 3.0)[::2]
+    ez.autodiff(squares_into, ez.Reverse, ez.Duplicated, ez.Duplicated)(x, dx, out, dout)
+    np.testing.assert_allclose(dx, 6 * x)
+    np.testing.assert_array_equal(dout, 0.0)  # the seed in the shadow is consumed
+
+
+def test_batched_forward_mode_on_a_strided_view():
+    x = np.linspace(0.5, 2.0, 20)[::2]
+    w = np.arange(1.0, 11.0)
+    df = ez.autodiff(weighted_cubes, ez.Forward, ez.Dual, ez.Const, ez.Dual, width=2)
+    directions = np.stack([np.ones(10), np.arange(10.0)])
+    _, dy = df(x, directions, w)
+    g = 3 * w * x**2
+    np.testing.assert_allclose(dy, [g.sum(), (g * np.arange(10)).sum()], rtol=1e-12)
+
+
+def test_read_only_inputs():
+    w = np.linspace(0.0, 1.0, 10)
+    w.flags.writeable = False
+    x = np.linspace(1.0, 2.0, 10)
+    x.flags.writeable = False
+    np.testing.assert_allclose(ez.grad(weighted_cubes, 0)(x, w), 3 * w * x**2)
+    np.testing.assert_allclose(ez.grad(weighted_cubes, 1)(x, w), x**3)
+
+
+def test_a_read_only_array_the_function_writes_is_refused():
+    x = np.linspace(1.0, 2.0, 4)
+    out = np.zeros(4)
+    out.flags.writeable = False
+    df = ez.autodiff(squares_into, ez.Forward, ez.Dual, ez.Dual)
+    with pytest.raises(TypeError, match="read-only array: parameter 'out'"):
+        df(x, np.ones(4), out, np.zeros(4))
+
+
+@numba.njit("float64(float64[:], float64[:])")
+def precompiled_weighted_cubes(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * x[i] ** 3
+    return s
+
+
+@numba.njit("void(float64[:], float64[:])")
+def precompiled_squares_into(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * x[i]
+
+
+def test_functions_precompiled_for_layout_a_take_any_array():
+    w = np.arange(1.0, 11.0)
+    for x in (np.linspace(0.5, 2.0, 10), np.linspace(0.5, 2.0, 20)[::2]):
+        np.testing.assert_allclose(ez.grad(precompiled_weighted_cubes)(x, w), 3 * w * x**2)
+    x = np.linspace(0.5, 2.0, 10)
+    out, tout = np.zeros(10), np.zeros(10)
+    df = ez.autodiff(precompiled_squares_into, ez.Forward, ez.Dual, ez.Dual)
+    df(x, np.ones(10), out, tout)
+    np.testing.assert_allclose(tout, 2 * x)
+
+
+def test_precompiled_signature_still_refuses_other_dtypes():
+    with pytest.raises(TypeError, match="explicit signatures only"):
+        ez.grad(precompiled_weighted_cubes)(np.ones(3, np.float32), np.ones(3, np.float32))
+
+
+def test_strided_derivatives_are_not_differentiated_again_silently():
+    df = ez.autodiff(precompiled_weighted_cubes, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    df(np.ones(3), np.zeros(3), np.ones(3), 1.0)
+    with pytest.raises(ez.ActivityError, match="any layout.*C-contiguous"):
+        ez.autodiff(df, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+
+
+@numba.njit
+def minkowski(x, y, p=2.0):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += abs(x[i] - y[i]) ** p
+    return s ** (1.0 / p)
+
+
+@numba.njit
+def scaled_squares_into(x, out, scale=2.0):
+    for i in range(x.shape[0]):
+        out[i] = scale * x[i] ** 2
+
+
+X, Y = np.array([1.0, 2.0, 4.0]), np.array([0.5, -1.0, 2.0])
+
+
+def test_a_parameter_with_a_default_can_be_left_out():
+    df = ez.autodiff(minkowski, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    dx = np.zeros(3)
+    (value,) = df(X, dx, Y, 1.0)
+    assert value == pytest.approx(np.linalg.norm(X - Y))
+    np.testing.assert_allclose(dx, fd_gradient(lambda v: minkowski(v, Y), X), rtol=1e-6)
+    fw = ez.autodiff(minkowski, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    y, dy = fw(X, np.array([1.0, 0.0, 0.0]), Y)
+    assert dy == pytest.approx(dx[0])
+
+
+def test_a_parameter_with_a_default_can_still_be_given():
+    df = ez.autodiff(minkowski, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+    dx = np.zeros(3)
+    (value,) = df(X, dx, Y, 3.0, 1.0)
+    assert value == pytest.approx(np.sum(np.abs(X - Y) ** 3) ** (1 / 3))
+    np.testing.assert_allclose(dx, fd_gradient(lambda v: minkowski(v, Y, 3.0), X), rtol=1e-6)
+
+
+def test_a_function_returning_nothing_with_a_default_left_out():
+    df = ez.autodiff(scaled_squares_into, ez.Forward, ez.Dual, ez.Dual)
+    out, tout = np.zeros(3), np.zeros(3)
+    assert df(X, np.ones(3), out, tout) is None
+    np.testing.assert_allclose(out, 2 * X**2)
+    np.testing.assert_allclose(tout, 4 * X)
+
+
+def test_too_few_activities_for_the_parameters_without_defaults():
+    with pytest.raises(ez.ActivityError, match="at least 2"):
+        ez.autodiff(minkowski, ez.Reverse, ez.Duplicated)
+
+
+@numba.njit
+def scaled_product(a, b):
+    return a * a * b
+
+
+def test_an_earlier_call_with_other_types_does_not_poison_the_derivative():
+    scaled_product(1, 2)  # ints: the dispatcher's only signature
+    assert ez.grad(scaled_product)(1.5, 2.0) == pytest.approx(6.0)
+    df = ez.autodiff(scaled_product, ez.Reverse, ez.Active, ez.Const, ez.Active)
+    assert df(1.5, 2.0, 1.0)[1] == pytest.approx(6.0)
+
+
+def test_a_c_function_takes_a_shadow_of_any_layout():
+    # The derivative indexes the shadow as its (C-contiguous) array: a strided shadow
+    # gets a stand-in, whose adjoints are added into it after the call.
+    m = ez.c("double dot(const double *a, const double *b, int n) {"
+             " double s = 0; for (int i = 0; i < n; ++i) s += a[i] * b[i]; return s; }")
+    a, b = np.arange(1.0, 5.0), np.array([2.0, -1.0, 0.5, 3.0])
+    wide = np.ones(8)
+    df = ez.autodiff(m.dot, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+    df(a, wide[::2], b, 4, 2.0)
+    np.testing.assert_allclose(wide[::2], 1.0 + 2.0 * b)
+    np.testing.assert_array_equal(wide[1::2], 1.0)  # the gaps are left alone

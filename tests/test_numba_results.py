@@ -1,0 +1,154 @@
+"""Numba functions that return arrays or tuples, differentiated as written: the
+return activity applies to every part of the result (see enzyme_py/_numba_results.py).
+Each against float64 central finite differences."""
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit
+def smooth(x, k):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = k * np.sin(x[i]) * x[i]
+    return out
+
+
+@numba.njit
+def outer_rows(x):
+    out = np.zeros((2, x.shape[0]))
+    for i in range(x.shape[0]):
+        out[0, i] = x[i] ** 2
+        out[1, i] = x[i] * x[(i + 1) % x.shape[0]]
+    return out
+
+
+@numba.njit
+def stats(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 3
+    return x * 2.0, s
+
+
+@numba.njit
+def filtered(x):
+    return x[x > 0.0] ** 2  # a result whose shape depends on the values
+
+
+@numba.njit
+def view_result(x):
+    return x[::2] * 3.0
+
+
+def jacobian_fd(f, x, h=1e-6):
+    """d f(x) / d x by central differences: shape f(x).shape + x.shape."""
+    columns = []
+    for j in range(x.size):
+        e = np.zeros(x.size)
+        e[j] = h
+        e = e.reshape(x.shape)
+        columns.append((np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * h))
+    return np.moveaxis(np.array(columns), 0, -1).reshape(np.shape(f(x)) + x.shape)
+
+
+X = np.linspace(-1.0, 2.0, 6)
+
+
+def test_reverse_mode_of_an_array_result_takes_its_cotangent():
+    df = ez.autodiff(smooth, ez.Reverse, ez.Duplicated, ez.Const, ez.Duplicated)
+    cotangent = np.linspace(1.0, 2.0, 6)
+    kept = cotangent.copy()
+    dx = np.zeros(6)
+    result, = df(X, dx, 3.0, cotangent)
+    np.testing.assert_allclose(result, smooth(X, 3.0))
+    expected = cotangent @ jacobian_fd(lambda v: smooth(v, 3.0), X)
+    np.testing.assert_allclose(dx, expected, rtol=1e-6)
+    np.testing.assert_array_equal(cotangent, kept)  # the cotangent is left alone
+
+
+def test_forward_mode_of_an_array_result_returns_its_tangent():
+    tangent = np.linspace(0.5, 1.5, 6)
+    expected = jacobian_fd(lambda v: smooth(v, 3.0), X) @ tangent
+    dual = ez.autodiff(smooth, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    y, dy = dual(X, tangent, 3.0)
+    np.testing.assert_allclose(y, smooth(X, 3.0))
+    np.testing.assert_allclose(dy, expected, rtol=1e-6)
+    only = ez.autodiff(smooth, ez.Forward, ez.Dual, ez.Const, ez.DualOnly)
+    np.testing.assert_allclose(only(X, tangent, 3.0), expected, rtol=1e-6)
+    const = ez.autodiff(smooth, ez.Forward, ez.Const, ez.Const, ez.Const)
+    np.testing.assert_allclose(const(X, 3.0), smooth(X, 3.0))
+
+
+def test_a_two_dimensional_result():
+    cotangent = np.arange(12.0).reshape(2, 6) / 5.0
+    dx = np.zeros(6)
+    ez.autodiff(outer_rows, ez.Reverse, ez.Duplicated, ez.Duplicated)(X, dx, cotangent)
+    jac = jacobian_fd(outer_rows, X)
+    np.testing.assert_allclose(dx, np.tensordot(cotangent, jac, axes=2), rtol=1e-6)
+    _, dy = ez.autodiff(outer_rows, ez.Forward, ez.Dual, ez.Dual)(X, np.ones(6))
+    np.testing.assert_allclose(dy, jac @ np.ones(6), rtol=1e-6)
+
+
+def test_a_tuple_of_an_array_and_a_scalar():
+    dx = np.zeros(6)
+    cot_array = np.linspace(0.0, 1.0, 6)
+    (doubled, total), = ez.autodiff(stats, ez.Reverse, ez.Duplicated, ez.Duplicated)(
+        X, dx, (cot_array, 0.5)
+    )
+    np.testing.assert_allclose(doubled, 2 * X)
+    assert total == pytest.approx(np.sum(X**3))
+    np.testing.assert_allclose(dx, 2.0 * cot_array + 0.5 * 3 * X**2, rtol=1e-12)
+    (y, s), (dy, ds) = ez.autodiff(stats, ez.Forward, ez.Dual, ez.Dual)(X, np.ones(6))
+    np.testing.assert_allclose(dy, 2.0 * np.ones(6))
+    assert ds == pytest.approx(np.sum(3 * X**2))
+
+
+def test_a_result_whose_shape_depends_on_the_values():
+    x = np.array([-1.0, 2.0, 0.5, -3.0, 1.5])
+    y, dy = ez.autodiff(filtered, ez.Forward, ez.Dual, ez.Dual)(x, np.ones(5))
+    np.testing.assert_allclose(y, x[x > 0] ** 2)
+    np.testing.assert_allclose(dy, 2 * x[x > 0])
+    dx = np.zeros(5)
+    ez.autodiff(filtered, ez.Reverse, ez.Duplicated, ez.Duplicated)(x, dx, np.ones(3))
+    np.testing.assert_allclose(dx, np.where(x > 0, 2 * x, 0.0))
+
+
+def test_a_result_that_is_a_strided_view():
+    dx = np.zeros(6)
+    y, = ez.autodiff(view_result, ez.Reverse, ez.Duplicated, ez.Duplicated)(X, dx, np.ones(3))
+    np.testing.assert_allclose(y, 3 * X[::2])
+    np.testing.assert_allclose(dx, [3.0, 0, 3.0, 0, 3.0, 0])
+
+
+def test_batched_forward_mode_of_an_array_result():
+    df = ez.autodiff(smooth, ez.Forward, ez.Dual, ez.Const, ez.DualOnly, width=2)
+    tangents = np.stack([np.ones(6), np.linspace(0, 1, 6)])
+    jac = jacobian_fd(lambda v: smooth(v, 2.0), X)
+    np.testing.assert_allclose(df(X, tangents, 2.0), tangents @ jac.T, rtol=1e-6)
+
+
+def test_a_cotangent_of_the_wrong_shape_is_a_value_error():
+    df = ez.autodiff(smooth, ez.Reverse, ez.Duplicated, ez.Const, ez.Duplicated)
+    with pytest.raises(ValueError, match="another shape"):
+        df(X, np.zeros(6), 3.0, np.ones(5))
+    with pytest.raises(ValueError, match="1 dimensions"):
+        df(X, np.zeros(6), 3.0, np.ones((6, 1)))
+
+
+def test_array_results_need_duplicated_in_reverse_mode():
+    with pytest.raises(ez.ActivityError, match="returns an array.*Duplicated.*Active is for"):
+        ez.autodiff(smooth, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)(
+            X, np.zeros(6), 3.0, 1.0
+        )
+
+
+def test_a_tuple_cotangent_must_be_a_tuple():
+    df = ez.autodiff(stats, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    with pytest.raises(TypeError, match="tuple of 2"):
+        df(X, np.zeros(6), np.ones(6))
