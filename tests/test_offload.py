@@ -73,24 +73,25 @@ def test_reverse_kernel_into_a_small_shared_shadow(threads):
     np.testing.assert_allclose(dx, 0.5 + 2 * x * counts, rtol=1e-12)
     np.testing.assert_allclose(out, x[idx] ** 2)
     np.testing.assert_array_equal(dout, 0)  # the adjoint of a store clears its shadow
-    (launcher,) = dk._launchers.values()
+    (launcher,) = dk._cpu.launchers.values()
     assert "atomicrmw" not in launcher.inspect_llvm(optimized=True)
 
 
 def test_reverse_kernel_adds_atomically_into_shadows_too_big_to_copy(monkeypatch):
-    from enzyme_py import offload
+    from enzyme_py.offload import _cpu
 
-    monkeypatch.setattr(offload, "_PRIVATE_BYTES", 0)
+    monkeypatch.setattr(_cpu, "PRIVATE_BYTES", 0)
     k = ez.offload.kernel(gather_square)
     dk = ez.autodiff(k, ez.Reverse, ez.Const, ez.Duplicated, ez.Duplicated)
     n = 20_000
     idx = (np.arange(n, dtype=np.int64) * 7) % 1000
     x = np.linspace(1, 2, n)  # only its first 1000 entries are read
     dx, out, dout = np.zeros(n), np.zeros(n), np.ones(n)
-    assert dk._shadow_plan((idx, x, dx, out, dout), n, 4) == (frozenset(), {4}, 0)  # dout: plain
+    # dout: plain
+    assert dk._cpu.shadow_plan((idx, x, dx, out, dout), n, 4) == (frozenset(), {4}, 0)
     dk.launch(n, idx, x, dx, out, dout, threads=4)
     np.testing.assert_allclose(dx, 2 * x * np.bincount(idx, minlength=n), rtol=1e-12)
-    (launcher,) = dk._launchers.values()
+    (launcher,) = dk._cpu.launchers.values()
     assert "atomicrmw" in launcher.inspect_llvm(optimized=True)
 
 
@@ -100,9 +101,9 @@ def test_how_threads_share_each_shadow():
     idx, x, dx = np.zeros(n, np.int64), np.ones(8), np.zeros(8)
     out, dout = np.zeros(n), np.ones(n)
     # dx: entries idx[i], anywhere, but small: copied; dout: entry i only, shared
-    assert dk._shadow_plan((idx, x, dx, out, dout), n, 4) == ({2}, {2, 4}, 0)
-    assert dk._shadow_plan((idx, x, dx, out, dout), n, 1) == (set(), set(), 0)  # one thread
-    assert dk._shadow_plan((idx, x, x, out, dout), n, 4) == (set(), {4}, 0)  # dx is x: atomic
+    assert dk._cpu.shadow_plan((idx, x, dx, out, dout), n, 4) == ({2}, {2, 4}, 0)
+    assert dk._cpu.shadow_plan((idx, x, dx, out, dout), n, 1) == (set(), set(), 0)  # one thread
+    assert dk._cpu.shadow_plan((idx, x, x, out, dout), n, 4) == (set(), {4}, 0)  # dx is x: atomic
 
 
 def test_forward_kernel_equals_cpu_derivative():
@@ -245,9 +246,9 @@ def test_amd_gpu_launch_says_it_is_not_there_yet():
 
 
 def test_gpu_kernel_parameters_are_packed_at_natural_alignment():
-    from enzyme_py.offload import _pack
+    from enzyme_py.offload._gpu import pack
 
-    packed = _pack([("i64", 7), ("i8", 1), ("double", 2.5), ("float", 1.0), ("ptr", 16)])
+    packed = pack([("i64", 7), ("i8", 1), ("double", 2.5), ("float", 1.0), ("ptr", 16)])
     assert len(packed) == 8 + 8 + 8 + 8 + 8  # i8 padded to 8 before the double, float to 8
     assert packed[:8] == (7).to_bytes(8, "little")
     assert packed[8] == 1 and packed[9:16] == bytes(7)
@@ -269,7 +270,7 @@ def test_in_place_kernel_with_overlapping_arrays():
 
 def _ptxas_available():
     try:
-        ez.offload._ptxas()
+        ez.offload._ptx.ptxas()
     except RuntimeError:
         return False
     return True
@@ -358,7 +359,7 @@ define void @math(i64 %i, double* %x, float* %y) {
 
 
 def test_math_calls_come_from_libdevice():
-    if not ez.offload._libdevice():
+    if not ez.offload._ptx.libdevice():
         pytest.skip("no libdevice here (the CUDA toolkit or the cuda extra has it)")
     k = ez.offload.kernel(ez.llvm_ir(MATH, "math"))
     ptx = k.ptx(np.zeros(2), np.zeros(2, np.float32))
@@ -628,7 +629,7 @@ def test_a_reverse_stencil_runs_on_several_threads_without_atomic_adds(boundsche
     u = np.random.default_rng(1).random(n)
     du, out, dout = np.zeros(n), np.zeros(n), np.linspace(1, 2, n)
     args = (u, du, out, dout, r)
-    assert dk._shadow_plan(args, n, 7) == (set(), {1, 3}, 2)  # du[i-1], du[i], du[i+1]
+    assert dk._cpu.shadow_plan(args, n, 7) == (set(), {1, 3}, 2)  # du[i-1], du[i], du[i+1]
     dk.launch(n, *args, threads=7)
     # The step's Jacobian, transposed, applied to dout.
     jacobian = np.eye(n)
@@ -636,7 +637,7 @@ def test_a_reverse_stencil_runs_on_several_threads_without_atomic_adds(boundsche
         jacobian[i, i - 1 : i + 2] = [r, 1 - 2 * r, r]
     np.testing.assert_allclose(du, jacobian.T @ np.linspace(1, 2, n), rtol=1e-13)
     np.testing.assert_array_equal(dout, 0)
-    for launcher in dk._launchers.values():
+    for launcher in dk._cpu.launchers.values():
         assert "atomicrmw" not in launcher.inspect_llvm(optimized=True)
 
 
@@ -645,10 +646,10 @@ def test_overlapping_shadows_are_added_into_atomically():
     n = 100
     shadows = np.zeros(n + 5)
     args = (np.ones(n), shadows[:n], np.zeros(n), shadows[5:], 0.25)  # du[i + 5] is dout[i]
-    assert dk._shadow_plan(args, n, 2) == (set(), set(), 0)
+    assert dk._cpu.shadow_plan(args, n, 2) == (set(), set(), 0)
     apart = np.zeros(2 * n)
     args = (np.ones(n), apart[:n], np.zeros(n), apart[n:], 0.25)
-    assert dk._shadow_plan(args, n, 2) == (set(), {1, 3}, 2)
+    assert dk._cpu.shadow_plan(args, n, 2) == (set(), {1, 3}, 2)
 
 
 def test_a_pointer_stored_away_has_no_known_reach():
@@ -694,7 +695,7 @@ def test_indices_near_the_ends_of_each_thread_run_after_all_threads(monkeypatch)
     args = (np.ones(n), np.zeros(n), np.zeros(n), np.ones(n), 0.25)
     dk.launch(n, *args, threads=1)  # built
     calls = []
-    real = type(dk)._launcher
+    real = type(dk._cpu).launcher
 
     def recording(self, *a, **k):
         launcher = real(self, *a, **k)
@@ -705,7 +706,7 @@ def test_indices_near_the_ends_of_each_thread_run_after_all_threads(monkeypatch)
 
         return run
 
-    monkeypatch.setattr(type(dk), "_launcher", recording)
+    monkeypatch.setattr(type(dk._cpu), "launcher", recording)
     dk.launch(n, *args, threads=4)
     first, then = sorted(calls[:4]), calls[4:]
     assert first == [(0, 23), (25, 48), (50, 73), (75, 98)]
@@ -726,8 +727,8 @@ def test_loops_of_constant_length_leave_no_tape():
     dx, out, dout = np.zeros_like(x), np.zeros(n), np.ones(n)
     dk.launch(n, x, dx, out, dout, threads=2)
     np.testing.assert_allclose(dx, x / np.linalg.norm(x, axis=1)[:, None], rtol=1e-14)
-    assert dk._shadow_plan((x, dx, out, dout), n, 2) == (set(), {1, 3}, 0)  # rows: own only
-    for launcher in dk._launchers.values():
+    assert dk._cpu.shadow_plan((x, dx, out, dout), n, 2) == (set(), {1, 3}, 0)  # rows: own only
+    for launcher in dk._cpu.launchers.values():
         ir = launcher.inspect_llvm(optimized=True)
         assert "tape_alloc" not in ir and "@malloc(" not in ir
 
@@ -738,6 +739,6 @@ def test_a_reverse_kernel_whose_body_loops_takes_its_tape_from_the_arena():
     n, m = 100, 4
     x, c = np.linspace(-1, 1, n), np.ones(m)
     dk.launch(n, x, np.zeros(n), c, np.zeros(m), m, np.zeros(n), np.ones(n), threads=1)
-    (launcher,) = dk._launchers.values()
+    (launcher,) = dk._cpu.launchers.values()
     ir = launcher.inspect_llvm(optimized=True)
     assert "@__enzyme_py_tape_alloc(" in ir and "@malloc(" not in ir

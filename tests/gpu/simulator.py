@@ -136,7 +136,7 @@ class Simulator:
 
         kernel, args = self._current.launch
         like = tuple(np.empty(a.shape, a.dtype) if hasattr(a, "address") else a for a in args)
-        per_index = kernel._per_index_for(like)
+        per_index = kernel._body.per_index_for(like)
         info = next(i for i in per_index.module.functions() if i["name"] == per_index.name)
         types = ["i64", *info["params"][1:]]
         if name != "__enzyme_py_kernel" or count != len(types):

@@ -52,12 +52,12 @@ def test_the_gpu_architecture_is_read_from_the_driver():
 
 KERNEL_ON_THE_GPU = """
 import numpy as np, enzyme_py as ez, simulator
-from enzyme_py import offload
+from enzyme_py.offload import _ptx
 simulator.connect()
 if {no_ptxas}:
     def missing():
         raise RuntimeError("no ptxas")
-    offload._ptxas = missing
+    _ptx.ptxas = missing
 device = next(d for d in ez.offload.devices() if d.is_gpu)
 scaled = ez.offload.kernel(ez.llvm_ir({source!r}, "scaled"))
 x, out = np.arange(300, dtype=np.float32), np.zeros(300)
@@ -202,7 +202,7 @@ def test_a_cubin_for_another_architecture_is_refused_with_advice(monkeypatch):
 
 def test_an_error_of_ptxas_is_reported_not_papered_over_with_ptx(monkeypatch):
     try:
-        ez.offload._ptxas()
+        ez.offload._ptx.ptxas()
     except RuntimeError:
         pytest.skip("no ptxas here")
     monkeypatch.setenv("ENZYME_PY_GPU_ARCH", "sm_1")  # no such architecture
@@ -212,12 +212,12 @@ def test_an_error_of_ptxas_is_reported_not_papered_over_with_ptx(monkeypatch):
 
 
 def test_ptx_is_loaded_where_ptxas_is_missing(monkeypatch):
-    from enzyme_py import offload
+    from enzyme_py.offload import _ptx
 
     def no_ptxas():
         raise RuntimeError("CUDA's ptxas is needed to assemble PTX and was not found")
 
-    monkeypatch.setattr(offload, "_ptxas", no_ptxas)
+    monkeypatch.setattr(_ptx, "ptxas", no_ptxas)
     k = ez.offload.kernel(ez.llvm_ir(SCALED, "scaled"))
     n = 300
     x, out = np.linspace(0, 1, n).astype(np.float32), np.zeros(n)
