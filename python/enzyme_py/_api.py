@@ -31,6 +31,8 @@ from enzyme_py.core import (
     Forward,
     Mode,
     Reverse,
+    checked_flag,
+    checked_width,
 )
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
@@ -350,7 +352,7 @@ class Derivative:
             code = _SLOT_CODE[param.dtype]
             plan.append(InputStep("s", code, "", 1, arg))
             if act.shadow:
-                plan.append(InputStep("l", code, "", k, arg + 1))
+                plan.append(InputStep("l", code, "", k, arg + 1, name=param.name))
         ret = fn.ret
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             assert ret is not None and ret.dtype is not None
@@ -869,9 +871,9 @@ def autodiff(
         ActivityError: activities that do not fit the parameters or the mode.
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
     """
-    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
-        raise ValueError(f"width must be a positive integer; got {width!r}")
-    width = int(width)
+    width = checked_width(width)  # before anything is built (a fork per build)
+    runtime_activity = checked_flag("runtime_activity", runtime_activity)
+    strong_zero, check = checked_flag("strong_zero", strong_zero), checked_flag("check", check)
     options = _Options(width, runtime_activity, strong_zero, check)
     from enzyme_py.offload import Kernel
 

@@ -9,13 +9,14 @@ built at once, and serves the calls whose arguments have its types).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
 import numpy as np
 
 from enzyme_py import _api
-from enzyme_py.core import ActivityError, EnzymeError, Mode
+from enzyme_py.core import Active, Activity, ActivityError, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
 
 
@@ -46,7 +47,15 @@ class NumbaDerivative:
         self.options = options
         self._sig = sig
         self.name = dispatcher.py_func.__name__
-        self._n_params = len(inspect.signature(dispatcher.py_func).parameters)
+        names = self._names = list(inspect.signature(dispatcher.py_func).parameters)
+        self._n_params = len(names)
+        for i, act in enumerate(activities):
+            if not isinstance(act, Activity):
+                what = f"parameter {i} ('{names[i]}')" if i < len(names) else "the return value"
+                raise ActivityError(
+                    f"the activity of {what} of '{self.name}' is {act!r}, not an enzyme_py "
+                    "activity (ez.Const, ez.Active, ez.Duplicated, ez.Dual, ...)"
+                )
         self._by_types: dict[tuple[Any, ...], _api.Derivative] = {}
         # Calls pick their specialisation by a cheap key of the arguments' kinds.
         self._by_kinds: dict[tuple[Any, ...], _api.Derivative] = {}
@@ -54,16 +63,21 @@ class NumbaDerivative:
         signature = _signature_of(dispatcher, sig)
         if signature is not None and sig is not None:
             self._single = self.specialize(signature)  # every call uses it
-        elif signature is not None:
-            # The dispatcher's only signature so far: ready before the first call
-            # (higher order, njit), but calls of other types get their own.
-            self.specialize(signature)
-        elif len(activities) not in (self._n_params, self._n_params + 1):
+            return
+        if len(activities) not in (self._n_params, self._n_params + 1):
             n = self._n_params
             raise ActivityError(
                 f"'{self.name}' has {n} parameters, so autodiff needs {n} activities "
                 f"(one more if it returns a value); got {len(activities)}"
             )
+        if signature is not None:
+            # The dispatcher's only signature so far (from its history: g(1, 2), one
+            # Fortran-order call, a failed derivative call): made ready before the
+            # first call (higher order, njit) if it can be, but no reason to refuse
+            # the derivative, since calls specialise from their own types.
+            # A call with these types raises the error again.
+            with contextlib.suppress(ActivityError, EnzymeError, TypeError, ValueError):
+                self.specialize(signature)
 
     def specialize(self, signature: tuple[Any, ...]) -> _api.Derivative:
         """The derivative for Numba argument types ``signature`` (compiled once)."""
@@ -104,15 +118,43 @@ class NumbaDerivative:
         """Numba types of the primal arguments (shadows and seed skipped)."""
         types = []
         pos = 0
-        for act in self.activities[: self._n_params]:
+        for i, act in enumerate(self.activities[: self._n_params]):
             if pos >= len(args):
                 raise TypeError(
                     f"the {self.mode.name.lower()} derivative of '{self.name}' got only "
                     f"{len(args)} arguments"
                 )
-            types.append(self.dispatcher.typeof_pyval(args[pos]))
+            types.append(self._type_of(i, act, args[pos]))
             pos += 2 if act.shadow else 1
         return tuple(types)
+
+    def _type_of(self, i: int, act: Activity, value: Any) -> Any:
+        """The Numba type of argument ``value`` of parameter i, or a TypeError /
+        ValueError naming the parameter (not Numba's TypingError without it)."""
+        where = f"parameter {i} ('{self._names[i]}') of '{self.name}'"
+        if value is None or isinstance(value, (str, bytes, complex)):
+            raise TypeError(
+                f"{where} got {type(value).__name__}; pass a real number or a NumPy array"
+            )
+        if act is Active and isinstance(value, np.ndarray) and value.ndim > 0:
+            raise TypeError(
+                f"{where} is Active, a float scalar; got an array of shape {value.shape} "
+                "(an array parameter is Duplicated in Reverse mode)"
+            )
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
+            raise ValueError(
+                f"{where} has byte order {value.dtype.str}, which Numba cannot compile "
+                "for; pass it in native byte order (x.astype(x.dtype.newbyteorder('=')))"
+            )
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+            digits = len(str(abs(value)))
+            raise ValueError(
+                f"{where} got an integer of {digits} digits, which no 64-bit number holds"
+            )
+        try:
+            return self.dispatcher.typeof_pyval(value)
+        except Exception as exc:  # Numba's typing error, without the parameter's name
+            raise TypeError(f"{where}: Numba cannot type {type(value).__name__} ({exc})") from None
 
     def __call__(self, *args: Any) -> Any:
         single = self._single
