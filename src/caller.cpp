@@ -247,7 +247,8 @@ py::object Caller::call(py::args args) const {
           put(slots + s++, step.code, as_float(obj), 0);
           break;
         }
-        if (!PyList_Check(obj) && !PyTuple_Check(obj) && !py::isinstance<py::array>(obj)) {
+        bool vector = py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).ndim() == 1;
+        if (!PyList_Check(obj) && !PyTuple_Check(obj) && !vector) {
           throw ArgumentsRejected();
         }
         py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);

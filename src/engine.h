@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,19 @@ namespace enzyme_py {
 // an LLVM error diagnostic). Carries Enzyme's own words.
 struct EnzymeFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// The isolated build child died of an assertion or a crash (SIGABRT, SIGSEGV,
+// SIGBUS, SIGILL, SIGFPE): worth one retry with min-cut caching off. Deaths
+// from memory (SIGKILL, std::bad_alloc) are plain EnzymeFailures, never retried.
+struct BuildCrashed : EnzymeFailure {
+  using EnzymeFailure::EnzymeFailure;
+};
+
+// The caller was interrupted (a signal whose Python handler raised) while
+// the isolated build ran: the child is killed and reaped.
+struct BuildInterrupted : std::runtime_error {
+  BuildInterrupted() : std::runtime_error("build interrupted") {}
 };
 
 // An LLVM IR module given by a frontend; derivatives are built on clones.
@@ -89,6 +103,9 @@ struct Artifact {
   std::string derivative_module;  // the whole module after Enzyme, before the
                                   // entry point: input for higher-order AD
   std::string optimized_ir;       // the final module
+  // build_isolated: the build had finished when an interrupt arrived; the
+  // caller keeps the result, then reports the interrupt.
+  bool interrupted = false;
 };
 
 class Engine {
@@ -106,8 +123,12 @@ class Engine {
   // The same in a forked child, so that an abort inside Enzyme (its
   // assertions are enabled) becomes an EnzymeFailure instead of killing
   // the caller. Nothing the child does changes this process.
+  // While it waits, `interrupted` is polled (every ~10 ms); when it returns
+  // true, the child is killed and BuildInterrupted thrown (unless the child
+  // had finished: then the result comes back marked `interrupted`).
   Artifact build_isolated(const SourceModule &source, const DerivativeRequest &request,
-                          const std::string &entry_name);
+                          const std::string &entry_name,
+                          const std::function<bool()> &interrupted = {});
   // Load an artifact's object code into the JIT; the entry's address.
   uint64_t load(const std::string &object, const std::string &entry_name);
   void set_mincut(bool on);

@@ -96,6 +96,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("codegen_revision") = kCodegenRevision;
   py::register_exception<EnzymeFailure>(m, "EnzymeFailure", PyExc_RuntimeError);
   py::register_exception<MissingSymbols>(m, "MissingSymbols", PyExc_RuntimeError);
+  py::register_exception<BuildCrashed>(m, "BuildCrashed", m.attr("EnzymeFailure").ptr());
 
   m.def(
       "tape_bytes",
@@ -228,9 +229,24 @@ PYBIND11_MODULE(_native, m) {
         req.atomic_add = atomic_add;
         req.primal_only = primal_only;
         Engine &e = the_engine();
-        Artifact art = isolate ? e.build_isolated(source, req, entry_name)
-                               : e.build(source, req, entry_name);
+        Artifact art;
+        if (isolate) {
+          // The GIL is held: Python's signal handlers run here, every ~10 ms.
+          try {
+            art = e.build_isolated(source, req, entry_name,
+                                   []() { return PyErr_CheckSignals() != 0; });
+          } catch (const BuildInterrupted &) {
+            throw py::error_already_set();  // the handler's exception (KeyboardInterrupt)
+          }
+        } else {
+          art = e.build(source, req, entry_name);
+        }
         py::dict out;
+        if (art.interrupted) {
+          // Finished as the interrupt came: the caller keeps it, then raises this.
+          py::error_already_set pending;
+          out["interrupt"] = pending.value();
+        }
         out["object"] = py::bytes(art.object);
         out["entry_name"] = art.entry_name;
         out["in_slots"] = art.in_slots;

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+
 from reference import fd_gradient
 
 pytestmark = pytest.mark.needs_enzyme
@@ -81,6 +82,7 @@ def test_two_dimensional_arrays_of_any_layout(make):
     np.testing.assert_allclose(ez.grad(row_weighted_squares)(a), expected, rtol=1e-6)
     tangent = np.ones_like(a)
     y, dy = ez.jvp(row_weighted_squares, (a,), (tangent,))
+    assert y == pytest.approx(row_weighted_squares(np.ascontiguousarray(a)))
     assert dy == pytest.approx(float(np.sum(expected)), rel=1e-6)
 
 
@@ -186,6 +188,7 @@ def test_a_parameter_with_a_default_can_be_left_out():
     np.testing.assert_allclose(dx, fd_gradient(lambda v: minkowski(v, Y), X), rtol=1e-6)
     fw = ez.autodiff(minkowski, ez.Forward, ez.Dual, ez.Const, ez.Dual)
     y, dy = fw(X, np.array([1.0, 0.0, 0.0]), Y)
+    assert y == pytest.approx(np.linalg.norm(X - Y))
     assert dy == pytest.approx(dx[0])
 
 

@@ -105,6 +105,8 @@ def test_a_tuple_of_an_array_and_a_scalar():
     assert total == pytest.approx(np.sum(X**3))
     np.testing.assert_allclose(dx, 2.0 * cot_array + 0.5 * 3 * X**2, rtol=1e-12)
     (y, s), (dy, ds) = ez.autodiff(stats, ez.Forward, ez.Dual, ez.Dual)(X, np.ones(6))
+    np.testing.assert_allclose(y, 2 * X)
+    assert s == pytest.approx(np.sum(X**3))
     np.testing.assert_allclose(dy, 2.0 * np.ones(6))
     assert ds == pytest.approx(np.sum(3 * X**2))
 

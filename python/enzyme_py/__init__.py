@@ -14,6 +14,7 @@ from enzyme_py._check import GradientCheckWarning
 from enzyme_py._info import has_autodiff, info
 from enzyme_py._version import __version__
 from enzyme_py.core import (
+    MAX_WIDTH,
     Active,
     ActiveOnly,
     Activity,
@@ -66,6 +67,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "MAX_WIDTH",
     "Active",
     "ActiveOnly",
     "Activity",

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from enzyme_py._activities import check_activities, check_mode
 from enzyme_py._check import check_first_call
 from enzyme_py._derivative import Derivative, Options, resolve_function
 from enzyme_py._numba_derivative import NumbaDerivative
-from enzyme_py.core import Activity, Mode
+from enzyme_py.core import Activity, Mode, checked_flag, checked_width
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.offload import Kernel
 
@@ -61,9 +59,9 @@ def autodiff(
         ActivityError: activities that do not fit the parameters or the mode.
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
     """
-    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
-        raise ValueError(f"width must be a positive integer; got {width!r}")
-    width = int(width)
+    width = checked_width(width)  # before anything is built (a fork per build)
+    runtime_activity = checked_flag("runtime_activity", runtime_activity)
+    strong_zero, check = checked_flag("strong_zero", strong_zero), checked_flag("check", check)
     options = Options(
         width, runtime_activity, strong_zero, first_call=check_first_call if check else None
     )

@@ -10,11 +10,13 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from enzyme_py import _cache, _state
 from enzyme_py._info import ENZYME_VERSION
+from enzyme_py._signature import Param
 from enzyme_py._version import __version__
 from enzyme_py.core import EnzymeError
 from enzyme_py.frontends import IRFunction
@@ -209,6 +211,14 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "Enzyme v0.0.289 then cannot return the primal in the same pass: ask for "
             "ActiveOnly (ez.grad does) and compute the value separately."
         )
+    if "getting diffe of constant value" in message:
+        hints.append(
+            f"Enzyme v0.0.289 asserts on some Reverse derivatives whose return value is "
+            f"Const (here '{fn.display_name}''s, computed by a fused multiply-add or the "
+            "like). Ask for the same derivative with an Active return and pass the seed "
+            "0.0: nothing flows back from the return value, as with Const (add "
+            "strong_zero=True if the derivative may be inf or nan there)."
+        )
     if "Bad function type of custom" in message:
         hints.append("Give the rule the argument types Enzyme expects (listed above).")
     if "numba.dynamic.globals" in message:
@@ -239,28 +249,132 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
         return compiled
     native = _state.native
     start = time.perf_counter()
-    artifact = _cache.load(key)
     source = "disk cache"
-    if artifact is None:
+    artifact = _cache.load(key)
+    entry = None
+    if artifact is not None:
+        entry = _load_cached(key, artifact, implied_slots(fn, request))
+    if entry is None:
         source = "Enzyme" + (" (isolated)" if isolated() else "")
+        artifact = _build_artifact(fn, request, key, description)
         try:
-            built = _native_build(fn, request, key, mincut=isolated())
-        except native.EnzymeFailure as exc:
-            if not (isolated() and "Enzyme crashed" in str(exc)):
-                raise _enzyme_error(str(exc), fn, description) from None
-            # Min-cut caching (smaller tapes) is what crashes most often: retry without.
-            _cache.log(f"{description}: retrying without min-cut caching")
-            try:
-                built = _native_build(fn, request, key, mincut=False)
-            except native.EnzymeFailure as again:
-                raise _enzyme_error(str(again), fn, description) from None
-        artifact = _cache.Artifact.from_native(built)
-        _cache.store(key, artifact)
-    try:
-        entry = native.load_object(artifact.object, artifact.entry_name)
-    except native.MissingSymbols as exc:
-        raise _missing_symbols_error(str(exc), fn, description) from None
+            entry = native.load_object(artifact.object, artifact.entry_name)
+        except native.MissingSymbols as exc:
+            raise _missing_symbols_error(str(exc), fn, description) from None
+    assert artifact is not None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _loaded[key] = compiled
     _cache.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
     return compiled
+
+
+def _build_artifact(
+    fn: IRFunction, request: Request, key: str, description: str
+) -> _cache.Artifact:
+    """Build with Enzyme; the artifact is written to the disk cache."""
+    native = _state.native
+    try:
+        built = _native_build(fn, request, key, mincut=isolated())
+    except native.BuildCrashed:
+        # An assertion or crash in the child; min-cut caching (smaller tapes) is what
+        # crashes most often: retry without. Deaths from memory are not retried.
+        _cache.log(f"{description}: retrying without min-cut caching")
+        try:
+            built = _native_build(fn, request, key, mincut=False)
+        except native.EnzymeFailure as again:
+            raise _enzyme_error(str(again), fn, description) from None
+    except native.EnzymeFailure as exc:
+        raise _enzyme_error(str(exc), fn, description) from None
+    artifact = _cache.Artifact.from_native(built)
+    implied = implied_slots(fn, request)
+    if implied is not None and _slot_counts(artifact) != implied:
+        # A layout this check does not foresee: served, but never from the disk
+        # cache, where it could not be verified.
+        _cache.log(
+            f"{description}: slots {artifact.in_slots} -> {artifact.out_slots} not as "
+            "foreseen; not written to the disk cache"
+        )
+    else:
+        _cache.store(key, artifact)
+    interrupt = built.get("interrupt")
+    if interrupt is not None:
+        # Ctrl-C came as the build finished: its result is kept (on disk), then the
+        # interrupt goes on.
+        raise interrupt
+    return artifact
+
+
+def _load_cached(key: str, artifact: _cache.Artifact, implied: SlotCounts | None) -> int | None:
+    """The entry point of a disk-cache artifact, or None (a miss: the entry is removed)."""
+    if implied is not None and _slot_counts(artifact) != implied:
+        _cache.discard(
+            key, f"slot codes {artifact.in_slots} -> {artifact.out_slots} do not match the request"
+        )
+        return None
+    native = _state.native
+    try:
+        return int(native.load_object(artifact.object, artifact.entry_name))
+    except Exception as exc:  # the JIT's error, a missing symbol: rebuilt, then reported
+        _cache.discard(key, f"the JIT could not load it ({exc})")
+        return None
+
+
+# Slot codes of scalars by dtype (src/engine.cpp, slot_code).
+_CODES = {
+    "float64": "d",
+    "float32": "f",
+    "int64": "q",
+    "int32": "i",
+    "int16": "h",
+    "int8": "b",
+    "bool": "?",
+}
+_DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_DUP_NONEED = 0, 1, 3
+SlotCounts = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
+
+
+def _counts(codes: str) -> tuple[tuple[str, int], ...]:
+    # A bool travels as i1 or as i8 (Numba's booleans): one class.
+    return tuple(sorted(Counter(codes.replace("?", "b")).items()))
+
+
+def _slot_counts(artifact: _cache.Artifact) -> SlotCounts:
+    return _counts(artifact.in_slots), _counts(artifact.out_slots)
+
+
+def _param_code(p: Param) -> str | None:
+    if p.kind == "pointer":
+        return "p"
+    code = _CODES.get(str(p.dtype)) if p.dtype is not None else None
+    if code is None:
+        return None
+    return code * p.fields if p.kind == "struct" else code
+
+
+def implied_slots(fn: IRFunction, request: Request) -> SlotCounts | None:
+    """How many input and output slots of each code the request implies (order aside),
+    or None where this cannot tell."""
+    k = request.width
+    ins: list[str] = []
+    outs: list[str] = []
+    codes = [_param_code(p) for p in fn.params]
+    ret = _param_code(fn.ret) if fn.ret is not None else ""
+    if ret is None or None in codes or len(codes) != len(request.args):
+        return None
+    for code, act in zip(codes, request.args, strict=True):
+        assert code is not None
+        ins.append(code)
+        if request.primal_only:
+            continue
+        if act in (_DFT_DUP_ARG, _DFT_DUP_NONEED):
+            ins.append(code * k)
+        elif act == _DFT_OUT_DIFF and not request.forward:
+            outs.append(code * k)
+    if request.primal_only or request.return_primal:
+        outs.append(ret)
+    if not request.primal_only and ret:
+        if request.forward and request.ret in (_DFT_DUP_ARG, _DFT_DUP_NONEED):
+            outs.append(ret * k)
+        elif not request.forward and request.ret == _DFT_OUT_DIFF:
+            ins.append(ret * k)
+    return _counts("".join(ins)), _counts("".join(outs))

@@ -4,8 +4,15 @@ A derivative is identified by a key: the SHA-256 of its input IR, the request
 (function, mode, activities, width, options, passes), and the versions of
 everything that shapes the object code (enzyme_py, Enzyme, LLVM, the plugin file,
 the host CPU). The disk cache holds the object code under that key, so a new
-process skips Enzyme and the optimizer; files are written to a temporary name and
-renamed into place, so concurrent processes never read a partial entry.
+process skips Enzyme and the optimizer.
+
+An entry is ``magic | header length | header (JSON, with the key) | object code |
+SHA-256 of all that``. Nothing is loaded unverified: a wrong magic, a short file, a
+digest that does not match, a header for another key (an entry copied under the
+wrong name) makes the entry a miss, which is removed, logged and rebuilt (see
+docs/guarantees.md). Files are written to a temporary name and renamed into place,
+so a reader never sees a partial entry; temporary files that a killed writer left
+behind are removed once they are old.
 
 Environment: ``ENZYME_PY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/enzyme_py`` or
 ``~/.cache/enzyme_py``); ``ENZYME_PY_DISK_CACHE=0`` turns the disk cache off.
@@ -13,18 +20,32 @@ Environment: ``ENZYME_PY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/enzyme_py`` or
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import struct
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_MAGIC = b"ENZYME_PY_OBJ1\n"
+# Version 2: a digest over the whole entry (version 1 entries are misses).
+_MAGIC = b"ENZYME_PY_OBJ2\n"
 _HEADER = struct.Struct("<Q")
+_DIGEST_SIZE = 32
+# A temporary file this old was left by a writer that died (a store takes milliseconds).
+STALE_TEMP_SECONDS = 600.0
+_TEXT_FIELDS = (
+    "entry_name",
+    "in_slots",
+    "out_slots",
+    "enzyme_ir",
+    "derivative_module",
+    "optimized_ir",
+)
 
 
 @dataclass
@@ -65,25 +86,90 @@ def _path(key: str) -> Path | None:
     return None if folder is None else folder / key[:2] / f"{key}.ezo"
 
 
-def load(key: str) -> Artifact | None:
-    """The artifact stored under key, or None (missing, unreadable or corrupt)."""
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def encode(key: str, artifact: Artifact) -> bytes:
+    """The bytes of a disk-cache entry for artifact under key."""
+    header = {"key": key, "object_size": len(artifact.object)}
+    header.update({name: getattr(artifact, name) for name in _TEXT_FIELDS})
+    blob = json.dumps(header).encode()
+    body = b"".join([_MAGIC, _HEADER.pack(len(blob)), blob, artifact.object])
+    return body + _digest(body)
+
+
+class _Corrupt(Exception):
+    """Why an entry cannot be used."""
+
+
+def decode(key: str, data: bytes) -> Artifact:
+    """The artifact in an entry's bytes; _Corrupt if they are not a valid entry for key."""
+    if not data.startswith(_MAGIC):
+        raise _Corrupt("not an entry of this format (an older version's, or damaged)")
+    if len(data) < len(_MAGIC) + _HEADER.size + _DIGEST_SIZE:
+        raise _Corrupt(f"truncated ({len(data)} bytes)")
+    body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    if _digest(body) != digest:
+        raise _Corrupt("checksum mismatch (truncated or damaged)")
+    at = len(_MAGIC)
+    (header_len,) = _HEADER.unpack_from(body, at)
+    at += _HEADER.size
+    try:
+        header = json.loads(body[at : at + header_len].decode())
+        obj = body[at + header_len :]
+        if header["key"] != key:
+            raise _Corrupt("it is the entry of another derivative (copied or renamed)")
+        if len(obj) != header["object_size"]:
+            raise _Corrupt("object size does not match its header")
+        fields = {name: header[name] for name in _TEXT_FIELDS}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _Corrupt(f"bad header ({exc})") from None
+    if not all(isinstance(v, str) for v in fields.values()):
+        raise _Corrupt("bad header (a field is not text)")
+    return Artifact(object=obj, **fields)
+
+
+def discard(key: str, reason: str) -> None:
+    """Remove the entry under key (it failed to load), logging why."""
     path = _path(key)
-    if path is None or not path.is_file():
+    if path is None:
+        return
+    log(f"disk cache entry {path.name} discarded and rebuilt: {reason}")
+    # Already gone (another process discarded it), or a read-only cache: fine.
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def load(key: str) -> Artifact | None:
+    """The artifact stored under key, or None (missing, unreadable or corrupt: then
+    the entry is removed)."""
+    path = _path(key)
+    if path is None:
         return None
     try:
         data = path.read_bytes()
-        if not data.startswith(_MAGIC):
-            return None
-        at = len(_MAGIC)
-        (header_len,) = _HEADER.unpack_from(data, at)
-        at += _HEADER.size
-        header = json.loads(data[at : at + header_len].decode())
-        obj = data[at + header_len :]
-        if len(obj) != header.pop("object_size") or header.pop("key") != key:
-            return None
-        return Artifact(object=obj, **header)
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        log(f"disk cache entry {path.name} unreadable ({exc})")
+        return None
+    try:
+        return decode(key, data)
+    except _Corrupt as exc:
+        discard(key, str(exc))
+        return None
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    now = time.time()
+    for tmp in folder.glob(".tmp-*.ezo"):
+        try:
+            if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+                tmp.unlink()
+                log(f"disk cache: removed {tmp.name}, left by a writer that died")
+        except OSError:
+            pass
 
 
 def store(key: str, artifact: Artifact) -> None:
@@ -91,26 +177,14 @@ def store(key: str, artifact: Artifact) -> None:
     path = _path(key)
     if path is None:
         return
-    header = {
-        "key": key,
-        "object_size": len(artifact.object),
-        "entry_name": artifact.entry_name,
-        "in_slots": artifact.in_slots,
-        "out_slots": artifact.out_slots,
-        "enzyme_ir": artifact.enzyme_ir,
-        "derivative_module": artifact.derivative_module,
-        "optimized_ir": artifact.optimized_ir,
-    }
-    blob = json.dumps(header).encode()
+    data = encode(key, artifact)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ezo")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC)
-                f.write(_HEADER.pack(len(blob)))
-                f.write(blob)
-                f.write(artifact.object)
+                f.write(data)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

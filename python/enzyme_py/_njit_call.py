@@ -71,6 +71,39 @@ def _array_guard(where: str, dtype: np.dtype | None, ndim: int | None) -> Any:
     return guard
 
 
+def _lanes_guard(where: str, k: int) -> Any:
+    """An ``@njit``-callable ``guard(v)`` for a tangent or seed of width k > 1: a
+    TypingError unless ``v`` is a 1-D array or a tuple of k values, at run time a
+    ValueError unless the array has k values (as the Python path checks)."""
+    from numba import types
+    from numba.core.errors import TypingError
+    from numba.extending import overload
+
+    def guard(v: Any) -> None:  # pragma: no cover - only ever compiled
+        pass
+
+    message = f"{where} needs {k} values (width={k})"
+
+    @overload(guard)
+    def _typed(v: Any) -> Any:
+        if isinstance(v, types.BaseTuple) and len(v) == k:
+
+            def no_check(v: Any) -> None:
+                pass
+
+            return no_check
+        if not isinstance(v, types.Array) or v.ndim != 1:
+            raise TypingError(f"{message}, a 1-D array or a tuple; got {v}")
+
+        def runtime_check(v: Any) -> None:
+            if v.shape[0] != k:
+                raise ValueError(message)
+
+        return runtime_check
+
+    return guard
+
+
 def numba_dtype(dtype: np.dtype) -> Any:
     from numba.np.numpy_support import from_dtype
 
@@ -152,6 +185,10 @@ def compile_njit(
         elif step.kind == StepKind.SCALAR:
             put(step.code, arg)
         else:  # "l": a tangent or seed, k values
+            if k > 1:  # reading past its end would give garbage
+                name = f"lanes_{arg}"
+                guards[name] = _lanes_guard(step.where, k)
+                checks.append(f"    {name}({arg})")
             for lane in range(k):
                 put(step.code, arg if k == 1 else f"{arg}[{lane}]")
     # The derivative writes into shadows: one sharing memory with an array would

@@ -23,7 +23,7 @@ import numpy as np
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options
 from enzyme_py._numba_results import ArrayResultCall, part_activity
-from enzyme_py.core import Activity, ActivityError, Const, EnzymeError, Mode
+from enzyme_py.core import Active, Activity, ActivityError, Const, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
 
 
@@ -77,7 +77,17 @@ class NumbaDerivative:
         self._sig = sig
         self.name = dispatcher.py_func.__name__
         parameters = list(inspect.signature(dispatcher.py_func).parameters.values())
+        self._names = [p.name for p in parameters]
         self._n_params = len(parameters)
+        for i, act in enumerate(activities):
+            if not isinstance(act, Activity):
+                what = f"parameter {i} ('{self._names[i]}')" if i < len(parameters) else (
+                    "the return value"
+                )  # fmt: skip
+                raise ActivityError(
+                    f"the activity of {what} of '{self.name}' is {act!r}, not an enzyme_py "
+                    "activity (ez.Const, ez.Active, ez.Duplicated, ez.Dual, ...)"
+                )
         self._defaults = [p.default for p in parameters]
         # The fewest parameters a call may give (the rest have defaults).
         self._required = next(
@@ -209,13 +219,13 @@ class NumbaDerivative:
                 continue
             types = []
             pos = 0
-            for act in self.activities[:count]:
+            for i, act in enumerate(self.activities[:count]):
                 if pos >= len(args):
                     raise TypeError(
                         f"the {self.mode.name.lower()} derivative of '{self.name}' got only "
                         f"{len(args)} arguments"
                     )
-                types.append(self.dispatcher.typeof_pyval(args[pos]))
+                types.append(self._type_of(i, act, args[pos]))
                 pos += 2 if act.shadow else 1
             types += [self.dispatcher.typeof_pyval(d) for d in self._defaults[count:]]
             signature = numba_frontend.resolve_signature(self.dispatcher, tuple(types))
@@ -224,6 +234,34 @@ class NumbaDerivative:
             chosen = chosen or (signature, count)
         assert chosen is not None  # __init__ checked the number of activities
         return chosen  # the activities do not fit: check_activities says how
+
+    def _type_of(self, i: int, act: Activity, value: Any) -> Any:
+        """The Numba type of argument ``value`` of parameter i, or a TypeError /
+        ValueError naming the parameter (not Numba's TypingError without it)."""
+        where = f"parameter {i} ('{self._names[i]}') of '{self.name}'"
+        if value is None or isinstance(value, (str, bytes, complex)):
+            raise TypeError(
+                f"{where} got {type(value).__name__}; pass a real number or a NumPy array"
+            )
+        if act is Active and isinstance(value, np.ndarray) and value.ndim > 0:
+            raise TypeError(
+                f"{where} is Active, a float scalar; got an array of shape {value.shape} "
+                "(an array parameter is Duplicated in Reverse mode)"
+            )
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
+            raise ValueError(
+                f"{where} has byte order {value.dtype.str}, which Numba cannot compile "
+                "for; pass it in native byte order (x.astype(x.dtype.newbyteorder('=')))"
+            )
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+            digits = len(str(abs(value)))
+            raise ValueError(
+                f"{where} got an integer of {digits} digits, which no 64-bit number holds"
+            )
+        try:
+            return self.dispatcher.typeof_pyval(value)
+        except Exception as exc:  # Numba's typing error, without the parameter's name
+            raise TypeError(f"{where}: Numba cannot type {type(value).__name__} ({exc})") from None
 
     def __call__(self, *args: Any) -> Any:
         single = self._single

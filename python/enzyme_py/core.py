@@ -8,9 +8,12 @@ Enzyme.jl.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from typing import SupportsIndex
 
 __all__ = [
+    "MAX_WIDTH",
     "Active",
     "ActiveOnly",
     "Activity",
@@ -108,3 +111,33 @@ class EnzymeUnavailableError(ImportError):
 
 class CompileError(RuntimeError):
     """Source code (C, C++, LLVM IR) did not compile; the message has the diagnostics."""
+
+
+#: The widest batch ``autodiff(..., width=k)`` builds. Enzyme's build time and memory
+#: grow steeply with the width (docs/guarantees.md has the measurements; width 1000
+#: took 148 s, width 2**31 all memory), and batching beyond a few dozen lanes
+#: gains nothing over calling a narrower derivative several times.
+MAX_WIDTH = 64
+
+
+def checked_width(width: object) -> int:
+    """``width`` as an int, or ValueError: not a positive integer, or beyond MAX_WIDTH."""
+    integer = isinstance(width, int) and not isinstance(width, bool)
+    integer |= getattr(getattr(width, "dtype", None), "kind", "") in ("i", "u")  # NumPy's
+    k = operator.index(width) if integer and isinstance(width, SupportsIndex) else 0
+    if k < 1:
+        raise ValueError(f"width must be a positive integer; got {width!r}")
+    if k > MAX_WIDTH:
+        raise ValueError(
+            f"width={k} is beyond the largest width enzyme_py builds ({MAX_WIDTH}, "
+            "ez.MAX_WIDTH): batch the directions instead, calling a derivative of width "
+            f"{MAX_WIDTH} or less several times, each call with the next directions"
+        )
+    return k
+
+
+def checked_flag(name: str, value: object) -> bool:
+    """An option that is True or False (a NumPy bool too), or TypeError naming it."""
+    if type(value).__name__ not in ("bool", "bool_"):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
