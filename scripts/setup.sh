@@ -16,5 +16,19 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 echo "[setup] building enzyme_py with AD into .venv"
 ENZYME_PY_AD=ON .venv/bin/python -m pip install --quiet ".[test,dev]"
+# The bridges' dependencies, so that their tests and examples run: the pins of the
+# extras `torch` and `jax` in pyproject.toml, on their own line (not ".[torch,jax]")
+# so that a reused .venv skips them with one import instead of a resolver run.
+# torch==2.13.0 takes the CPU wheel on this machine's disk (an unpinned torch
+# downloads a CUDA build of several GB); jax from PyPI runs on the CPU.
+# ENZYME_PY_BRIDGES=0 leaves them out (their tests then skip).
+if [ "${ENZYME_PY_BRIDGES:-1}" != 0 ]; then
+  if .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(not m.version('torch').startswith('2.13.0') or not m.version('jax'))" 2>/dev/null; then
+    echo "[setup] torch 2.13.0 and jax already installed"
+  else
+    echo "[setup] installing the bridges' dependencies: torch==2.13.0 (CPU), jax"
+    .venv/bin/python -m pip install --quiet "torch==2.13.0" "jax>=0.4.30"
+  fi
+fi
 echo "[setup] running examples/quickstart.py"
 .venv/bin/python examples/quickstart.py

@@ -1,17 +1,6 @@
 """PyTorch bridge: an enzyme_py function as a ``torch.autograd.Function``.
 
-    import enzyme_py as ez
-    loss = ez.torch.function(numba_loss)      # f(x: array, ..., k: float, n: int) -> float
-    y = loss(x_tensor, k_tensor, 10)          # differentiable in PyTorch
-    y.backward()
-
-Tensors go to the function as NumPy arrays without copies (CPU tensors; a
-non-contiguous one is made contiguous). The backward pass is enzyme_py's reverse
-derivative: tensors that require grad are Duplicated (arrays) or Active (0-d),
-everything else is Const. The backward pass is differentiable once more
-(``torch.autograd.grad(..., create_graph=True)``, ``gradgradcheck``): its derivative is
-a Hessian-vector product, enzyme_py's forward mode over its reverse mode. A third
-derivative is a ``RuntimeError``. Needs the ``enzyme_py[torch]`` extra (``torch``).
+See :func:`function` for the conventions. Needs the ``enzyme_py[torch]`` extra.
 """
 
 from __future__ import annotations
@@ -22,37 +11,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from enzyme_py._api import autodiff
-from enzyme_py._derivative import Derivative
+from enzyme_py._bridge import HostKernel
 from enzyme_py._state import require_autodiff as _require_autodiff
-from enzyme_py.core import (
-    Active,
-    ActiveOnly,
-    Activity,
-    Const,
-    Dual,
-    DualOnly,
-    Duplicated,
-    Forward,
-    Reverse,
-)
-from enzyme_py.helpers import _activity, _Derivatives, _reverse_call
 
 __all__ = ["function"]
 
 
 def _to_numpy(value: Any) -> Any:
+    """A tensor as NumPy: its own memory when contiguous (a copy otherwise), a 0-d
+    tensor as a NumPy scalar."""
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise TypeError("enzyme_py.torch works on CPU tensors; move the tensor with .cpu()")
-        array = value.detach().contiguous().numpy()
+        array = value.detach().contiguous().resolve_conj().resolve_neg().numpy()
         return array if array.ndim else array.dtype.type(array)
     return value
-
-
-def _copies(values: Sequence[Any]) -> list[Any]:
-    # The function may write into its arrays; the tensors behind them must not change.
-    return [v.copy() if isinstance(v, np.ndarray) else v for v in values]
 
 
 def _number(t: torch.Tensor) -> float:
@@ -66,78 +39,109 @@ def _as_tensor(value: Any, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(value, dtype=like.dtype)
 
 
-def _with_saved(args: tuple[Any, ...], saved: Sequence[torch.Tensor]) -> list[Any]:
-    """``args`` with its tensors replaced by ``ctx.saved_tensors`` (same order)."""
-    it = iter(saved)
-    return [next(it) if isinstance(a, torch.Tensor) else a for a in args]
+def _dtype(args: Sequence[Any]) -> torch.dtype:
+    return next(
+        (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
+        torch.float64,
+    )
 
 
-class _Gradient:
-    """Gradients (reverse mode) and Hessian-vector products (forward over reverse) of f."""
+def _save(ctx: Any, inputs: Sequence[Any]) -> None:
+    """Keep the tensors among inputs for backward and jvp, the rest as they are."""
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
+    ctx.save_for_backward(*tensors)
+    ctx.save_for_forward(*tensors)
+    ctx.inputs = tuple(None if isinstance(a, torch.Tensor) else a for a in inputs)
 
-    def __init__(self, f: Any):
-        self.derivatives = _Derivatives(f)
 
-    def gradient(self, values: list[Any], nums: tuple[int, ...], seed: float) -> tuple[Any, ...]:
-        """seed times the gradient of f with respect to each argument in nums."""
-        _, found = _reverse_call(self.derivatives, _copies(values), nums, ActiveOnly, seed)
-        return tuple(found)
+def _saved(ctx: Any) -> list[Any]:
+    it = iter(ctx.saved_tensors)
+    return [next(it) if a is None else a for a in ctx.inputs]
 
-    def hessian_vector(
-        self, values: list[Any], nums: tuple[int, ...], tangents: dict[int, Any], seed: float
-    ) -> dict[int, Any]:
-        """seed * H v per argument in nums: H is f's Hessian over them, v the tangents."""
-        acts = [_activity(v, i, Reverse) if i in nums else Const for i, v in enumerate(values)]
-        reverse: Any = self.derivatives.get(Reverse, acts, ActiveOnly)
-        if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
-            reverse_args: list[Any] = []
-            for v, act in zip(values, acts, strict=True):
-                reverse_args += [v, np.zeros_like(v)] if act is Duplicated else [v]
-            reverse = reverse.for_arguments((*reverse_args, seed))
-        # The reverse derivative's parameters: each argument (and its shadow), the seed.
-        fwd_acts: list[Activity] = []
-        call: list[Any] = []
-        products: dict[int, Any] = {}
-        for i, (v, act) in enumerate(zip(_copies(values), acts, strict=True)):
-            call.append(v)
-            if act is Active:
-                fwd_acts.append(Dual)
-                call.append(float(tangents[i]))
-            elif act is Duplicated:
-                fwd_acts += [Dual, Dual]  # the shadow's tangent is where H v lands
-                products[i] = np.zeros_like(v)
-                call += [np.array(tangents[i], dtype=v.dtype), np.zeros_like(v), products[i]]
-            else:
-                fwd_acts.append(Const)
-        fwd_acts.append(Const)
-        call.append(seed)
-        # Adjoints of Active scalars are the reverse derivative's return value.
-        returns = [DualOnly] if any(a is Active for a in acts) else []
-        result = autodiff(reverse, Forward, *fwd_acts, *returns)(*call)
-        scalars = iter(result if returns else ())
-        for i, act in enumerate(acts):
-            if act is Active:
-                products[i] = next(scalars)
-        return products
+
+def _float_tensor(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
+
+
+def _loop(op: Any, info: Any, in_dims: Sequence[Any], inputs: Sequence[Any]) -> Any:
+    """A vmap rule that calls ``op`` once per batch element and stacks the results."""
+    results = []
+    for b in range(info.batch_size):
+        sliced = [
+            a.select(d, b) if isinstance(a, torch.Tensor) and d is not None else a
+            for a, d in zip(inputs, in_dims, strict=True)
+        ]
+        results.append(op.apply(*sliced))
+    if isinstance(results[0], tuple):
+        stacked = tuple(torch.stack(parts) for parts in zip(*results, strict=True))
+        return stacked, (0,) * len(stacked)
+    return torch.stack(results), 0
+
+
+def _hessian_error(name: str, what: str) -> RuntimeError:
+    return RuntimeError(
+        f"ez.torch.function('{name}'): {what} are not supported: its derivatives are "
+        "differentiable once (Hessian-vector products, torch.func.hessian, "
+        "jacfwd(jacrev(f))): use create_graph=True at most once, or ez.autodiff of a "
+        "derivative for more"
+    )
 
 
 def function(f: Any) -> Callable[..., torch.Tensor]:
-    """``f`` (Numba, C or IR function returning a float) as a PyTorch autograd op.
+    """``f``, a Numba, C or IR function returning a float, as a PyTorch function.
 
-    Its backward pass is differentiable once more (Hessian-vector products by forward
-    over reverse mode), not twice.
+    ``g = ez.torch.function(f)``; ``g(*args)`` returns a 0-d tensor ``f(*args)``. Each
+    argument is what ``f`` takes: a CPU tensor for an array (float64 or float32; a
+    contiguous tensor is passed as its own memory, another is copied), a 0-d tensor or
+    a Python number for a scalar, a Python int for an integer. The result has the dtype
+    of the first floating-point tensor argument (float64 if there is none).
+
+    Derivatives (Enzyme's) with respect to every floating-point tensor argument:
+
+    - ``backward`` / ``torch.autograd.grad``: reverse mode; ``torch.func.grad``,
+      ``vjp`` and ``jacrev`` too.
+    - forward mode: ``torch.func.jvp``, ``jacfwd`` and ``torch.autograd.forward_ad``
+      (``jacfwd`` batches its tangents through Enzyme's width).
+    - ``torch.vmap``: one call of ``f`` per batch element.
+    - once more, in any order: ``create_graph=True`` (``gradgradcheck``),
+      ``torch.func.hessian``, ``jacfwd`` / ``jacrev`` of ``jacfwd`` / ``jacrev``
+      (Hessian-vector products by forward over reverse mode). A third derivative
+      raises ``RuntimeError``.
+
+    ``f`` gets the tensors' memory without a copy where it provably does not write
+    into its arrays (a Numba function, checked once per argument types by typing it
+    with read-only arrays); a C or IR function gets copies.
+
+    >>> import math, numba, torch
+    >>> import enzyme_py as ez
+    >>> @numba.njit
+    ... def energy(x, k):
+    ...     s = 0.0
+    ...     for v in x:
+    ...         s += k * math.sin(v) ** 2
+    ...     return s
+    >>> e = ez.torch.function(energy)
+    >>> x = torch.linspace(0.0, 1.0, 4, dtype=torch.float64)
+    >>> g = torch.func.grad(e)(x, 2.0)                 # 2 k sin(x) cos(x)
+    >>> torch.allclose(g, 2.0 * torch.sin(2 * x))
+    True
+    >>> h = torch.func.hessian(e)(x, 2.0)              # diagonal: 2 k cos(2x)
+    >>> torch.allclose(h, torch.diag(4.0 * torch.cos(2 * x)))
+    True
+    >>> torch.vmap(e, in_dims=(0, None))(torch.stack([x, 2 * x]), 2.0).shape
+    torch.Size([2])
     """
     _require_autodiff("ez.torch.function")
-    derivatives = _Gradient(f)
+    kernel = HostKernel(f)
     name = getattr(f, "__name__", "enzyme_function")
 
     class EnzymeSecondDerivative(torch.autograd.Function):
-        """The derivative of <v, seed * gradient of f>: seed * H v with respect to the
-        arguments wanted, <v, gradient of f> with respect to the seed if wanted."""
+        """seed * H v with respect to the arguments ``wanted`` (H over ``nums``, which
+        holds them; v the tangents given for ``nums``), and <v, gradient of f> if
+        ``want_seed``: the derivatives of the gradient and tangent ops below."""
 
         @staticmethod
         def forward(
-            ctx: Any,
             nums: tuple[int, ...],
             wanted: tuple[int, ...],
             want_seed: bool,
@@ -149,83 +153,251 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             tangents = {i: _to_numpy(v) for i, v in zip(nums, vs, strict=True)}
             out: list[torch.Tensor] = []
             if wanted:
-                products = derivatives.hessian_vector(values, nums, tangents, _number(seed))
+                products = kernel.hessian_vector(values, nums, tangents, _number(seed))
                 out += [_as_tensor(products[i], args[i]) for i in wanted]
             if want_seed:
-                unit = derivatives.gradient(values, nums, 1.0)
+                unit = kernel.gradient(values, nums, 1.0)
                 along = sum(float(np.sum(tangents[i] * g)) for i, g in zip(nums, unit, strict=True))
                 out.append(torch.tensor(along, dtype=seed.dtype).reshape(seed.shape))
             return tuple(out)
 
         @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            pass
+
+        @staticmethod
         def backward(ctx: Any, *unused: Any) -> tuple[Any, ...]:
             # Refused here, not by once_differentiable: that one lets a third derivative
             # through as zero when only the saved inputs require grad.
-            raise RuntimeError(
-                f"ez.torch.function('{name}'): third derivatives are not supported; its "
-                "backward pass is differentiable once (Hessian-vector products): use "
-                "create_graph=True at most once, or ez.autodiff of a derivative for more"
-            )
-
-    class EnzymeGradient(torch.autograd.Function):
-        """seed * gradient of f: the backward pass of EnzymeFunction as an op of its own,
-        so that PyTorch can differentiate it (double backward)."""
+            raise _hessian_error(name, "third derivatives")
 
         @staticmethod
-        def forward(
-            ctx: Any, nums: tuple[int, ...], seed: torch.Tensor, *args: Any
-        ) -> tuple[torch.Tensor, ...]:
-            found = derivatives.gradient([_to_numpy(a) for a in args], nums, _number(seed))
-            ctx.save_for_backward(seed, *[a for a in args if isinstance(a, torch.Tensor)])
-            ctx.nums, ctx.args = nums, args
+        def jvp(ctx: Any, *unused: Any) -> Any:
+            raise _hessian_error(name, "third derivatives")
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+            return _loop(EnzymeSecondDerivative, info, in_dims, inputs)
+
+    def second(
+        args: Sequence[Any],
+        tangents: dict[int, Any],
+        wanted: tuple[int, ...],
+        seed: torch.Tensor,
+    ) -> dict[int, torch.Tensor]:
+        """seed * H v for each argument in wanted, v the tangents (zero where none)."""
+        nums = tuple(sorted(set(tangents) | set(wanted)))
+        vs = [tangents[i] if i in tangents else torch.zeros_like(args[i]) for i in nums]
+        found = EnzymeSecondDerivative.apply(nums, wanted, False, seed, *vs, *args)
+        return dict(zip(wanted, found, strict=True))
+
+    class EnzymeGradient(torch.autograd.Function):
+        """seed * gradient of f with respect to the arguments in nums: the backward pass
+        of EnzymeFunction as an op of its own, so that PyTorch can differentiate it."""
+
+        @staticmethod
+        def forward(nums: tuple[int, ...], seed: torch.Tensor, *args: Any) -> tuple:
+            found = kernel.gradient([_to_numpy(a) for a in args], nums, _number(seed))
             return tuple(_as_tensor(g, args[i]) for i, g in zip(nums, found, strict=True))
 
         @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            _save(ctx, inputs)
+
+        @staticmethod
         def backward(ctx: Any, *vs: torch.Tensor) -> tuple[Any, ...]:
-            seed, *saved = ctx.saved_tensors
-            args = _with_saved(ctx.args, saved)
-            nums: tuple[int, ...] = ctx.nums
-            wanted = tuple(i for i in nums if ctx.needs_input_grad[2 + i])
-            want_seed = bool(ctx.needs_input_grad[1])
-            grads: list[Any] = [None, None] + [None] * len(args)
-            if not wanted and not want_seed:
-                return tuple(grads)
-            found = iter(EnzymeSecondDerivative.apply(nums, wanted, want_seed, seed, *vs, *args))
-            for i in wanted:
-                grads[2 + i] = next(found)
-            if want_seed:
-                grads[1] = next(found)
+            nums, seed, *args = _saved(ctx)
+            grads: list[Any] = [None] * (2 + len(args))
+            wanted = tuple(i for i in range(len(args)) if ctx.needs_input_grad[2 + i])
+            if wanted:
+                tangents = {i: v for i, v in zip(nums, vs, strict=True) if v is not None}
+                for i, g in second(args, tangents, wanted, seed).items():
+                    grads[2 + i] = g
+            if ctx.needs_input_grad[1]:
+                (grads[1],) = EnzymeSecondDerivative.apply(nums, (), True, seed, *vs, *args)
             return tuple(grads)
+
+        @staticmethod
+        def jvp(ctx: Any, _nums: Any, dseed: Any, *dargs: Any) -> tuple[torch.Tensor, ...]:
+            nums, seed, *args = _saved(ctx)
+            tangents = {i: t for i, t in enumerate(dargs) if t is not None}
+            out = [torch.zeros_like(args[i]) for i in nums]
+            if tangents:
+                products = second(args, tangents, nums, seed)
+                out = [o + products[i] for o, i in zip(out, nums, strict=True)]
+            if dseed is not None:
+                along = EnzymeGradient.apply(nums, dseed, *args)
+                out = [o + a for o, a in zip(out, along, strict=True)]
+            return tuple(out)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+            nums, seed, *args = inputs
+            if in_dims[1] is not None and all(d is None for d in in_dims[2:]):
+                # Only the seed is batched (jacrev): the gradient is linear in it.
+                unit = EnzymeGradient.apply(
+                    nums, torch.ones_like(seed.select(in_dims[1], 0)), *args
+                )
+                seeds = seed.movedim(in_dims[1], 0)
+                out = tuple(seeds.reshape(-1, *[1] * g.dim()) * g for g in unit)
+                return out, (0,) * len(out)
+            return _loop(EnzymeGradient, info, in_dims, inputs)
+
+    def tangent_backward(ctx: Any, along: torch.Tensor, leading: int) -> tuple[Any, ...]:
+        """The backward pass of <gradient of f, t> (one op's or a batch's, ``along``
+        the incoming gradient, ``leading`` the tangents' batch axes)."""
+        nums, *rest = _saved(ctx)
+        ts, args = rest[: len(nums)], rest[len(nums) :]
+        grads: list[Any] = [None] * (1 + len(rest))
+        want_t = [k for k in range(len(nums)) if ctx.needs_input_grad[1 + k]]
+        if want_t:
+            unit = EnzymeGradient.apply(nums, torch.ones((), dtype=along.dtype), *args)
+            for k in want_t:
+                shape = (*along.shape, *[1] * unit[k].dim())
+                grads[1 + k] = along.reshape(shape) * unit[k]
+        wanted = tuple(i for i in range(len(args)) if ctx.needs_input_grad[1 + len(nums) + i])
+        if wanted:
+            # sum over the batch of along_b * H t_b = H (sum of along_b t_b): H is linear.
+            def combined(t: torch.Tensor) -> torch.Tensor:
+                if not leading:
+                    return along * t
+                return torch.tensordot(along, t, dims=leading)
+
+            tangents = {i: combined(t) for i, t in zip(nums, ts, strict=True)}
+            one = torch.ones((), dtype=along.dtype)
+            for i, g in second(args, tangents, wanted, one).items():
+                grads[1 + len(nums) + i] = g
+        return tuple(grads)
+
+    def tangent_jvp(ctx: Any, tangents: Sequence[Any], op: Any, leading: int) -> torch.Tensor:
+        """The tangent of <gradient of f, t> (one op's, or a batch's with ``leading``
+        batch axes) along the tangents of t and of the arguments: <gradient of f, dt> +
+        <H s, t>, s the arguments' tangents."""
+        nums, *rest = _saved(ctx)
+        ts, args = rest[: len(nums)], rest[len(nums) :]
+        dts, dargs = tangents[: len(nums)], tangents[len(nums) :]
+        dtype = _dtype(args)
+        out = torch.zeros(ts[0].shape[:leading], dtype=dtype)
+        if any(dt is not None for dt in dts):
+            full = [
+                torch.zeros_like(t) if dt is None else dt for t, dt in zip(ts, dts, strict=True)
+            ]
+            out = out + op.apply(nums, *full, *args)
+        moved = {i: s for i, s in enumerate(dargs) if s is not None}
+        if moved:
+            one = torch.ones((), dtype=dtype)
+            products = second(args, moved, nums, one)
+            for i, t in zip(nums, ts, strict=True):
+                hs = products[i]
+                out = out + torch.tensordot(t, hs, dims=hs.dim()) if hs.dim() else out + t * hs
+        return out
+
+    class EnzymeTangent(torch.autograd.Function):
+        """<gradient of f, t> by forward mode: f's tangent along ts (one per argument
+        in nums)."""
+
+        @staticmethod
+        def forward(nums: tuple[int, ...], *rest: Any) -> torch.Tensor:
+            ts, args = rest[: len(nums)], rest[len(nums) :]
+            values = [_to_numpy(a) for a in args]
+            found = kernel.tangent(values, {i: _to_numpy(t) for i, t in zip(nums, ts, strict=True)})
+            return torch.tensor(float(found), dtype=_dtype(args))
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            _save(ctx, inputs)
+
+        @staticmethod
+        def backward(ctx: Any, along: torch.Tensor) -> tuple[Any, ...]:
+            return tangent_backward(ctx, along, 0)
+
+        @staticmethod
+        def jvp(ctx: Any, _nums: Any, *tangents: Any) -> torch.Tensor:
+            return tangent_jvp(ctx, tangents, EnzymeTangent, 0)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+            nums = inputs[0]
+            dims_t, dims_a = in_dims[1 : 1 + len(nums)], in_dims[1 + len(nums) :]
+            if all(d is None for d in dims_a):
+                # Only tangents are batched (jacfwd): Enzyme's width, in batches.
+                ts = [
+                    t.unsqueeze(0).expand(info.batch_size, *t.shape)
+                    if d is None
+                    else t.movedim(d, 0)
+                    for t, d in zip(inputs[1 : 1 + len(nums)], dims_t, strict=True)
+                ]
+                return EnzymeTangents.apply(nums, *ts, *inputs[1 + len(nums) :]), 0
+            return _loop(EnzymeTangent, info, in_dims, inputs)
+
+    class EnzymeTangents(torch.autograd.Function):
+        """EnzymeTangent for a batch of tangents (a leading axis on each)."""
+
+        @staticmethod
+        def forward(nums: tuple[int, ...], *rest: Any) -> torch.Tensor:
+            ts, args = rest[: len(nums)], rest[len(nums) :]
+            values = [_to_numpy(a) for a in args]
+            count = ts[0].shape[0]
+            tangents = {
+                i: _to_numpy(t).reshape(count, *np.shape(values[i]))
+                for i, t in zip(nums, ts, strict=True)
+            }
+            return torch.from_numpy(kernel.tangents(values, tangents, count)).to(_dtype(args))
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            _save(ctx, inputs)
+
+        @staticmethod
+        def backward(ctx: Any, along: torch.Tensor) -> tuple[Any, ...]:
+            return tangent_backward(ctx, along, 1)
+
+        @staticmethod
+        def jvp(ctx: Any, _nums: Any, *tangents: Any) -> torch.Tensor:
+            return tangent_jvp(ctx, tangents, EnzymeTangents, 1)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+            return _loop(EnzymeTangents, info, in_dims, inputs)
 
     class EnzymeFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, *args: Any) -> torch.Tensor:
-            values = [_to_numpy(a) for a in args]
-            primal = derivatives.derivatives.get(Forward, [Const] * len(values), Const)
-            result = primal(*_copies(values))
-            ctx.save_for_backward(*[a for a in args if isinstance(a, torch.Tensor)])
-            ctx.args = args
-            dtype = next(
-                (a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
-                torch.float64,
-            )
-            return torch.tensor(result, dtype=dtype)
+        def forward(*args: Any) -> torch.Tensor:
+            result = kernel.value([_to_numpy(a) for a in args])
+            return torch.tensor(result, dtype=_dtype(args))
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            _save(ctx, inputs)
 
         @staticmethod
         def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
-            args = _with_saved(ctx.args, ctx.saved_tensors)
+            args = _saved(ctx)
             nums = tuple(
-                i
-                for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor) and ctx.needs_input_grad[i]
+                i for i, a in enumerate(args) if _float_tensor(a) and ctx.needs_input_grad[i]
             )
-            found = EnzymeGradient.apply(nums, grad_output, *args)
-            by_index = dict(zip(nums, found, strict=True))
+            if not nums:
+                return (None,) * len(args)
+            by_index = dict(zip(nums, EnzymeGradient.apply(nums, grad_output, *args), strict=True))
             return tuple(by_index.get(i) for i in range(len(args)))
+
+        @staticmethod
+        def jvp(ctx: Any, *tangents: Any) -> torch.Tensor:
+            args = _saved(ctx)
+            nums = tuple(
+                i for i, t in enumerate(tangents) if t is not None and _float_tensor(args[i])
+            )
+            if not nums:
+                return torch.zeros((), dtype=_dtype(args))
+            return EnzymeTangent.apply(nums, *[tangents[i] for i in nums], *args)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
+            return _loop(EnzymeFunction, info, in_dims, args)
 
     def apply(*args: Any) -> torch.Tensor:
         return EnzymeFunction.apply(*args)
 
     apply.__name__ = name
-    apply.__doc__ = f"{apply.__name__} as a PyTorch autograd op (enzyme_py reverse mode)."
+    apply.__doc__ = f"{name} as a PyTorch function (derivatives by enzyme_py)."
     return apply
