@@ -35,7 +35,17 @@ if _state.native is not None:
     from enzyme_py._api import autodiff
     from enzyme_py._check import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
-    from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
+    from enzyme_py.helpers import (
+        grad,
+        hessian,
+        hvp,
+        jacfwd,
+        jacobian,
+        jacrev,
+        jvp,
+        value_and_grad,
+        vjp,
+    )
     from enzyme_py.rules import clear_rules, register_derivative, register_gradient
 else:
     from enzyme_py._stub import (  # type: ignore[assignment]
@@ -46,7 +56,10 @@ else:
         cpp,
         grad,
         hessian,
+        hvp,
+        jacfwd,
         jacobian,
+        jacrev,
         jvp,
         llvm_ir,
         register_derivative,
@@ -91,8 +104,11 @@ __all__ = [
     "grad",
     "has_autodiff",
     "hessian",
+    "hvp",
     "info",
+    "jacfwd",
     "jacobian",
+    "jacrev",
     "jvp",
     "llvm_ir",
     "offload",
