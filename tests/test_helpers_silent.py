@@ -220,3 +220,23 @@ def test_hessian_of_a_matrix_argument():
         return fd_gradient(matrix_energy.py_func, z, 1e-5)
 
     np.testing.assert_allclose(h, fd_jacobian(gradient, a, 1e-4), rtol=1e-4, atol=1e-6)
+
+
+@numba.njit
+def weighted(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * x[i] ** 3
+    return s
+
+
+def test_only_arrays_the_function_may_write_get_shadows():
+    # A shadow for every float array would be exact but slower: arrays that LLVM infers
+    # readonly (data the function only reads) stay Const; scratch arrays get one.
+    x = np.linspace(0.1, 1.0, 4)
+    g = ez.grad(weighted)
+    np.testing.assert_allclose(g(x, np.ones(4) * 2.0), 6.0 * x**2, rtol=1e-14)
+    assert [key[1] for key in g._derivatives._made] == [(ez.Duplicated, ez.Const)]
+    s = ez.grad(through_scratch)
+    s(x, np.zeros(4))
+    assert [key[1] for key in s._derivatives._made] == [(ez.Duplicated, ez.Duplicated)]

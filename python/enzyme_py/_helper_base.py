@@ -3,9 +3,11 @@ binding of keyword and default arguments, fresh copies and shadows.
 
 Two rules keep the helpers from silently wrong numbers:
 
-- every float array argument gets a shadow (zeros unless it is differentiated): an
-  array Enzyme is told is Const cannot carry a derivative, so a scratch array the
-  function writes and reads back (``tmp[i] = sin(x[i])``) would drop it;
+- every float array argument the function may write gets a shadow (zeros unless it is
+  differentiated): an array Enzyme is told is Const cannot carry a derivative, so a
+  scratch array the function writes and reads back (``tmp[i] = sin(x[i])``) would drop
+  it. Which arrays it may write comes from LLVM's inference of ``readonly`` parameters
+  (arrays it only reads stay Const, as fast as before); where that is unknown, all;
 - a function may overwrite its arguments: helpers that run it more than once (batches
   of Jacobian columns, pullbacks) run each time on fresh copies of the arguments.
 """
@@ -71,14 +73,48 @@ def _activity(value: Any, i: int, mode: Mode) -> Activity:
     )
 
 
-def _acts(args: Sequence[Any], nums: Sequence[int], mode: Mode) -> list[Activity]:
-    """Activities for a call: argnums differentiated, every other float array with a
-    (zero) shadow of its own, the rest Const."""
+def _acts(
+    args: Sequence[Any], nums: Sequence[int], mode: Mode, writes: Sequence[bool]
+) -> list[Activity]:
+    """Activities for a call: argnums differentiated, every other float array that f
+    may write (``writes[i]``) with a (zero) shadow of its own, the rest Const."""
     shadowed = Duplicated if mode is Reverse else Dual
     return [
-        _activity(a, i, mode) if i in nums else (shadowed if _is_float_array(a) else Const)
+        _activity(a, i, mode)
+        if i in nums
+        else (shadowed if _is_float_array(a) and writes[i] else Const)
         for i, a in enumerate(args)
     ]
+
+
+def _kind(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
+    return type(a)
+
+
+def _may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
+    """Per argument, whether f may write its memory: False only where LLVM infers the
+    parameter readonly; True wherever that cannot be told."""
+    from enzyme_py import _state
+    from enzyme_py._api import _resolve
+    from enzyme_py.frontends import IRFunction
+    from enzyme_py.frontends import numba as numba_frontend
+
+    unknown = (True,) * len(args)
+    try:
+        if numba_frontend.is_dispatcher(f):
+            signature = tuple(f.typeof_pyval(a) for a in args)
+            fn = numba_frontend.specialize(f, signature).wrapper
+        else:
+            fn = f if isinstance(f, IRFunction) else _resolve(f)
+        visible = fn.visible_params
+        if len(visible) != len(args):
+            return unknown
+        flags = _state.native.read_only_params(fn.module.ir(), fn.name)
+    except Exception:  # any failure here is reported by autodiff itself
+        return unknown
+    return tuple(not flags[i] for i, _ in visible)
 
 
 class _Derivatives:
@@ -87,6 +123,15 @@ class _Derivatives:
     def __init__(self, f: Any):
         self.f = f
         self._made: dict[tuple[Any, ...], Any] = {}
+        self._writes: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+
+    def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
+        """Per argument, whether f may write it (see _may_write), once per kinds."""
+        key = tuple(_kind(a) for a in args)
+        found = self._writes.get(key)
+        if found is None:
+            found = self._writes[key] = _may_write(self.f, args)
+        return found
 
     def get(
         self, mode: Mode, acts: Sequence[Activity], ret: Activity | None, width: int = 1
@@ -219,7 +264,7 @@ def _reverse_call(
     seed: float = 1.0,
 ) -> tuple[Any, tuple[Any, ...]]:
     """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
-    acts = _acts(args, nums, Reverse)
+    acts = _acts(args, nums, Reverse, derivatives.may_write(args))
     df = derivatives.get(Reverse, acts, ret)
     shadows = _shadows(args, acts)
     primal, *adjoints = df(*_interleave(args, acts, shadows), seed)

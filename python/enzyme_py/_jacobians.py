@@ -149,7 +149,7 @@ class _Jacobian:
         """The gradient of scalar-valued f with respect to argument i, by forward mode."""
         x = args[i]
         row = np.empty(_size(x), dtype=x.dtype if isinstance(x, np.ndarray) else np.float64)
-        acts = _acts(args, (i,), Forward)
+        acts = _acts(args, (i,), Forward, self._derivatives.may_write(args))
 
         def run(batch: int) -> None:
             for start, stop in _batches(row.size, batch):
@@ -171,7 +171,7 @@ class _Jacobian:
         for i in nums:
             x = args[i]
             block = np.empty((out.size, _size(x)), dtype=out.dtype)
-            acts = _acts(args, (i,), Forward)  # out, a float array, is Dual
+            acts = _acts(args, (i, j), Forward, self._derivatives.may_write(args))
 
             def run(
                 batch: int, i: int = i, x: Any = x, block: np.ndarray = block, acts: Any = acts
@@ -193,7 +193,7 @@ class _Jacobian:
     def _reverse_outputs(self, args: Sequence[Any], nums: tuple[int, ...], j: int) -> list[Any]:
         """Rows of d out / d x_i for every i in nums by batched reverse mode."""
         out, ret = args[j], self._ret(args)
-        acts = _acts(args, nums, Reverse)  # out, a float array, is Duplicated
+        acts = _acts(args, (*nums, j), Reverse, self._derivatives.may_write(args))
         rows = [np.empty((out.size, _size(args[i])), dtype=out.dtype) for i in nums]
 
         def run(batch: int) -> None:
@@ -313,7 +313,7 @@ class _Hessian:
                     f"{self.__name__} needs argument {i} to be a float array; got "
                     f"{type(args[i]).__name__} (a float scalar: pass it as a 1-element array)"
                 )
-        acts = _acts(args, nums, Reverse)  # every float array Duplicated
+        acts = _acts(args, nums, Reverse, self._derivatives.may_write(args))
         reverse = _reverse_derivative(self._derivatives, args, acts)
         fwd_acts = _forward_over_reverse_acts(args, acts)
         fn = reverse.function
@@ -398,8 +398,9 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         raise TypeError(
             f"hvp differentiates argument 0 of {_name(f)}, which must be a float array; got {got}"
         )
-    acts = _acts(args, (0,), Reverse)
-    reverse = _reverse_derivative(_derivatives_of(f), args, acts)
+    derivatives = _derivatives_of(f)
+    acts = _acts(args, (0,), Reverse, derivatives.may_write(args))
+    reverse = _reverse_derivative(derivatives, args, acts)
     fwd_acts: list[Activity] = []
     call: list[Any] = []
     gradient = hv = None

@@ -135,8 +135,8 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     outputs are the arrays it writes, as JAX's outputs are what a function returns:
     ``(None, tangents_out)``, where ``tangents_out`` has one entry per primal, the
     tangent of each float array after ``f`` ran (an output array's is the
-    directional derivative of what ``f`` wrote into it; an input's is its tangent)
-    and None for the other arguments.
+    directional derivative of what ``f`` wrote into it; an input's is its tangent, or
+    zeros) and None for the other arguments.
 
     >>> import math, numba, numpy as np, enzyme_py as ez
     >>> @numba.njit
@@ -153,10 +153,12 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
     args = _with_defaults(f, primals, f"jvp({_name(f)})")
     tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    derivatives = _derivatives_of(f)
+    writes = derivatives.may_write(args)
     acts: list[Activity] = []
     given: dict[int, Any] = {}
     for i, (p, t) in enumerate(zip(args, tangents, strict=True)):
-        if _is_float_array(p):
+        if _is_float_array(p) and (t is not None or writes[i]):
             acts.append(Dual)  # a zero tangent for an output or scratch array
             given[i] = np.zeros_like(p) if t is None else _tangent(t, p, i)
         elif t is not None and (isinstance(p, np.ndarray) or _is_float_scalar(p)):
@@ -165,14 +167,14 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         else:
             acts.append(Const)
     nothing = _returns_nothing(f, args)
-    df = _derivatives_of(f).get(Forward, acts, None if nothing else Dual)
+    df = derivatives.get(Forward, acts, None if nothing else Dual)
     result = df(*_interleave(args, acts, given))
     if not nothing:
         y, dy = result
         return y, dy
     return None, tuple(
-        given[i] if i in given and isinstance(given[i], np.ndarray) else None
-        for i in range(len(primals))
+        (given[i] if i in given else np.zeros_like(p)) if _is_float_array(p) else None
+        for i, p in enumerate(args[: len(primals)])
     )
 
 
