@@ -240,3 +240,11 @@ def test_only_arrays_the_function_may_write_get_shadows():
     s = ez.grad(through_scratch)
     s(x, np.zeros(4))
     assert [key[1] for key in s._derivatives._made] == [(ez.Duplicated, ez.Duplicated)]
+
+
+def test_jacobians_of_scalar_functions_leave_the_arguments_as_given():
+    expected = fd_gradient(lambda v: squares_first.py_func(v.copy()), np.array([1.5, 2.0]))
+    for helper in (ez.jacobian, ez.jacfwd, ez.jacrev):
+        x = np.array([1.5, 2.0])
+        np.testing.assert_allclose(helper(squares_first)(x), expected, rtol=1e-8)
+        assert x.tolist() == [1.5, 2.0]

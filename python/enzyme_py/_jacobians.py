@@ -108,7 +108,8 @@ class _Jacobian:
             if self.how == "jacfwd":
                 blocks = [self._forward_gradient(args, i) for i in nums]
             else:
-                blocks = list(_reverse_call(self._derivatives, args, nums, ActiveOnly)[1])
+                grads = _reverse_call(self._derivatives, _fresh(args), nums, ActiveOnly)[1]
+                blocks = list(grads)
         else:
             j = self._check_output(args, nums)
             out = args[j]
