@@ -36,7 +36,17 @@ if _state.native is not None:
     from enzyme_py._api import autodiff
     from enzyme_py._gradcheck import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
-    from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
+    from enzyme_py.helpers import (
+        grad,
+        hessian,
+        hvp,
+        jacfwd,
+        jacobian,
+        jacrev,
+        jvp,
+        value_and_grad,
+        vjp,
+    )
     from enzyme_py.rules import clear_rules, register_derivative, register_gradient
 else:
     from enzyme_py._stub import (  # type: ignore[assignment]
@@ -47,7 +57,10 @@ else:
         cpp,
         grad,
         hessian,
+        hvp,
+        jacfwd,
         jacobian,
+        jacrev,
         jvp,
         llvm_ir,
         register_derivative,
@@ -93,8 +106,11 @@ __all__ = [
     "grad",
     "has_autodiff",
     "hessian",
+    "hvp",
     "info",
+    "jacfwd",
     "jacobian",
+    "jacrev",
     "jvp",
     "llvm_ir",
     "offload",

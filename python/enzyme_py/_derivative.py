@@ -43,7 +43,10 @@ _DIFFE = {
     ActiveOnly: _DFT_OUT_DIFF,
     Duplicated: _DFT_DUP_ARG,
     Dual: _DFT_DUP_ARG,
-    DuplicatedOnly: _DFT_DUP_NONEED,
+    # Enzyme's "primal not needed" drops writes a function reads back (out[i] /= s):
+    # DuplicatedOnly / DualOnly parameters are built as Duplicated / Dual, the caller
+    # passes the primal anyway. A DualOnly return keeps DUP_NONEED (tangent only).
+    DuplicatedOnly: _DFT_DUP_ARG,
     DualOnly: _DFT_DUP_NONEED,
 }
 
@@ -115,7 +118,7 @@ class Derivative:
             self._built_function,
             _build.Request(
                 forward=mode is Forward,
-                args=tuple(_DIFFE[a] for a in params),
+                args=tuple(_DFT_DUP_ARG if a is DualOnly else _DIFFE[a] for a in params),
                 ret=ret_code,
                 return_primal=return_primal,
                 width=options.width,

@@ -20,7 +20,10 @@ __all__ = [
     "cpp",
     "grad",
     "hessian",
+    "hvp",
+    "jacfwd",
     "jacobian",
+    "jacrev",
     "jvp",
     "llvm_ir",
     "register_derivative",
@@ -54,12 +57,24 @@ def vjp(f: Any, *primals: Any) -> NoReturn:
     _unavailable("ez.vjp")
 
 
-def jacobian(f: Any, argnums: Any = 0) -> NoReturn:
+def jacobian(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
     _unavailable("ez.jacobian")
 
 
-def hessian(f: Any) -> NoReturn:
+def jacfwd(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
+    _unavailable("ez.jacfwd")
+
+
+def jacrev(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
+    _unavailable("ez.jacrev")
+
+
+def hessian(f: Any, argnums: Any = 0) -> NoReturn:
     _unavailable("ez.hessian")
+
+
+def hvp(f: Any, primals: Any, tangents: Any) -> NoReturn:
+    _unavailable("ez.hvp")
 
 
 def llvm_ir(text: str, name: str) -> NoReturn:

@@ -89,11 +89,13 @@ Active = Activity("Active", shadow=False, primal_needed=True, modes=_REVERSE)
 ActiveOnly = Activity("ActiveOnly", shadow=False, primal_needed=False, modes=_REVERSE)
 #: An array followed by its shadow, into which the adjoint is added (reverse mode).
 Duplicated = Activity("Duplicated", shadow=True, primal_needed=True, modes=_REVERSE)
-#: As Duplicated, but the primal output may be left unwritten.
+#: As Duplicated (and built as it: Enzyme's "primal not needed" drops writes that
+#: the function reads back), so the primal output is written too.
 DuplicatedOnly = Activity("DuplicatedOnly", shadow=True, primal_needed=False, modes=_REVERSE)
 #: A value followed by its tangent (forward mode).
 Dual = Activity("Dual", shadow=True, primal_needed=True, modes=_FORWARD)
-#: As Dual, but only the tangent is computed.
+#: As Dual; as a parameter built as Dual (the primal output is written too), as the
+#: return only the tangent is returned.
 DualOnly = Activity("DualOnly", shadow=True, primal_needed=False, modes=_FORWARD)
 
 

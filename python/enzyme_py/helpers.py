@@ -2,131 +2,66 @@
 
 Activities are chosen from the arguments of each call, as JAX does: with respect to
 the arguments in ``argnums``, a float array is Duplicated (reverse) or Dual (forward),
-a float scalar Active or Dual; every other argument is Const. Derivatives are built
-once per combination of activities and reused.
+a float scalar Active or Dual; every other float array gets a zero shadow (it may be
+scratch memory that carries a derivative), every other argument is Const. Derivatives
+are built once per combination of activities and reused.
+
+The results of ``grad``, ``value_and_grad``, ``jacobian``, ``jacfwd``, ``jacrev`` and
+``hessian`` take keyword arguments and fill in omitted defaults (bound by the names of
+the Numba function's Python parameters, or of a C function's declaration); ``argnums``
+count positions after that binding. ``jvp``, ``vjp`` and ``hvp`` fill in omitted
+defaults too (as Const).
+
+Functions that return nothing and write their results into array arguments ("output
+parameters", ``f(x, out)``) work in every helper: see ``jvp``, ``vjp`` and ``jacobian``
+(``output=``).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._api import autodiff
 from enzyme_py._convention import real_number as _real_number
-from enzyme_py._derivative import Derivative, resolve_function
-from enzyme_py.core import (
-    Active,
-    ActiveOnly,
-    Activity,
-    Const,
-    Dual,
-    Duplicated,
-    Forward,
-    Mode,
-    Reverse,
+from enzyme_py._helper_base import (
+    _BATCH,
+    Argnums,
+    _activity,
+    _argnums,
+    _bind,
+    _Derivatives,
+    _derivatives_of,
+    _fresh,
+    _interleave,
+    _is_float_array,
+    _is_float_scalar,
+    _name,
+    _returns_nothing,
+    _reverse_call,
+    _shadows,
+    _single,
+    _tangent,
+    _with_defaults,
 )
-from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py._jacobians import hessian, hvp, jacfwd, jacobian, jacrev
+from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, Duplicated, Forward, Reverse
 
-__all__ = ["grad", "hessian", "jacobian", "jvp", "value_and_grad", "vjp"]
+__all__ = [
+    "grad",
+    "hessian",
+    "hvp",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
+    "jvp",
+    "value_and_grad",
+    "vjp",
+]
 
-Argnums = int | Sequence[int]
-
-# Columns of a Jacobian or Hessian computed per batched call.
-_BATCH = 8
-
-
-def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
-    for a in nums:
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
-        if not -n <= a < n:
-            raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
-    positions = tuple(int(a) % n for a in nums)
-    if len(set(positions)) != len(positions):
-        raise ValueError(f"argnums {argnums!r} names an argument twice")
-    return positions
-
-
-def _is_float_scalar(value: Any) -> bool:
-    return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
-
-
-def _activity(value: Any, i: int, mode: Mode) -> Activity:
-    """The activity that differentiates argument i, from its value."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind != "f":
-            raise TypeError(
-                f"argument {i} is an array of {value.dtype}; only float arrays can be "
-                "differentiated (leave it out of argnums)"
-            )
-        return Duplicated if mode is Reverse else Dual
-    if _is_float_scalar(value):
-        return Active if mode is Reverse else Dual
-    raise TypeError(
-        f"argument {i} is {type(value).__name__}; only float scalars and float arrays can "
-        "be differentiated (pass a float, or leave it out of argnums)"
-    )
-
-
-class _Derivatives:
-    """``autodiff(f, mode, *activities, ret, width=...)``, made once per combination."""
-
-    def __init__(self, f: Any):
-        self.f = f
-        self._made: dict[tuple[Any, ...], Any] = {}
-
-    def get(
-        self, mode: Mode, acts: Sequence[Activity], ret: Activity | None, width: int = 1
-    ) -> Any:
-        key = (mode, tuple(acts), ret, width)
-        df = self._made.get(key)
-        if df is None:
-            df = autodiff(self.f, mode, *acts, *([] if ret is None else [ret]), width=width)
-            self._made[key] = df
-        return df
-
-
-_shared: weakref.WeakKeyDictionary[Any, _Derivatives] = weakref.WeakKeyDictionary()
-
-
-def _derivatives_of(f: Any) -> _Derivatives:
-    """The derivatives of ``f`` made so far by the one-shot helpers (jvp, vjp): kept
-    with ``f`` so that a loop calling ``ez.jvp(f, ...)`` builds and plans them once."""
-    try:
-        found = _shared.get(f)
-        if found is None:
-            found = _shared[f] = _Derivatives(f)
-        return found
-    except TypeError:  # not weak-referenceable
-        return _Derivatives(f)
-
-
-def _reverse_call(
-    derivatives: _Derivatives,
-    args: Sequence[Any],
-    nums: tuple[int, ...],
-    ret: Activity,
-    seed: float = 1.0,
-) -> tuple[Any, tuple[Any, ...]]:
-    """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
-    acts = [_activity(a, i, Reverse) if i in nums else Const for i, a in enumerate(args)]
-    df = derivatives.get(Reverse, acts, ret)
-    call: list[Any] = []
-    shadows: dict[int, np.ndarray] = {}
-    for i, (a, act) in enumerate(zip(args, acts, strict=True)):
-        call.append(a)
-        if act is Duplicated:
-            shadows[i] = np.zeros_like(a)
-            call.append(shadows[i])
-    primal, *adjoints = df(*call, seed)
-    active = iter(adjoints)
-    grads = {i: shadows[i] if i in shadows else next(active) for i in sorted(nums)}
-    return primal, tuple(grads[i] for i in nums)
+# Private names other modules (torch.py, jax.py, _check.py) import from here.
+_EXPORTED = (_BATCH, _activity, _argnums, _Derivatives, _is_float_scalar, _reverse_call)
 
 
 class _Gradient:
@@ -136,15 +71,14 @@ class _Gradient:
     def __init__(self, f: Any, argnums: Argnums, with_value: bool):
         self.f, self.argnums, self.with_value = f, argnums, with_value
         self._derivatives = _Derivatives(f)
-        self.__name__ = ("value_and_grad" if with_value else "grad") + (
-            f"({getattr(f, '__name__', None) or getattr(f, 'display_name', 'f')})"
-        )
+        self.__name__ = ("value_and_grad" if with_value else "grad") + f"({_name(f)})"
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = _bind(self.f, args, kwargs, self.__name__)
         nums = _argnums(self.argnums, len(args))
         ret = Active if self.with_value else ActiveOnly
         value, grads = _reverse_call(self._derivatives, args, nums, ret)
-        found = grads[0] if isinstance(self.argnums, (int, np.integer)) else grads
+        found = grads[0] if _single(self.argnums) else grads
         return (value, found) if self.with_value else found
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -157,205 +91,178 @@ class _Gradient:
 def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments in ``argnums``.
 
-    Returns a function of the same arguments; it returns one gradient (an array like
-    the argument, or a float) for an int ``argnums``, a tuple for a sequence.
-    The primal value is not computed (``ActiveOnly``).
+    Returns a function of the same arguments (keywords and defaults as ``f`` takes
+    them); it returns one gradient (an array shaped like the argument, or a float) for
+    an int ``argnums``, a tuple of them for a sequence. One reverse pass; the primal
+    value is not computed (``ActiveOnly``). ``f`` runs once, on the arrays given.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def dist(x, y, p=2.0):
+    ...     return np.sum(np.abs(x - y) ** p)
+    >>> x, y = np.array([1.0, 2.0]), np.array([0.0, 4.0])
+    >>> ez.grad(dist)(x, y)              # p=2.0 filled in: 2 (x - y)
+    array([ 2., -4.])
+    >>> ez.grad(dist, argnums=(0, 1))(x, y=y, p=2.0)
+    (array([ 2., -4.]), array([-2.,  4.]))
     """
     return _Gradient(f, argnums, with_value=False)
 
 
 def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
-    """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass."""
+    """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def energy(x, k):
+    ...     return k * np.sum(x * x)
+    >>> ez.value_and_grad(energy, argnums=(0, 1))(np.array([1.0, 2.0]), 3.0)
+    (15.0, (array([ 6., 12.]), 5.0))
+    """
     return _Gradient(f, argnums, with_value=True)
 
 
 def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """``(f(*primals), directional derivative along tangents)`` by forward mode.
+    """``(f(*primals), directional derivative along tangents)`` by one forward pass.
 
     ``tangents`` has one entry per primal: an array like a float array, a float for a
-    float scalar, or None (the argument is Const; integers always are).
+    float scalar, or None (no tangent: zero; integers are always Const). Omitted
+    defaults of ``f`` are filled in as Const. ``f`` runs on the primals given (it writes
+    its output arrays as a call of ``f`` does); the caller's tangents are not written.
+
+    For a function that returns a value: ``(y, dy)``, ``dy`` shaped like ``y``.
+    For a function that returns nothing and writes output arrays (``f(x, out)``), the
+    outputs are the arrays it writes, as JAX's outputs are what a function returns:
+    ``(None, tangents_out)``, where ``tangents_out`` has one entry per primal, the
+    tangent of each float array after ``f`` ran (an output array's is the
+    directional derivative of what ``f`` wrote into it; an input's is its tangent, or
+    zeros) and None for the other arguments.
+
+    >>> import math, numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def square(x, out):
+    ...     for i in range(x.shape[0]):
+    ...         out[i] = x[i] * x[i]
+    >>> x, out = np.array([1.0, 3.0]), np.zeros(2)
+    >>> ez.jvp(square, (x, out), (np.array([1.0, 0.5]), None))
+    (None, (array([1. , 0.5]), array([2., 3.])))
+    >>> out                              # the primal output, written by square
+    array([1., 9.])
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    args = _with_defaults(f, primals, f"jvp({_name(f)})")
+    tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    derivatives = _derivatives_of(f)
+    writes = derivatives.may_write(args)
     acts: list[Activity] = []
-    call: list[Any] = []
-    for i, (p, t) in enumerate(zip(primals, tangents, strict=True)):
-        differentiate = t is not None and (isinstance(p, np.ndarray) or _is_float_scalar(p))
-        act = _activity(p, i, Forward) if differentiate else Const
-        acts.append(act)
-        call.append(p)
-        if act is Dual:
-            call.append(_tangent(t, p, i))
-    y, dy = _derivatives_of(f).get(Forward, acts, Dual)(*call)
-    return y, dy
-
-
-def _tangent(t: Any, p: Any, i: int) -> Any:
-    """The tangent ``t`` of primal ``p`` (argument i) in p's dtype, if it holds real numbers
-    (no silent conversion of strings, None or complex numbers)."""
-    where = f"the tangent of argument {i}"
-    if not isinstance(p, np.ndarray):
-        return _real_number(t, where, "a float scalar like its argument")
-    values = np.asarray(t)
-    if values.dtype.kind not in "biuf":
-        raise TypeError(
-            f"{where} must hold real numbers, like its {p.dtype} array; got "
-            + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
-        )
-    return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent
+    given: dict[int, Any] = {}
+    for i, (p, t) in enumerate(zip(args, tangents, strict=True)):
+        if _is_float_array(p) and (t is not None or writes[i]):
+            acts.append(Dual)  # a zero tangent for an output or scratch array
+            given[i] = np.zeros_like(p) if t is None else _tangent(t, p, i)
+        elif t is not None and (isinstance(p, np.ndarray) or _is_float_scalar(p)):
+            acts.append(_activity(p, i, Forward))
+            given[i] = _tangent(t, p, i)
+        else:
+            acts.append(Const)
+    nothing = _returns_nothing(f, args)
+    df = derivatives.get(Forward, acts, None if nothing else Dual)
+    result = df(*_interleave(args, acts, given))
+    if not nothing:
+        y, dy = result
+        return y, dy
+    return None, tuple(
+        (given[i] if i in given else np.zeros_like(p)) if _is_float_array(p) else None
+        for i, p in enumerate(args[: len(primals)])
+    )
 
 
 def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
-    the pullback for float arrays and scalars, None for the others."""
+    the pullback for float arrays and scalars, None for the others.
+
+    ``f`` runs once, on the primals given; ``vjp_fn`` differentiates at the primals as
+    they were when ``vjp`` was called (copies), however often it is called and whatever
+    ``f`` overwrites. For a function that returns a float, the cotangent is a float.
+    For a function that returns nothing and writes output arrays, the cotangent has one
+    entry per primal, as ``jvp``'s tangents do: an array like each output array (the
+    cotangent of what ``f`` writes there), None for the others; an output array's
+    pullback is the cotangent of the values it held before ``f`` ran (zero unless ``f``
+    reads them).
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def scale(x, a, out):
+    ...     for i in range(x.shape[0]):
+    ...         out[i] = a * x[i]
+    >>> x, out = np.array([1.0, 2.0]), np.zeros(2)
+    >>> value, vjp_fn = ez.vjp(scale, x, 3.0, out)
+    >>> vjp_fn((None, None, np.array([1.0, 10.0])))
+    (array([ 3., 30.]), 21.0, array([0., 0.]))
+    """
+    n = len(primals)
+    args = _with_defaults(f, primals, f"vjp({_name(f)})")
     derivatives = _derivatives_of(f)
-    nums = tuple(
-        i
-        for i, p in enumerate(primals)
-        if (isinstance(p, np.ndarray) and p.dtype.kind == "f") or _is_float_scalar(p)
-    )
-    value = derivatives.get(Forward, [Const] * len(primals), Const)(*primals)
-    # The point vjp_fn differentiates at: the arrays as they are now, not as the
-    # caller may change them later.
-    at = tuple(p.copy() if isinstance(p, np.ndarray) else p for p in primals)
+    nums = tuple(i for i in range(n) if _is_float_array(args[i]) or _is_float_scalar(args[i]))
+    # The point vjp_fn differentiates at: the arrays as they are now, before f runs
+    # (it may overwrite them) and whatever the caller does with them later.
+    at = tuple(_fresh(args))
+    nothing = _returns_nothing(f, args)
+    value = derivatives.get(Forward, [Const] * len(args), None if nothing else Const)(*args)
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        if nothing:
+            return _pullback_of_outputs(derivatives, at, nums, n, cotangent)
         seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
-        _, grads = _reverse_call(derivatives, at, nums, ActiveOnly, seed)
+        _, grads = _reverse_call(derivatives, _fresh(at), nums, ActiveOnly, seed)
         pullback = dict(zip(nums, grads, strict=True))
-        return tuple(pullback.get(i) for i in range(len(primals)))
+        return tuple(pullback.get(i) for i in range(n))
 
     return value, vjp_fn
 
 
-def _batches(n: int, size: int = _BATCH) -> list[tuple[int, int]]:
-    return [(start, min(start + size, n)) for start in range(0, n, size)]
-
-
-def jacobian(f: Any, argnums: int = 0, output: int | None = None) -> Callable[..., Any]:
-    """The Jacobian of ``f`` with respect to argument ``argnums``.
-
-    With ``output=None``, ``f`` returns a float scalar and the Jacobian is its gradient
-    (shaped like the argument). With ``output=j``, ``f`` writes its result into the
-    array argument j (f: R^n -> R^m written as ``f(x, out)``): the Jacobian has shape
-    ``out.shape + x.shape``, computed by batched forward mode (columns in batches).
-    """
-    if output is None:
-        return grad(f, argnums)
-    derivatives = _Derivatives(f)
-
-    if not isinstance(argnums, (int, np.integer)) or isinstance(argnums, (bool, np.bool_)):
-        raise TypeError(f"jacobian takes one argument position as argnums; got {argnums!r}")
-
-    def jacobian_of(*args: Any) -> np.ndarray:
-        i, j = _argnums(argnums, len(args))[0], _argnums(output, len(args))[0]
-        x, out = args[i], args[j]
-        if not isinstance(x, np.ndarray) or not isinstance(out, np.ndarray):
-            raise TypeError("jacobian with output= needs array arguments at argnums and output")
-        if i == j or np.shares_memory(x, out):
-            # f runs once per batch of columns: each run would start from the last
-            # one's result, and the input's tangent would be taken for the output's.
-            what = f"are both argument {i}" if i == j else f"(arguments {i} and {j}) overlap"
-            raise ValueError(
-                f"jacobian: the input (argnums) and the output {what}; f writes its result "
-                "into the output, which would change the input it is differentiated at: "
-                "pass the output as a separate array"
+def _pullback_of_outputs(
+    derivatives: _Derivatives,
+    at: Sequence[Any],
+    nums: tuple[int, ...],
+    n: int,
+    cotangent: Any,
+) -> tuple[Any, ...]:
+    """vjp_fn of a function that returns nothing: the cotangents seed the shadows of
+    the output arrays; every shadow then holds its array's pullback."""
+    if not isinstance(cotangent, (tuple, list)) or len(cotangent) != n:
+        raise TypeError(
+            "the function returns nothing, so vjp_fn takes one cotangent per primal "
+            f"({n}: an array like each output array it writes, None for the others); got "
+            + (
+                f"{len(cotangent)} entries"
+                if isinstance(cotangent, (tuple, list))
+                else type(cotangent).__name__
             )
-        n = x.size
-        columns = np.empty((out.size, n), dtype=out.dtype)
-        try:
-            _jacobian_columns(columns, args, i, j, _BATCH)
-        except RecursionBatchRefused:
-            _jacobian_columns(columns, args, i, j, 1)  # one column at a time
-        return columns.reshape(*out.shape, *x.shape)
-
-    def _jacobian_columns(
-        columns: np.ndarray, args: tuple[Any, ...], i: int, j: int, batch: int
-    ) -> None:
-        x, out = args[i], args[j]
-        n = x.size
-        for start, stop in _batches(n, batch):
-            width = stop - start
-            acts = [Dual if k in (i, j) else Const for k in range(len(args))]
-            df = derivatives.get(Forward, acts, None if _returns_nothing(f, args) else Const, width)
-            seeds = np.zeros((width, n), dtype=x.dtype)
-            seeds[np.arange(width), np.arange(start, stop)] = 1.0
-            tangent_out = np.zeros((width, *out.shape), dtype=out.dtype)
-            call: list[Any] = []
-            for k, a in enumerate(args):
-                call.append(a)
-                if k == i:
-                    call.append(
-                        seeds.reshape(width, *x.shape) if width > 1 else seeds[0].reshape(x.shape)
-                    )
-                elif k == j:
-                    call.append(tangent_out if width > 1 else tangent_out[0])
-            df(*call)
-            columns[:, start:stop] = tangent_out.reshape(width, -1).T
-
-    return jacobian_of
-
-
-def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
-    """Whether f returns no value (from its compiled signature)."""
-    if numba_frontend.is_dispatcher(f):
-        types = tuple(f.typeof_pyval(a) for a in args)
-        f.compile(types)
-        from numba.core import types as nbtypes
-
-        return isinstance(f.overloads[types].signature.return_type, nbtypes.NoneType)
-    return resolve_function(f).ret is None
-
-
-def hessian(f: Any, argnums: int = 0) -> Callable[..., np.ndarray]:
-    """The Hessian of scalar-valued ``f`` with respect to the 1-D float array argument
-    ``argnums``: shape (n, n), by forward mode over reverse mode, columns in batches."""
-    derivatives = _Derivatives(f)
-
-    def hessian_of(*args: Any) -> np.ndarray:
-        i = _argnums(argnums, len(args))[0]
-        x = args[i]
-        if not isinstance(x, np.ndarray) or x.ndim != 1 or x.dtype.kind != "f":
-            raise TypeError(f"hessian needs argument {i} to be a 1-D float array")
-        acts = [Duplicated if k == i else Const for k in range(len(args))]
-        reverse = derivatives.get(Reverse, acts, ActiveOnly)
-        reverse_args: list[Any] = []
-        for k, a in enumerate(args):
-            reverse_args.append(a)
-            if k == i:
-                reverse_args.append(np.zeros_like(x))
-        if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
-            reverse = reverse.for_arguments((*reverse_args, 1.0))
-        n = x.size
-        h = np.empty((n, n), dtype=x.dtype)
-        # Enzyme batches derivatives of recursion wrongly: one column at a time then.
-        fn = reverse.function
-        batch = 1 if fn.module.native.reaches_recursion(fn.name) else _BATCH
-        for start, stop in _batches(n, batch):
-            width = stop - start
-            # Parameters of the reverse derivative: each argument, x's shadow, the seed.
-            fwd_acts: list[Activity] = []
-            for k in range(len(args)):
-                fwd_acts.append(Dual if k == i else Const)
-                if k == i:
-                    fwd_acts.append(Dual)
-            fwd_acts.append(Const)  # the seed
-            fwd = autodiff(reverse, Forward, *fwd_acts, width=width)  # cached by the engine
-            seeds = np.zeros((width, n), dtype=x.dtype)
-            seeds[np.arange(width), np.arange(start, stop)] = 1.0
-            hv = np.zeros((width, n), dtype=x.dtype)
-            call: list[Any] = []
-            for k, a in enumerate(args):
-                call.append(a)
-                if k == i:
-                    call += [
-                        seeds if width > 1 else seeds[0],
-                        np.zeros_like(x),
-                        hv if width > 1 else hv[0],
-                    ]
-            call.append(1.0)
-            fwd(*call)
-            h[:, start:stop] = hv.T
-        return h
-
-    return hessian_of
+        )
+    args = _fresh(at)
+    acts = [
+        (Duplicated if isinstance(a, np.ndarray) else Active) if i in nums else Const
+        for i, a in enumerate(args)
+    ]
+    shadows = _shadows(args, acts)
+    for i, c in enumerate(cotangent):
+        if c is not None:
+            if i not in shadows:
+                raise TypeError(
+                    f"cotangent {i} given to vjp_fn: argument {i} is not a float array, "
+                    "so it takes None"
+                )
+            seed = _tangent(c, args[i], i)
+            if seed.shape != args[i].shape:
+                raise ValueError(
+                    f"cotangent {i} given to vjp_fn has shape {seed.shape}; its array "
+                    f"has shape {args[i].shape}"
+                )
+            shadows[i] += seed
+    df = derivatives.get(Reverse, acts, None)
+    _, *adjoints = df(*_interleave(args, acts, shadows))
+    active = iter(adjoints)
+    grads = {i: shadows[i] if i in shadows else next(active) for i in nums}
+    return tuple(grads.get(i) for i in range(n))

@@ -1,0 +1,278 @@
+"""What the JAX-named helpers share: activities from values, derivatives made once,
+binding of keyword and default arguments, fresh copies and shadows.
+
+Two rules keep the helpers from silently wrong numbers:
+
+- every float array argument the function may write gets a shadow (zeros unless it is
+  differentiated): an array Enzyme is told is Const cannot carry a derivative, so a
+  scratch array the function writes and reads back (``tmp[i] = sin(x[i])``) would drop
+  it. Which arrays it may write comes from LLVM's inference of ``readonly`` parameters
+  (arrays it only reads stay Const, as fast as before); where that is unknown, all;
+- a function may overwrite its arguments: helpers that run it more than once (batches
+  of Jacobian columns, pullbacks) run each time on fresh copies of the arguments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from enzyme_py import _state
+from enzyme_py._api import autodiff
+from enzyme_py._convention import real_number as _real_number
+from enzyme_py._derivative import resolve_function
+from enzyme_py.core import Active, Activity, Const, Dual, Duplicated, Mode, Reverse
+from enzyme_py.frontends import IRFunction
+from enzyme_py.frontends import numba as numba_frontend
+
+Argnums = int | Sequence[int]
+
+# Columns (or rows) of a Jacobian or Hessian computed per batched call.
+_BATCH = 8
+
+
+def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
+    for a in nums:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
+        if not -n <= a < n:
+            raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
+    positions = tuple(int(a) % n for a in nums)
+    if len(set(positions)) != len(positions):
+        raise ValueError(f"argnums {argnums!r} names an argument twice")
+    return positions
+
+
+def _single(argnums: Argnums) -> bool:
+    """Whether argnums is one position (results unwrapped) rather than a sequence."""
+    return isinstance(argnums, (int, np.integer))
+
+
+def _is_float_scalar(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
+
+
+def _is_float_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f"
+
+
+def _activity(value: Any, i: int, mode: Mode) -> Activity:
+    """The activity that differentiates argument i, from its value."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "f":
+            raise TypeError(
+                f"argument {i} is an array of {value.dtype}; only float arrays can be "
+                "differentiated (leave it out of argnums)"
+            )
+        return Duplicated if mode is Reverse else Dual
+    if _is_float_scalar(value):
+        return Active if mode is Reverse else Dual
+    raise TypeError(
+        f"argument {i} is {type(value).__name__}; only float scalars and float arrays can "
+        "be differentiated (pass a float, or leave it out of argnums)"
+    )
+
+
+def _acts(
+    args: Sequence[Any], nums: Sequence[int], mode: Mode, writes: Sequence[bool]
+) -> list[Activity]:
+    """Activities for a call: argnums differentiated, every other float array that f
+    may write (``writes[i]``) with a (zero) shadow of its own, the rest Const."""
+    shadowed = Duplicated if mode is Reverse else Dual
+    return [
+        _activity(a, i, mode)
+        if i in nums
+        else (shadowed if _is_float_array(a) and writes[i] else Const)
+        for i, a in enumerate(args)
+    ]
+
+
+def _kind(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
+    return type(a)
+
+
+def _may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
+    """Per argument, whether f may write its memory: False only where LLVM infers the
+    parameter readonly; True wherever that cannot be told."""
+    unknown = (True,) * len(args)
+    try:
+        if numba_frontend.is_dispatcher(f):
+            signature = tuple(f.typeof_pyval(a) for a in args)
+            fn = numba_frontend.specialize(f, signature).wrapper
+        else:
+            fn = f if isinstance(f, IRFunction) else resolve_function(f)
+        visible = fn.visible_params
+        if len(visible) != len(args):
+            return unknown
+        flags = _state.native.read_only_params(fn.module.ir(), fn.name)
+    except Exception:  # any failure here is reported by autodiff itself
+        return unknown
+    return tuple(not flags[i] for i, _ in visible)
+
+
+class _Derivatives:
+    """``autodiff(f, mode, *activities, ret, width=...)``, made once per combination."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self._made: dict[tuple[Any, ...], Any] = {}
+        self._writes: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+
+    def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
+        """Per argument, whether f may write it (see _may_write), once per kinds."""
+        key = tuple(_kind(a) for a in args)
+        found = self._writes.get(key)
+        if found is None:
+            found = self._writes[key] = _may_write(self.f, args)
+        return found
+
+    def get(
+        self, mode: Mode, acts: Sequence[Activity], ret: Activity | None, width: int = 1
+    ) -> Any:
+        key = (mode, tuple(acts), ret, width)
+        df = self._made.get(key)
+        if df is None:
+            df = autodiff(self.f, mode, *acts, *([] if ret is None else [ret]), width=width)
+            self._made[key] = df
+        return df
+
+
+_shared: weakref.WeakKeyDictionary[Any, _Derivatives] = weakref.WeakKeyDictionary()
+
+
+def _derivatives_of(f: Any) -> _Derivatives:
+    """The derivatives of ``f`` made so far by the one-shot helpers (jvp, vjp): kept
+    with ``f`` so that a loop calling ``ez.jvp(f, ...)`` builds and plans them once."""
+    try:
+        found = _shared.get(f)
+        if found is None:
+            found = _shared[f] = _Derivatives(f)
+        return found
+    except TypeError:  # not weak-referenceable
+        return _Derivatives(f)
+
+
+def _fresh(args: Sequence[Any]) -> list[Any]:
+    """Copies of the array arguments (f may overwrite them), the rest as given."""
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _shadow_like(a: np.ndarray, width: int = 1) -> np.ndarray:
+    return np.zeros(a.shape if width == 1 else (width, *a.shape), dtype=a.dtype)
+
+
+def _name(f: Any) -> str:
+    return str(getattr(f, "__name__", None) or getattr(f, "display_name", None) or "f")
+
+
+def _signature(f: Any) -> inspect.Signature | None:
+    """The Python-level signature of f (Numba: its Python function; C / IR: the
+    parameter names of its declaration), or None when it has none."""
+    if numba_frontend.is_dispatcher(f):
+        return inspect.signature(f.py_func)
+    if isinstance(f, IRFunction):
+        names = [p.name for _, p in f.visible_params]
+        if not all(n.isidentifier() for n in names) or len(set(names)) != len(names):
+            return None
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(n, kind) for n in names])
+    return None
+
+
+def _bind(f: Any, args: Sequence[Any], kwargs: dict[str, Any], who: str) -> tuple[Any, ...]:
+    """The arguments of a call of ``who`` (a helper's result for f) by position:
+    keywords bound to their parameters and omitted defaults filled in, so that the
+    derivative sees positional arguments only."""
+    sig = _signature(f)
+    if sig is None:
+        if kwargs:
+            raise TypeError(
+                f"{who} got keyword arguments ({', '.join(kwargs)}) but {_name(f)} has no "
+                "parameter names to bind them to: pass them by position"
+            )
+        return tuple(args)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{who}: {exc}; {_name(f)} takes {sig}") from None
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(
+            f"{who}: {_name(f)} has keyword-only parameters or **kwargs "
+            f"({', '.join(bound.kwargs)}), which enzyme_py cannot pass: make them positional"
+        )
+    return tuple(bound.args)
+
+
+def _with_defaults(f: Any, args: Sequence[Any], who: str) -> tuple[Any, ...]:
+    """args, followed by the defaults of the parameters they omit."""
+    return _bind(f, args, {}, who)
+
+
+def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
+    """Whether f returns no value (from its compiled signature)."""
+    if numba_frontend.is_dispatcher(f):
+        types = tuple(f.typeof_pyval(a) for a in args)
+        return not numba_frontend.returns_value(f, numba_frontend.resolve_signature(f, types))
+    return resolve_function(f).ret is None
+
+
+def _shadows(
+    args: Sequence[Any], acts: Sequence[Activity], width: int = 1
+) -> dict[int, np.ndarray]:
+    """Zero shadows for the array arguments that take one (separate ones for one array
+    passed twice: each argument's own derivative, as JAX's argnums mean)."""
+    return {
+        i: _shadow_like(a, width)
+        for i, (a, act) in enumerate(zip(args, acts, strict=True))
+        if act.shadow and isinstance(a, np.ndarray)
+    }
+
+
+def _interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, Any]) -> list[Any]:
+    """The derivative's arguments: each value, followed by extra[i] if it has one."""
+    call: list[Any] = []
+    for i, a in enumerate(args):
+        call.append(a)
+        if acts[i].shadow:
+            call.append(extra[i])
+    return call
+
+
+def _reverse_call(
+    derivatives: _Derivatives,
+    args: Sequence[Any],
+    nums: tuple[int, ...],
+    ret: Activity,
+    seed: float = 1.0,
+) -> tuple[Any, tuple[Any, ...]]:
+    """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
+    acts = _acts(args, nums, Reverse, derivatives.may_write(args))
+    df = derivatives.get(Reverse, acts, ret)
+    shadows = _shadows(args, acts)
+    primal, *adjoints = df(*_interleave(args, acts, shadows), seed)
+    active = iter(adjoints)
+    grads = {i: next(active) for i, act in enumerate(acts) if act is Active}
+    return primal, tuple(shadows[i] if i in shadows else grads[i] for i in nums)
+
+
+def _tangent(t: Any, p: Any, i: int) -> Any:
+    """The tangent ``t`` of primal ``p`` (argument i) in p's dtype, if it holds real numbers
+    (no silent conversion of strings, None or complex numbers)."""
+    where = f"the tangent of argument {i}"
+    if not isinstance(p, np.ndarray):
+        return _real_number(t, where, "a float scalar like its argument")
+    values = np.asarray(t)
+    if values.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{where} must hold real numbers, like its {p.dtype} array; got "
+            + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
+        )
+    return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent

@@ -1,0 +1,425 @@
+"""Jacobians and Hessians by batched derivatives: ``jacobian``, ``jacfwd``, ``jacrev``,
+``hessian`` and ``hvp`` (names and conventions as in JAX).
+
+Each batch of columns (or rows) runs ``f`` on fresh copies of the arguments taken when
+the result was called: a function that overwrites an argument would otherwise give
+the second batch the argument the first one overwrote. The caller's arrays are left
+as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py._api import autodiff
+from enzyme_py._derivative import Derivative
+from enzyme_py._helper_base import (
+    _BATCH,
+    Argnums,
+    _acts,
+    _argnums,
+    _bind,
+    _Derivatives,
+    _derivatives_of,
+    _fresh,
+    _interleave,
+    _is_float_array,
+    _is_float_scalar,
+    _name,
+    _returns_nothing,
+    _reverse_call,
+    _shadow_like,
+    _shadows,
+    _single,
+    _tangent,
+    _with_defaults,
+)
+from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, Forward, Reverse
+
+__all__ = ["hessian", "hvp", "jacfwd", "jacobian", "jacrev"]
+
+
+def _batches(n: int, size: int) -> list[tuple[int, int]]:
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _unit(a: Any, width: int, start: int, stop: int) -> Any:
+    """Seeds for elements start:stop of ``a`` (an array, or a float scalar: one
+    element), one per lane."""
+    if not isinstance(a, np.ndarray):
+        return 1.0 if width == 1 else [1.0] * width
+    seeds = _shadow_like(a, width)
+    seeds.reshape(width, -1)[np.arange(width), np.arange(start, stop)] = 1.0
+    return seeds
+
+
+def _size(a: Any) -> int:
+    return a.size if isinstance(a, np.ndarray) else 1
+
+
+def _lanes(values: Any, width: int) -> np.ndarray:
+    """Per-lane values (an array's shadow, or a scalar's k adjoints) as (width, -1)."""
+    return np.asarray(values, dtype=np.float64).reshape(width, -1)
+
+
+def _batched(run: Callable[[int], None], recursive: bool = False) -> None:
+    """run(batch size); one column at a time where Enzyme refuses batches (recursion)."""
+    if recursive:
+        run(1)
+        return
+    try:
+        run(_BATCH)
+    except RecursionBatchRefused:
+        run(1)
+
+
+class _Jacobian:
+    """What ``jacobian`` / ``jacfwd`` / ``jacrev`` return (picklable when f is)."""
+
+    def __init__(self, f: Any, argnums: Argnums, output: int | None, how: str):
+        if output is not None and (
+            isinstance(output, (bool, np.bool_)) or not isinstance(output, (int, np.integer))
+        ):
+            raise TypeError(f"output must be an argument position (an int); got {output!r}")
+        self.f, self.argnums, self.output, self.how = f, argnums, output, how
+        self._derivatives = _Derivatives(f)
+        self.__name__ = f"{how}({_name(f)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Jacobian, (self.f, self.argnums, self.output, self.how))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}, output={self.output!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = _bind(self.f, args, kwargs, self.__name__)
+        nums = _argnums(self.argnums, len(args))
+        for i in nums:
+            if not (_is_float_array(args[i]) or _is_float_scalar(args[i])):
+                raise TypeError(
+                    f"{self.__name__}: argument {i} is {type(args[i]).__name__}"
+                    + (f" of {args[i].dtype}" if isinstance(args[i], np.ndarray) else "")
+                    + "; only float scalars and float arrays can be differentiated "
+                    "(pass a float, or leave it out of argnums)"
+                )
+        if self.output is None:
+            if self.how == "jacfwd":
+                blocks = [self._forward_gradient(args, i) for i in nums]
+            else:
+                grads = _reverse_call(self._derivatives, _fresh(args), nums, ActiveOnly)[1]
+                blocks = list(grads)
+        else:
+            j = self._check_output(args, nums)
+            out = args[j]
+            size = sum(_size(args[i]) for i in nums)
+            forward = self.how == "jacfwd" or (self.how == "jacobian" and size <= out.size)
+            blocks = (
+                self._forward_outputs(args, nums, j)
+                if forward
+                else self._reverse_outputs(args, nums, j)
+            )
+        return blocks[0] if _single(self.argnums) else tuple(blocks)
+
+    def _check_output(self, args: Sequence[Any], nums: tuple[int, ...]) -> int:
+        (j,) = _argnums(self.output, len(args)) if self.output is not None else (0,)
+        out = args[j]
+        if not _is_float_array(out):
+            raise TypeError(
+                f"{self.__name__}: output={j} names argument {j}, a "
+                f"{type(out).__name__}; the output must be the float array f writes into"
+            )
+        for i in nums:
+            x = args[i]
+            if i == j or (isinstance(x, np.ndarray) and np.shares_memory(x, out)):
+                # f runs once per batch of columns: each run would start from the last
+                # one's result, and the input's tangent would be taken for the output's.
+                what = f"are both argument {i}" if i == j else f"(arguments {i} and {j}) overlap"
+                raise ValueError(
+                    f"jacobian: the input (argnums) and the output {what}; f writes its "
+                    "result into the output, which would change the input it is "
+                    "differentiated at: pass the output as a separate array"
+                )
+        return j
+
+    def _ret(self, args: Sequence[Any]) -> Activity | None:
+        return None if _returns_nothing(self.f, args) else Const
+
+    def _forward_gradient(self, args: Sequence[Any], i: int) -> Any:
+        """The gradient of scalar-valued f with respect to argument i, by forward mode."""
+        x = args[i]
+        row = np.empty(_size(x), dtype=x.dtype if isinstance(x, np.ndarray) else np.float64)
+        acts = _acts(args, (i,), Forward, self._derivatives.may_write(args))
+
+        def run(batch: int) -> None:
+            for start, stop in _batches(row.size, batch):
+                width = stop - start
+                call = _fresh(args)
+                tangents: dict[int, Any] = _shadows(call, acts, width)
+                tangents[i] = _unit(x, width, start, stop)
+                df = self._derivatives.get(Forward, acts, Dual, width)
+                _, dy = df(*_interleave(call, acts, tangents))
+                row[start:stop] = np.asarray(dy, dtype=np.float64).reshape(-1)
+
+        _batched(run)
+        return row.reshape(x.shape) if isinstance(x, np.ndarray) else float(row[0])
+
+    def _forward_outputs(self, args: Sequence[Any], nums: tuple[int, ...], j: int) -> list[Any]:
+        """Columns of d out / d x_i by batched forward mode, one argument at a time."""
+        out, ret = args[j], self._ret(args)
+        blocks = []
+        for i in nums:
+            x = args[i]
+            block = np.empty((out.size, _size(x)), dtype=out.dtype)
+            acts = _acts(args, (i, j), Forward, self._derivatives.may_write(args))
+
+            def run(
+                batch: int, i: int = i, x: Any = x, block: np.ndarray = block, acts: Any = acts
+            ) -> None:
+                for start, stop in _batches(_size(x), batch):
+                    width = stop - start
+                    call = _fresh(args)
+                    tangents: dict[int, Any] = _shadows(call, acts, width)
+                    tangents[i] = _unit(x, width, start, stop)
+                    self._derivatives.get(Forward, acts, ret, width)(
+                        *_interleave(call, acts, tangents)
+                    )
+                    block[:, start:stop] = _lanes(tangents[j], width).T
+
+            _batched(run)
+            blocks.append(block.reshape(*out.shape, *np.shape(x)))
+        return blocks
+
+    def _reverse_outputs(self, args: Sequence[Any], nums: tuple[int, ...], j: int) -> list[Any]:
+        """Rows of d out / d x_i for every i in nums by batched reverse mode."""
+        out, ret = args[j], self._ret(args)
+        acts = _acts(args, (*nums, j), Reverse, self._derivatives.may_write(args))
+        rows = [np.empty((out.size, _size(args[i])), dtype=out.dtype) for i in nums]
+
+        def run(batch: int) -> None:
+            for start, stop in _batches(out.size, batch):
+                width = stop - start
+                call = _fresh(args)
+                shadows = _shadows(call, acts, width)
+                shadows[j] = _unit(out, width, start, stop)
+                df = self._derivatives.get(Reverse, acts, ret, width)
+                _, *adjoints = df(*_interleave(call, acts, shadows))
+                # Adjoints of Active scalars come in parameter order.
+                active = dict(
+                    zip([k for k, a in enumerate(acts) if a is Active], adjoints, strict=True)
+                )
+                for k, i in enumerate(nums):
+                    lanes = shadows[i] if i in shadows else active[i]
+                    rows[k][start:stop] = _lanes(lanes, width)
+
+        _batched(run)
+        return [r.reshape(*out.shape, *np.shape(args[i])) for r, i in zip(rows, nums, strict=True)]
+
+
+def jacobian(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[..., Any]:
+    """The Jacobian of ``f`` with respect to the arguments in ``argnums``.
+
+    With ``output=None``, ``f`` returns a float scalar and the Jacobian is its gradient
+    (shaped like the argument, a float for a float scalar), by reverse mode. With
+    ``output=j``, ``f`` writes its result into the float array argument j (f: R^n ->
+    R^m written as ``f(x, out)``): the Jacobian with respect to an array ``x`` has shape
+    ``out.shape + x.shape``, with respect to a float scalar ``out.shape``; computed by
+    batched forward mode (columns) when the inputs have no more elements than the
+    output, by batched reverse mode (rows) otherwise. A tuple ``argnums`` gives a
+    tuple of Jacobians. ``f`` runs on copies: the caller's arrays are left as given.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def two(r, theta, out):
+    ...     out[0] = r * theta
+    ...     out[1] = r + theta * theta
+    >>> ez.jacobian(two, argnums=(0, 1), output=2)(2.0, 3.0, np.zeros(2))
+    (array([3., 1.]), array([2., 6.]))
+    """
+    return _Jacobian(f, argnums, output, "jacobian")
+
+
+def jacfwd(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[..., Any]:
+    """``jacobian`` by forward mode always (columns in batches), as JAX's ``jacfwd``:
+    for a scalar-valued ``f`` its gradient, for ``output=j`` shape ``out.shape +
+    x.shape``.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def cube(x, out):
+    ...     for i in range(x.shape[0]):
+    ...         out[i] = x[i] ** 3
+    >>> ez.jacfwd(cube, output=1)(np.array([1.0, 2.0]), np.zeros(2))
+    array([[ 3.,  0.],
+           [ 0., 12.]])
+    """
+    return _Jacobian(f, argnums, output, "jacfwd")
+
+
+def jacrev(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[..., Any]:
+    """``jacobian`` by reverse mode always (rows in batches), as JAX's ``jacrev``.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def weighted(x, w):
+    ...     s = 0.0
+    ...     for i in range(x.shape[0]):
+    ...         s += w[i] * x[i] * x[i]
+    ...     return s
+    >>> ez.jacrev(weighted)(np.array([1.0, 2.0]), w=np.array([3.0, 0.5]))
+    array([6., 2.])
+    """
+    return _Jacobian(f, argnums, output, "jacrev")
+
+
+def _forward_over_reverse_acts(args: Sequence[Any], acts: Sequence[Activity]) -> list[Activity]:
+    """Forward activities for the parameters of a reverse derivative (each value, its
+    shadow, the seed): every shadowed array and its shadow Dual, the rest Const."""
+    fwd: list[Activity] = []
+    for act in acts:
+        fwd += [Dual, Dual] if act.shadow else [Const]
+    return [*fwd, Const]
+
+
+def _reverse_derivative(derivatives: _Derivatives, args: Sequence[Any], acts: Any) -> Derivative:
+    """The reverse derivative of f (ActiveOnly), specialised for these arguments."""
+    reverse = derivatives.get(Reverse, acts, ActiveOnly)
+    if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
+        call = [*_interleave(args, acts, _shadows(args, acts)), 1.0]
+        reverse = reverse.for_arguments(tuple(call))
+    return reverse
+
+
+class _Hessian:
+    """What ``hessian`` returns (picklable when f is)."""
+
+    def __init__(self, f: Any, argnums: Argnums):
+        self.f, self.argnums = f, argnums
+        self._derivatives = _Derivatives(f)
+        self.__name__ = f"hessian({_name(f)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Hessian, (self.f, self.argnums))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = _bind(self.f, args, kwargs, self.__name__)
+        nums = _argnums(self.argnums, len(args))
+        for i in nums:
+            if not _is_float_array(args[i]):
+                raise TypeError(
+                    f"{self.__name__} needs argument {i} to be a float array; got "
+                    f"{type(args[i]).__name__} (a float scalar: pass it as a 1-element array)"
+                )
+        acts = _acts(args, nums, Reverse, self._derivatives.may_write(args))
+        reverse = _reverse_derivative(self._derivatives, args, acts)
+        fwd_acts = _forward_over_reverse_acts(args, acts)
+        fn = reverse.function
+        # Enzyme batches derivatives of recursion wrongly: one column at a time then.
+        recursive = bool(fn.module.native.reaches_recursion(fn.name))
+        blocks = {
+            (i, m): np.empty((args[i].size, args[m].size), args[i].dtype)
+            for i in nums
+            for m in nums
+        }
+
+        for m in nums:  # the columns d/dx_m of every block (i, m)
+
+            def run(batch: int, m: int = m) -> None:
+                for start, stop in _batches(args[m].size, batch):
+                    width = stop - start
+                    fwd = autodiff(reverse, Forward, *fwd_acts, width=width)  # engine-cached
+                    call: list[Any] = []
+                    hv: dict[int, np.ndarray] = {}
+                    for k, (a, act) in enumerate(zip(_fresh(args), acts, strict=True)):
+                        call.append(a)
+                        if act.shadow:
+                            seed = (
+                                _unit(a, width, start, stop) if k == m else _shadow_like(a, width)
+                            )
+                            hv[k] = _shadow_like(a, width)
+                            call += [seed, np.zeros_like(a), hv[k]]
+                    fwd(*call, 1.0)
+                    for i in nums:
+                        blocks[i, m][:, start:stop] = _lanes(hv[i], width).T
+
+            _batched(run, recursive)
+        shaped = {(i, m): b.reshape(*args[i].shape, *args[m].shape) for (i, m), b in blocks.items()}
+        if _single(self.argnums):
+            return shaped[nums[0], nums[0]]
+        return tuple(tuple(shaped[i, m] for m in nums) for i in nums)
+
+
+def hessian(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
+    """The Hessian of scalar-valued ``f`` with respect to the float array arguments in
+    ``argnums``, by forward mode over reverse mode, columns in batches.
+
+    An int ``argnums`` gives one block of shape ``x.shape + x.shape``; a tuple gives the
+    nested blocks as JAX does: ``h[a][b]`` of shape ``x_a.shape + x_b.shape`` for the
+    arguments ``argnums[a]`` and ``argnums[b]``. ``f`` runs on copies: the caller's
+    arrays are left as given.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def f(x, y):
+    ...     return x[0] * x[0] * y[0] + x[1] * y[0] * y[0]
+    >>> h = ez.hessian(f, argnums=(0, 1))(np.array([1.0, 2.0]), np.array([3.0]))
+    >>> h[0][0], h[0][1], h[1][1]
+    (array([[6., 0.],
+           [0., 0.]]), array([[2.],
+           [6.]]), array([[4.]]))
+    """
+    return _Hessian(f, argnums)
+
+
+def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """JAX's ``jax.jvp(jax.grad(f), primals, tangents)``: ``(gradient, H v)`` of scalar-
+    valued ``f`` with respect to argument 0 (a float array), and its directional
+    derivative along ``tangents`` (one per primal: an array like a float array, a float
+    for a float scalar, or None for zero), by one forward-over-reverse call. Tangents
+    of other arguments add their mixed second derivatives, as in JAX. Omitted defaults
+    are filled in; ``f`` runs on copies of the primals.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def f(x):
+    ...     return x[0] ** 3 + x[0] * x[1]
+    >>> ez.hvp(f, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+    (array([5., 1.]), array([6., 1.]))
+    """
+    if len(primals) != len(tangents):
+        raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
+    args = _fresh(_with_defaults(f, primals, f"hvp({_name(f)})"))
+    tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    if not args or not _is_float_array(args[0]):
+        got = type(args[0]).__name__ if args else "no arguments"
+        raise TypeError(
+            f"hvp differentiates argument 0 of {_name(f)}, which must be a float array; got {got}"
+        )
+    derivatives = _derivatives_of(f)
+    acts = _acts(args, (0,), Reverse, derivatives.may_write(args))
+    reverse = _reverse_derivative(derivatives, args, acts)
+    fwd_acts: list[Activity] = []
+    call: list[Any] = []
+    gradient = hv = None
+    for i, (a, act, t) in enumerate(zip(args, acts, tangents, strict=True)):
+        call.append(a)
+        if act.shadow:
+            tangent = np.zeros_like(a) if t is None else _tangent(t, a, i)
+            shadow, d_shadow = np.zeros_like(a), np.zeros_like(a)
+            call += [tangent, shadow, d_shadow]
+            fwd_acts += [Dual, Dual]
+            if i == 0:
+                gradient, hv = shadow, d_shadow
+        elif t is not None and _is_float_scalar(a):
+            call.append(_tangent(t, a, i))
+            fwd_acts.append(Dual)
+        else:
+            fwd_acts.append(Const)
+    autodiff(reverse, Forward, *fwd_acts, Const)(*call, 1.0)
+    return gradient, hv
