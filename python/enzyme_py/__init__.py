@@ -10,7 +10,6 @@ missing) the same names exist and every AD call raises EnzymeUnavailableError.
 from __future__ import annotations
 
 from enzyme_py import _state, offload
-from enzyme_py._check import GradientCheckWarning
 from enzyme_py._info import has_autodiff, info
 from enzyme_py._version import __version__
 from enzyme_py.core import (
@@ -28,6 +27,7 @@ from enzyme_py.core import (
     EnzymeError,
     EnzymeUnavailableError,
     Forward,
+    GradientCheckWarning,
     Mode,
     Reverse,
 )

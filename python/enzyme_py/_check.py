@@ -22,13 +22,18 @@ import numpy as np
 
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options
-from enzyme_py.core import Active, ActiveOnly, Const, Dual, DualOnly, Forward, Reverse
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Const,
+    Dual,
+    DualOnly,
+    Forward,
+    GradientCheckWarning,
+    Reverse,
+)
 
 __all__ = ["GradCheck", "GradientCheckWarning", "check_first_call", "fd_settings"]
-
-
-class GradientCheckWarning(UserWarning):
-    """A derivative disagreed with finite differences (``autodiff(..., check=True)``)."""
 
 
 @dataclass

@@ -27,6 +27,7 @@ __all__ = [
     "EnzymeError",
     "EnzymeUnavailableError",
     "Forward",
+    "GradientCheckWarning",
     "Mode",
     "Reverse",
 ]
@@ -109,6 +110,10 @@ class ActivityError(TypeError):
 
 class EnzymeUnavailableError(ImportError):
     """enzyme_py runs without AD: built without it, disabled, or the plugin is missing."""
+
+
+class GradientCheckWarning(UserWarning):
+    """A derivative disagreed with finite differences (``autodiff(..., check=True)``)."""
 
 
 class CompileError(RuntimeError):
