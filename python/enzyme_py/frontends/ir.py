@@ -42,8 +42,15 @@ DEFAULT_C_FLAGS: tuple[str, ...] = (
 # Always given, after the user's flags. Typed pointers let the parameter descriptions
 # carry the pointee type (double* is a float64 array), and the engine's LLVM context
 # reads typed-pointer IR only. Value names keep C parameter names in the IR, for
-# error messages.
+# error messages. No load PRE: GVN's partial redundancy elimination of loads turns
+# `u[i+1]` read in one iteration and `u[i]` in the next into a loop-carried phi
+# started by a load before the inner loop, and Enzyme v0.0.289 then computes wrong
+# gradients (no error) for loop nests whose outer loop overwrites that array
+# (Gauss-Seidel sweeps; Enzyme's own pass too). The derivative is optimized again
+# after Enzyme with it on.
 _REQUIRED_C_FLAGS: tuple[str, ...] = (
+    "-mllvm",
+    "-enable-load-pre=0",
     "-Xclang",
     "-no-opaque-pointers",
     "-fno-discard-value-names",
