@@ -184,9 +184,9 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
 const char *const kSimplifyPasses =
     "always-inline,"
     "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"
-    "loop-mssa(licm),gvn,instcombine,simplifycfg,"
+    "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg,"
     "loop(indvars,loop-deletion,loop-unroll-full),"
-    "loop-mssa(licm),gvn,instcombine,simplifycfg)";
+    "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg)";
 
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   compute_nrt_data_pointers(mod);

@@ -319,3 +319,28 @@ def test_limiter_in_comparison(expr):
     np.testing.assert_allclose(dx, reference, rtol=1e-6, atol=1e-8)
     _, dy = ez.autodiff(m.g, ez.Forward, ez.Dual, ez.Const, ez.Dual)(x, np.ones(6), 6)
     assert dy == pytest.approx(reference.sum(), rel=1e-6)
+
+
+def test_numba_gauss_seidel():
+    # The same class through the Numba frontend (its pre-Enzyme GVN had load PRE on).
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def sweeps(u, f, count):
+        n = u.shape[0]
+        for _ in range(count):
+            for i in range(1, n - 1):
+                u[i] = 0.5 * (u[i - 1] + u[i + 1] + f[i]) - 0.05 * u[i] * u[i]
+        s = 0.0
+        for i in range(n):
+            s += u[i] ** 3
+        return s
+
+    u0 = 0.1 + 0.08 * np.arange(9.0)
+    f = np.arange(9.0) / 8
+    reference = _fd(lambda z: sweeps(z.copy(), f, 4), u0)
+    du = np.zeros(9)
+    ez.autodiff(sweeps, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)(
+        u0.copy(), du, f, 4, 1.0
+    )
+    np.testing.assert_allclose(du, reference, rtol=1e-6, atol=1e-8)

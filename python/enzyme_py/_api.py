@@ -544,10 +544,10 @@ class Derivative:
                 names.append(("d" if self.mode is Reverse else "t") + param.name)
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             names.append("seed")
-        return (
-            f"the {self.mode.name.lower()} derivative of '{fn.display_name}' takes "
-            f"{self._arity} arguments ({', '.join(names)}); got {got}"
-        )
+        what = f"the {self.mode.name.lower()} derivative of '{fn.display_name}'"
+        if self._options.primal_only:  # m.f(...): the function itself
+            what = f"'{fn.display_name}'"
+        return f"{what} takes {self._arity} arguments ({', '.join(names)}); got {got}"
 
     def as_function(self) -> IRFunction:
         """This derivative as a function to differentiate again (higher order).

@@ -138,6 +138,34 @@ class IRFunction:
             )
         return (rebuild_function, (self.origin,))
 
+    def __call__(self, *args: Any) -> Any:
+        """Run the function itself (no Enzyme): ``m.f(x, n)`` returns its value (a
+        pair for a struct of two doubles; None for a void function). Arguments are
+        checked as a derivative's Const arguments are: a dtype that does not fit,
+        a non-contiguous or read-only array the function may write raise naming the
+        parameter."""
+        primal = self.__dict__.get("_primal")
+        if primal is None:
+            primal = self._make_primal()
+        return primal(*args)
+
+    def _make_primal(self) -> Any:
+        # The engine's primal-only request (what kernel launchers use), built once.
+        from enzyme_py import _api  # lazily: _api imports this module
+        from enzyme_py.core import Const, Dual, Forward
+
+        # A struct return cannot be Const to Enzyme; without Enzyme it can (Dual
+        # only passes the check; the request returns the primal alone).
+        returns = [] if self.ret is None else [Dual if self.ret.fields > 1 else Const]
+        params, ret = _api._check_activities(
+            self, Forward, [Const] * len(self.visible_params) + returns
+        )
+        ret = None if ret is None else Const
+        options = _api._Options(1, False, False, primal_only=True)
+        primal = _api.Derivative(self, Forward, params, ret, options)
+        object.__setattr__(self, "_primal", primal)  # a cache, not a field
+        return primal
+
     @property
     def visible_params(self) -> list[tuple[int, Param]]:
         """(index, param) of the parameters a caller passes (hidden ones left out)."""
