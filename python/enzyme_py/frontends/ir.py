@@ -20,6 +20,7 @@ from typing import Any
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, EnzymeUnavailableError
+from enzyme_py.frontends.enzyme_markers import refuse_enzyme_markers
 
 __all__ = [
     "CModule",
@@ -261,6 +262,13 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
+    text, diagnostics = _run_clang(source, language, flags)
+    refuse_enzyme_markers(text, diagnostics, source, language)
+    return text
+
+
+def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
+    """The IR clang makes of ``source``, and its warnings."""
     chosen = _user_flags(flags)
     clang = _clang()
     std = ["-std=c11"] if language == "c" else ["-std=c++17"]
@@ -284,7 +292,7 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
         with open(os.path.join(tmp, "source.ll")) as f:
-            return f.read()
+            return f.read(), proc.stderr
 
 
 # LLVMLinkage values of the functions a module exports, listed by functions() and
