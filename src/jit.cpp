@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include <llvm-c/Core.h>
@@ -109,6 +110,19 @@ HostJit::~HostJit() {
 void HostJit::prepare(LLVMModuleRef mod) const {
   LLVMSetTarget(mod, triple_.c_str());
   LLVMSetDataLayout(mod, data_layout_.c_str());
+  // Code is compiled for this machine's CPU. clang marks each function with the
+  // CPU it compiled for ("target-cpu"="x86-64", SSE2 only); LLVM 15's libmvec
+  // mapping still offers such a function the AVX2 variants (_ZGVdN4v_cos), whose
+  // <4 x double> it then passes in two SSE registers where the callee reads one
+  // AVX register: silently wrong values (seen in the reverse pass of an -O0 loop
+  // nest, and wherever a noinline function keeps clang's attributes).
+  static const char *const kTargetAttributes[] = {"target-cpu", "target-features", "tune-cpu"};
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+    for (const char *name : kTargetAttributes) {
+      LLVMRemoveStringAttributeAtIndex(f, LLVMAttributeFunctionIndex, name,
+                                       static_cast<unsigned>(std::strlen(name)));
+    }
+  }
 }
 
 void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {

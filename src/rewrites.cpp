@@ -170,7 +170,10 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
                                 "inaccessiblememonly",
                                 "inaccessiblemem_or_argmemonly"};
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    if (!LLVMIsDeclaration(fn)) continue;
+    // Intrinsics keep theirs: LLVM defines them, and without readnone Enzyme takes
+    // llvm.minnum (fmin) for a call that may write memory, and aborts ("getting
+    // diffe of constant value") where its result only feeds a comparison.
+    if (!LLVMIsDeclaration(fn) || LLVMGetIntrinsicID(fn) != 0) continue;
     for (const char *name : kinds) {
       unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
       if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
@@ -181,9 +184,9 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
 const char *const kSimplifyPasses =
     "always-inline,"
     "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"
-    "loop-mssa(licm),gvn,instcombine,simplifycfg,"
+    "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg,"
     "loop(indvars,loop-deletion,loop-unroll-full),"
-    "loop-mssa(licm),gvn,instcombine,simplifycfg)";
+    "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg)";
 
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   compute_nrt_data_pointers(mod);

@@ -28,7 +28,10 @@ int compare_without_fabs(LLVMModuleRef mod);
 
 // The pass pipeline simplify_for_enzyme runs (no vectorisation, and no unrolling
 // but of loops of constant length, which leave Enzyme nothing to cache, such as
-// Numba's x ** 2: partial unrolling would make it cache more).
+// Numba's x ** 2: partial unrolling would make it cache more). GVN without load
+// PRE: the loop-carried phis it makes of loads (u[i+1] read again as u[i]) give
+// Enzyme v0.0.289 wrong gradients, without an error, where an outer loop
+// overwrites the array (Gauss-Seidel sweeps).
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module:

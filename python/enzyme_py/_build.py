@@ -25,10 +25,11 @@ PASSES = "default<O2>"
 # For a derivative that Enzyme differentiates again: O2's cleanup without its
 # vectorizers, since Enzyme has no derivatives of libmvec's vector math calls
 # (_ZGVdN4v_sin) or of masked gathers. (LLVM 15's C API runs the vectorizers in
-# default<O2> even when its pass-builder options turn them off.)
+# default<O2> even when its pass-builder options turn them off.) No load PRE, as in
+# src/rewrites.h's kSimplifyPasses.
 PASSES_TO_DIFFERENTIATE_AGAIN = (
     "cgscc(inline),function(sroa,early-cse<memssa>,simplifycfg,instcombine,"
-    "loop(loop-rotate),loop-mssa(licm),gvn,sccp,dse,adce,instcombine,simplifycfg),"
+    "loop(loop-rotate),loop-mssa(licm),gvn<no-load-pre>,sccp,dse,adce,instcombine,simplifycfg),"
     "globaldce"
 )
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from enzyme_py import _build, _convention, _njit_call, _state, frontends, rules
-from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py._activities import RecursionBatchRefused, check_activities
 from enzyme_py._signature import Param
 from enzyme_py.core import (
     Active,
@@ -246,10 +246,12 @@ class Derivative:
 
     def _call_checked(self, args: tuple[Any, ...]) -> Any:
         if len(args) != self.plan.arity:
+            what = f"the {self.mode.name.lower()} derivative of '{self.function.display_name}'"
+            if self._options.primal_only:  # m.f(...): the function itself
+                what = f"'{self.function.display_name}'"
             raise TypeError(
-                f"the {self.mode.name.lower()} derivative of '{self.function.display_name}' "
-                f"takes {self.plan.arity} arguments ({', '.join(self.plan.argument_names)}); "
-                f"got {len(args)}"
+                f"{what} takes {self.plan.arity} arguments "
+                f"({', '.join(self.plan.argument_names)}); got {len(args)}"
             )
         filled = _convention.fill_slots(self.plan, args, self._compiled.in_slots)
         if self.may_overlap and _convention.overlapping(filled.arrays):
@@ -372,6 +374,20 @@ class Derivative:
             f"<enzyme_py.Derivative of '{self.function.display_name}' "
             f"{self.mode.name}({acts}) width={self.width}>"
         )
+
+
+def primal_caller(fn: IRFunction) -> Derivative:
+    """What runs ``fn`` itself, no Enzyme (``m.f(x, n)``): the engine's primal-only
+    request, its arguments checked as a derivative's Const arguments."""
+    # A struct return cannot be Const to Enzyme's checks; without Enzyme it can (Dual
+    # only passes the check; the request returns the primal alone).
+    returns = [] if fn.ret is None else [Dual if fn.ret.fields > 1 else Const]
+    params, ret = check_activities(fn, Forward, [Const] * len(fn.visible_params) + returns)
+    options = Options(1, False, False, primal_only=True)
+    return Derivative(fn, Forward, params, None if ret is None else Const, options)
+
+
+frontends.ir.primal_caller = primal_caller
 
 
 def _rebuild_derivative(

@@ -20,6 +20,7 @@ from typing import Any
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, EnzymeUnavailableError
+from enzyme_py.frontends.enzyme_markers import refuse_enzyme_markers
 
 __all__ = [
     "CModule",
@@ -41,8 +42,15 @@ DEFAULT_C_FLAGS: tuple[str, ...] = (
 # Always given, after the user's flags. Typed pointers let the parameter descriptions
 # carry the pointee type (double* is a float64 array), and the engine's LLVM context
 # reads typed-pointer IR only. Value names keep C parameter names in the IR, for
-# error messages.
+# error messages. No load PRE: GVN's partial redundancy elimination of loads turns
+# `u[i+1]` read in one iteration and `u[i]` in the next into a loop-carried phi
+# started by a load before the inner loop, and Enzyme v0.0.289 then computes wrong
+# gradients (no error) for loop nests whose outer loop overwrites that array
+# (Gauss-Seidel sweeps; Enzyme's own pass too). The derivative is optimized again
+# after Enzyme with it on.
 _REQUIRED_C_FLAGS: tuple[str, ...] = (
+    "-mllvm",
+    "-enable-load-pre=0",
     "-Xclang",
     "-no-opaque-pointers",
     "-fno-discard-value-names",
@@ -97,6 +105,11 @@ def parse_module(text: str, identity: str | None = None) -> SourceModule:
         raise CompileError(str(exc)) from None
 
 
+# Makes what runs a function itself (no Enzyme) for ``IRFunction.__call__``; set by
+# enzyme_py._derivative, a layer above the frontends, which frontends do not import.
+primal_caller: Callable[[IRFunction], Callable[..., Any]] | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class IRFunction:
     """One function of an LLVM module, ready to be given to ``autodiff``."""
@@ -129,6 +142,25 @@ class IRFunction:
                 "ez.c or ez.cpp"
             )
         return (rebuild_ir_function, (self.origin,))
+
+    def __call__(self, *args: Any) -> Any:
+        """Run the function itself (no Enzyme): ``m.f(x, n)`` returns its value (a
+        pair for a struct of two doubles; None for a void function). Arguments are
+        checked as a derivative's Const arguments are: a dtype that does not fit,
+        a non-contiguous or read-only array the function may write raise naming the
+        parameter."""
+        primal = self.__dict__.get("_primal")
+        if primal is None:
+            primal = self._make_primal()
+        return primal(*args)
+
+    def _make_primal(self) -> Any:
+        # The engine's primal-only request (what kernel launchers use), built once.
+        if primal_caller is None:
+            raise EnzymeUnavailableError(_state.unavailable_message(f"calling {self.display_name}"))
+        primal = primal_caller(self)
+        object.__setattr__(self, "_primal", primal)  # a cache, not a field
+        return primal
 
     @property
     def visible_params(self) -> list[tuple[int, Param]]:
@@ -215,6 +247,13 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
+    text, diagnostics = _run_clang(source, language, flags)
+    refuse_enzyme_markers(text, diagnostics, source, language)
+    return text
+
+
+def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
+    """The IR clang makes of ``source``, and its warnings."""
     chosen = _user_flags(flags)
     clang = _clang()
     std = ["-std=c11"] if language == "c" else ["-std=c++17"]
@@ -238,7 +277,7 @@ def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
         with open(os.path.join(tmp, "source.ll")) as f:
-            return f.read()
+            return f.read(), proc.stderr
 
 
 # LLVMLinkage values of the functions a module exports, listed by functions() and
