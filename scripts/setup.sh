@@ -15,6 +15,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 echo "[setup] building enzyme_py with AD into .venv"
-ENZYME_PY_AD=ON .venv/bin/python -m pip install --quiet ".[test,dev]"
+ENZYME_PY_AD=ON .venv/bin/python -m pip install --quiet ".[test,dev,cython]"
 echo "[setup] running examples/quickstart.py"
 .venv/bin/python examples/quickstart.py

@@ -132,7 +132,14 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
       result_(std::move(result)) {
   disjoint_ = disjoint;
   arity_ = 0;
-  for (const ArgStep &step : steps_) arity_ += (step.kind != 'S' && step.kind != 'E');
+  for (const ArgStep &step : steps_) {
+    arity_ += (step.kind != 'S' && step.kind != 'E');
+    // An array's rank is the number of its hidden dimensions (frontends pass all).
+    if (step.kind == 'S') {
+      if (ranks_.size() <= static_cast<size_t>(step.source)) ranks_.resize(step.source + 1, 0);
+      ++ranks_[step.source];
+    }
+  }
 }
 
 py::object Caller::slot_value(const uint64_t *slots, size_t index) const {
@@ -172,7 +179,7 @@ py::object Caller::call(py::args args) const {
       PyObject *source = args[step.source].ptr();
       if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
       auto a = py::reinterpret_borrow<py::array>(source);
-      if (step.lanes >= a.ndim()) throw ArgumentsRejected();
+      if (a.ndim() != ranks_[step.source]) throw ArgumentsRejected();
       put(slots + s++, step.code, 0, static_cast<long long>(a.shape(step.lanes)));
       continue;
     }

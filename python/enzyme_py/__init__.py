@@ -35,6 +35,7 @@ if _state.native is not None:
     from enzyme_py._api import autodiff
     from enzyme_py._check import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
+    from enzyme_py.frontends.cython import cython
     from enzyme_py.helpers import grad, hessian, jacobian, jvp, value_and_grad, vjp
     from enzyme_py.rules import clear_rules, register_derivative, register_gradient
 else:
@@ -44,6 +45,7 @@ else:
         check_grad,
         clear_rules,
         cpp,
+        cython,
         grad,
         hessian,
         jacobian,
@@ -88,6 +90,7 @@ __all__ = [
     "check_grad",
     "clear_rules",
     "cpp",
+    "cython",
     "grad",
     "has_autodiff",
     "hessian",

@@ -473,6 +473,11 @@ class Derivative:
             pos += 1
             if param.kind == "pointer":
                 array = _check_array(value, param, where)
+                rank = sum(p.hidden is not None and p.hidden[:2] == ("shape", i) for p in fn.params)
+                if rank and array.ndim != rank:
+                    raise ValueError(
+                        f"{where} needs an array of {rank} dimension(s); got {array.ndim}"
+                    )
                 arrays[i] = array
                 named_arrays.append((where, array))
                 keep_alive.append(array)

@@ -124,10 +124,10 @@ class IRFunction:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Made again from what made it (the source, the IR text) in the new process.
-        if self.origin is None or self.origin[0] not in ("llvm_ir", "c"):
+        if self.origin is None or self.origin[0] not in ("llvm_ir", "c", "cython"):
             raise TypeError(
                 f"'{self.display_name}' cannot be pickled: it was not made by ez.llvm_ir, "
-                "ez.c or ez.cpp"
+                "ez.c, ez.cpp or ez.cython"
             )
         return (rebuild_function, (self.origin,))
 
@@ -185,6 +185,10 @@ def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
         _, source, flags, language, attribute = origin
         unit = c(source, flags) if language == "c" else cpp(source, flags)
         return unit[attribute]
+    if kind == "cython":
+        from enzyme_py.frontends.cython import rebuild
+
+        return rebuild(origin)
     if kind == "derivative":  # a derivative, differentiated again
         return origin[1].as_function()
     if kind == "numba":
