@@ -5,12 +5,14 @@ C and describes its cdef/cpdef functions; clang 15 compiles that C, with a wrapp
 function appended, to LLVM IR. A cdef function takes a typed memoryview as a
 ``__Pyx_memviewslice`` struct by value; its wrapper takes plain terms,
 
-    RET wrapper(T *x, int64_t x_shape0, ..., <scalars>)
+    RET wrapper(T *x, int64_t x_shape0, ..., <scalars>, int64_t *errors)
 
 and builds the slice: no memoryview object (NULL, which Cython's reference counting
 skips), the data, the shape (hidden parameters enzyme_py fills from the NumPy array)
-and C-contiguous strides. A function that reaches Python (raise, a bounds check's
-IndexError) is refused: the module's init never runs, so its Python state is unset.
+and C-contiguous strides. The module's init never runs, so its Python state is unset:
+a bounds check's IndexError (Python's C API only) is handed back through ``errors``
+and raised again in Python, and a function that reaches more of Python (a raise
+statement, Python objects) is refused.
 """
 
 from __future__ import annotations
@@ -18,19 +20,25 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from enzyme_py._signature import Param
 from enzyme_py.core import CompileError
+from enzyme_py.frontends._cython_c import (
+    PRELUDE,
+    Wrapped,
+    c_for_ir,
+    inactive_error_path,
+    python_calls,
+    wrap,
+)
 from enzyme_py.frontends.ir import (
     IRFunction,
     SourceModule,
@@ -48,143 +56,18 @@ _INSTALL = (
     "install Cython 3 (pip install 'enzyme_py[cython]') and clang 15 "
     "(Debian: apt-get install clang-15)"
 )
-# Element types of memoryviews and pointers enzyme_py passes, as Cython spells them.
-_DTYPES: dict[str, np.dtype] = {
-    "double": np.dtype(np.float64),
-    "float": np.dtype(np.float32),
-    "int": np.dtype(np.intc),
-    "long": np.dtype(np.int_),
-    "long long": np.dtype(np.longlong),
-    "Py_ssize_t": np.dtype(np.intp),
-    "int64_t": np.dtype(np.int64),
-    "int32_t": np.dtype(np.int32),
-}
 
 
-@dataclass(frozen=True)
-class _Wrapped:
-    """One Cython function and what was made of it: the wrapper's C code and
-    parameters, or why enzyme_py cannot pass it."""
+def raise_cython_error(status: int, address: int, name: str) -> None:
+    """Raise again the exception a Cython function raised inside a derivative."""
+    import ctypes
 
-    name: str  # as the module lists it: "energy", "fsum[float]"
-    symbol: str  # the wrapper's C name
-    code: str
-    params: tuple[Param, ...]
-    refused: str = ""
-
-
-def _dtype(spelled: str, where: str) -> np.dtype:
-    dtype = _DTYPES.get(spelled)
-    if dtype is None:
-        known = ", ".join(_DTYPES)
-        raise TypeError(f"{where} has element type {spelled}; enzyme_py passes {known}")
-    return dtype
-
-
-def _wrap(info: dict[str, Any], symbol: str, label: str) -> _Wrapped:
-    """The wrapper of one cdef/cpdef function (see the module docstring)."""
-    decls: list[str] = []
-    setup: list[str] = []
-    call: list[str] = []
-    params: list[Param] = []
-    for arg in info["args"]:
-        name, kind = arg["name"], arg["kind"]
-        where = f"parameter '{name}' ({arg['text']}) of '{label}'"
-        if kind == "scalar":
-            decls.append(f"{arg['c']} {name}")
-            call.append(name)
-            params.append(Param(name, "pending", None))
-        elif kind == "pointer":
-            if arg["pointee_is_pointer"]:
-                raise TypeError(f"{where} is a pointer to pointers, which enzyme_py cannot pass")
-            _dtype(arg["dtype"], where)
-            decls.append(f"{'const ' if 'const' in arg['text'] else ''}{arg['dtype']} *{name}")
-            call.append(name)
-            params.append(Param(name, "pending", None))
-        elif kind == "memoryview":
-            if arg["dtype"].startswith("const "):  # Cython spells const views' dtype so
-                arg = {**arg, "dtype": arg["dtype"][len("const ") :], "const": True}
-            dtype = _dtype(arg["dtype"], where)
-            axes, nd = arg["axes"], arg["ndim"]
-            if any(access != "direct" for access, _ in axes):
-                raise TypeError(f"{where} is an indirect memoryview; declare it direct")
-            if any(packing == "contig" for _, packing in axes[:-1]):
-                raise TypeError(
-                    f"{where} is Fortran-contiguous; enzyme_py passes C-contiguous arrays: "
-                    f"declare it {arg['dtype']}[{', '.join([':'] * (nd - 1) + ['::1'])}]"
-                )
-            const = "const " if arg["const"] else ""
-            view = f"{name}_view"
-            decls.append(f"{const}{arg['dtype']} *{name}")
-            decls.extend(f"int64_t {name}_shape{d}" for d in range(nd))
-            setup += [
-                f"  __Pyx_memviewslice {view};",
-                f"  memset(&{view}, 0, sizeof {view});",
-                f"  {view}.data = (char *){name};",
-                *(f"  {view}.shape[{d}] = {name}_shape{d};" for d in range(nd)),
-                *(f"  {view}.suboffsets[{d}] = -1;" for d in range(nd)),
-                f"  {view}.strides[{nd - 1}] = sizeof({arg['dtype']});",
-                *(
-                    f"  {view}.strides[{d}] = {view}.strides[{d + 1}] * {name}_shape{d + 1};"
-                    for d in range(nd - 2, -1, -1)
-                ),
-            ]
-            call.append(view)
-            index = len(params)
-            params.append(Param(name, "pointer", dtype))
-            params.extend(
-                Param(f"{name}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
-                for d in range(nd)
-            )
-        else:
-            raise TypeError(
-                f"{where} is a Python object or a C type enzyme_py cannot pass; it passes "
-                "C scalars (double, float, integers), pointers and memoryviews of "
-                f"{', '.join(_DTYPES)}"
-            )
-    ret = info["ret"]
-    if ret["kind"] not in ("scalar", "void"):
-        raise TypeError(
-            f"'{label}' returns {ret['text']}; enzyme_py differentiates functions returning "
-            "a C scalar or nothing (write arrays into an output memoryview instead)"
-        )
-    if info["cpdef"]:
-        call.append("1")  # skip the dispatch to a Python override
-    if info["optional_args"]:
-        call.append("NULL")  # parameters with defaults take their defaults
-    void = ret["kind"] == "void"
-    invoke = f"{info['cname']}({', '.join(call)});"
-    body = [*setup, "  " + (invoke if void else f"return {invoke}")]
-    rtype = "void" if void else ret["c"]
-    code = "\n".join([f"{rtype} {symbol}({', '.join(decls)}) {{", *body, "}", ""])
-    return _Wrapped(label, symbol, code, tuple(params))
-
-
-_PRELUDE = """
-/* enzyme_py: wrappers in plain terms around the module's C functions. */
-#include <stdint.h>
-#include <string.h>
-"""
-
-
-def _python_calls(ir: str, root: str) -> list[str]:
-    """The Python C API functions that ``root`` reaches through direct calls.
-
-    The module's init never runs (its state is never set up), so Cython's Python
-    paths (raising, an index error's traceback, Python objects) cannot run in a
-    derivative: functions that reach them are refused."""
-    bodies: dict[str, str] = {}
-    for m in re.finditer(r"^define [^\n]*?@([\w.$]+)\((.*?)^\}$", ir, re.MULTILINE | re.DOTALL):
-        bodies[m.group(1)] = m.group(2)
-    seen, todo, found = {root}, [root], set()
-    while todo:
-        for callee in re.findall(r"@([\w.$]+)\(", bodies.get(todo.pop(), "")):
-            if re.match(r"_?Py", callee):
-                found.add(callee)
-            elif callee in bodies and callee not in seen:
-                seen.add(callee)
-                todo.append(callee)
-    return sorted(found)
+    if status == 1 and address:
+        exc = ctypes.cast(address, ctypes.py_object).value
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(exc))  # the wrapper's reference
+        if isinstance(exc, BaseException):
+            raise exc
+    raise RuntimeError(f"the Cython function '{name}' failed with status {status}")
 
 
 def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str | None) -> Any:
@@ -209,15 +92,6 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
             return c_text, json.load(f)
 
 
-def _c_for_ir(c_text: str) -> str:
-    """Cython's C with its module init made static: clang then drops the extension
-    module's machinery (type objects, def wrappers), which the wrappers never reach."""
-    text = re.sub(r"__Pyx_PyMODINIT_FUNC\s+(PyInit_\w+\(void\))", r"static PyObject *\1", c_text)
-    # `with nogil:` releases the GIL; a derivative runs without it already.
-    text = text.replace("_save = PyEval_SaveThread();", "_save = NULL;")
-    return text.replace("PyEval_RestoreThread(_save);", "(void)_save;")
-
-
 class CythonModule:
     """A Cython module compiled for differentiation: its cdef/cpdef functions are
     attributes (``m.energy``) and items (``m["energy"]``); each specialisation of a
@@ -235,7 +109,7 @@ class CythonModule:
         config = dict(directives or {})
         self._origin = (source, tuple(sorted(config.items())), tuple(chosen), stem, include)
         c_text, infos = _run_cython(source, stem, config, include)
-        self._wrapped: dict[str, _Wrapped] = {}
+        self._wrapped: dict[str, Wrapped] = {}
         self._fused: dict[str, list[str]] = {}
         for i, info in enumerate(infos):
             label = info["name"]
@@ -244,11 +118,11 @@ class CythonModule:
                 self._fused.setdefault(info["name"], []).append(label)
             symbol = f"__enzyme_py_cython_{i}_{info['name']}"
             try:
-                self._wrapped[label] = _wrap(info, symbol, label)
+                self._wrapped[label] = wrap(info, symbol, label)
             except TypeError as exc:
-                self._wrapped[label] = _Wrapped(label, symbol, "", (), str(exc))
+                self._wrapped[label] = Wrapped(label, symbol, "", (), str(exc))
         code = [w.code for w in self._wrapped.values() if not w.refused]
-        full = _c_for_ir(c_text) + _PRELUDE + "\n".join(code)
+        full = c_for_ir(c_text) + PRELUDE + "\n".join(code)
         includes = [f"-I{sysconfig.get_paths()['include']}"]
         if "numpy/arrayobject.h" in c_text:
             includes.append(f"-I{np.get_include()}")
@@ -256,18 +130,19 @@ class CythonModule:
             ir = _compile(full, "c", [*includes, "-Wno-everything", *chosen])
         except CompileError as exc:
             raise CompileError(f"clang did not compile Cython's C: {exc}") from None
+        ir = inactive_error_path(ir)
         self._module: SourceModule = parse_module(ir)
         for label, wrapped in self._wrapped.items():
-            python = [] if wrapped.refused else _python_calls(ir, wrapped.symbol)
+            python = [] if wrapped.refused else python_calls(ir, wrapped.symbol)
             if python:
                 self._wrapped[label] = replace(
                     wrapped,
                     refused=(
-                        f"it reaches Python ({', '.join(python[:4])}): a raise statement, a "
-                        "bounds check's IndexError or a Python object, and Python cannot run "
-                        "inside a derivative yet. Compile with directives={'boundscheck': "
-                        "False} (or decorate it with @cython.boundscheck(False)) and keep "
-                        "raise statements and Python objects out of it"
+                        f"it reaches Python ({', '.join(python[:4])}): a raise statement "
+                        "or a Python object, and enzyme_py cannot run Python inside a "
+                        "derivative yet (a bounds check's IndexError is raised again; "
+                        "other exceptions are not): keep raise statements and Python "
+                        "objects out of the functions you differentiate"
                     ),
                 )
         self._made: dict[str, IRFunction] = {}
@@ -288,7 +163,10 @@ class CythonModule:
             for mine, ir_param in zip(wrapped.params, raw.params, strict=True)
         )
 
-        fn = replace(raw, params=params, origin=("cython", *self._origin, name))
+        def on_error(status: int, detail: int) -> None:
+            raise_cython_error(status, detail, name)
+
+        fn = replace(raw, params=params, on_error=on_error, origin=("cython", *self._origin, name))
         self._made[name] = fn
         return fn
 
