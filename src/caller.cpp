@@ -135,6 +135,11 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
   arity_ = 0;
   for (const ArgStep &step : steps_) {
     arity_ += step.kind != step::kShape && step.kind != step::kStride && step.kind != step::kErrors;
+    // An array's rank is the number of its hidden dimensions (frontends pass all).
+    if (step.kind == step::kShape) {
+      if (ranks_.size() <= static_cast<size_t>(step.source)) ranks_.resize(step.source + 1, 0);
+      ++ranks_[step.source];
+    }
   }
 }
 
@@ -175,7 +180,7 @@ py::object Caller::call(py::args args) const {
       PyObject *source = args[step.source].ptr();
       if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
       auto a = py::reinterpret_borrow<py::array>(source);
-      if (step.lanes >= a.ndim()) throw ArgumentsRejected();
+      if (a.ndim() != ranks_[step.source]) throw ArgumentsRejected();
       const py::ssize_t value =
           step.kind == step::kShape ? a.shape(step.lanes) : a.strides(step.lanes);
       put(slots + s++, step.code, 0, static_cast<long long>(value));

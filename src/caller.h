@@ -93,6 +93,7 @@ class Caller {
   bool disjoint_;
   std::string in_slots_, out_slots_;
   std::vector<ArgStep> steps_;
+  std::vector<int> ranks_;  // per Python argument: its hidden dimensions ('S' steps)
   ResultPlan result_;
 };
 

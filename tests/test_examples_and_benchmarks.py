@@ -32,6 +32,7 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     [
         "quickstart.py",
         "c_kernel.py",
+        "cython_kernel.py",
         "fit_scipy.py",
         "check_and_pickle.py",
         "custom_rule.py",

@@ -24,6 +24,7 @@ AD_CALLS = {
     "llvm_ir": "ez.llvm_ir('', 'f')",
     "c": "ez.c('double f(double x) { return x; }')",
     "cpp": "ez.cpp('double f(double x) { return x; }')",
+    "cython": "ez.cython('cdef double f(double x) noexcept: return x')",
     "check_grad": "ez.check_grad(None, 1.0)",
     "register_gradient": "ez.register_gradient('f', None, None)",
     "register_derivative": "ez.register_derivative('f', None)",

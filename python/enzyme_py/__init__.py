@@ -36,6 +36,7 @@ if _state.native is not None:
     from enzyme_py._api import autodiff
     from enzyme_py._gradcheck import check_grad
     from enzyme_py.frontends import c, cpp, llvm_ir
+    from enzyme_py.frontends.cython import cython
     from enzyme_py.helpers import (
         grad,
         hessian,
@@ -55,6 +56,7 @@ else:
         check_grad,
         clear_rules,
         cpp,
+        cython,
         grad,
         hessian,
         hvp,
@@ -103,6 +105,7 @@ __all__ = [
     "check_grad",
     "clear_rules",
     "cpp",
+    "cython",
     "grad",
     "has_autodiff",
     "hessian",

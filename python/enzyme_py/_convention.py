@@ -140,6 +140,16 @@ class CallPlan:
     runtime_activity: bool
 
     @property
+    def ranks(self) -> dict[int, int]:
+        """Per Python argument that is an array with hidden dimensions: its rank
+        (frontends that pass shapes pass all of them)."""
+        found: dict[int, int] = {}
+        for step in self.steps:
+            if step.kind == StepKind.SHAPE:
+                found[step.source] = found.get(step.source, 0) + 1
+        return found
+
+    @property
     def in_codes(self) -> str:
         """The slot codes of the entry point's inputs, in order."""
         return "".join(step.code * step.lanes for step in self.steps)
@@ -373,6 +383,12 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
         elif step.kind == StepKind.ARRAY:
             assert step.param is not None
             array = check_array(args[step.arg], step.param, step.where)
+            rank = plan.ranks.get(step.arg)
+            if rank is not None and array.ndim != rank:
+                raise ValueError(
+                    f"{step.where} needs an array of {rank} dimension"
+                    f"{'s' if rank != 1 else ''}; got {array.ndim}"
+                )
             arrays[step.arg] = array
             named_arrays.append((step.where, array))
             passed.append(array)

@@ -18,6 +18,7 @@ __all__ = [
     "check_grad",
     "clear_rules",
     "cpp",
+    "cython",
     "grad",
     "hessian",
     "hvp",
@@ -91,6 +92,12 @@ def c(source: str, flags: Any = None) -> NoReturn:
 
 def cpp(source: str, flags: Any = None) -> NoReturn:
     _unavailable("ez.cpp")
+
+
+def cython(
+    source: Any = None, directives: Any = None, flags: Any = None, *, path: Any = None
+) -> NoReturn:
+    _unavailable("ez.cython")
 
 
 def register_gradient(target: str, augment: Any, gradient: Any) -> NoReturn:

@@ -1,6 +1,7 @@
 """Frontends: from user code to an LLVM 15 module and parameter descriptions.
 
 - ``ir``: LLVM IR text (``ez.llvm_ir``) and C/C++ through clang 15 (``ez.c``, ``ez.cpp``).
+- ``cython``: Cython modules (``ez.cython``), through a wrapper per cdef function.
 - ``numba``: ``@numba.njit`` dispatchers, through a generated wrapper around Numba's ABI.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from enzyme_py.frontends import cython as cython_frontend
 from enzyme_py.frontends.ir import (
     CModule,
     IRFunction,
@@ -39,6 +41,8 @@ def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
     kind = origin[0]
     if kind in ("llvm_ir", "c"):
         return rebuild_ir_function(origin)
+    if kind == "cython":
+        return cython_frontend.rebuild(origin)
     if kind == "derivative":  # a derivative, differentiated again
         return origin[1].as_function()
     if kind == "numba":

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -136,11 +137,15 @@ class IRFunction:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Made again from what made it (the source, the IR text) in the new process.
-        if self.origin is None or self.origin[0] not in ("llvm_ir", "c"):
+        if self.origin is None or self.origin[0] not in ("llvm_ir", "c", "cython"):
             raise TypeError(
                 f"'{self.display_name}' cannot be pickled: it was not made by ez.llvm_ir, "
-                "ez.c or ez.cpp"
+                "ez.c, ez.cpp or ez.cython"
             )
+        if self.origin[0] == "cython":
+            # The Cython frontend (built on this module) made it: its own rebuild.
+            cython = importlib.import_module("enzyme_py.frontends.cython")
+            return (cython.rebuild, (self.origin,))
         return (rebuild_ir_function, (self.origin,))
 
     def __call__(self, *args: Any) -> Any:

@@ -1,0 +1,228 @@
+"""The C side of ``ez.cython``: a wrapper in plain terms per Cython function, and the
+preparation of Cython's C and of clang's IR for Enzyme (see frontends/cython.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from enzyme_py._signature import Param
+
+# Element types of memoryviews and pointers enzyme_py passes, as Cython spells them.
+DTYPES: dict[str, np.dtype] = {
+    "double": np.dtype(np.float64),
+    "float": np.dtype(np.float32),
+    "int": np.dtype(np.intc),
+    "long": np.dtype(np.int_),
+    "long long": np.dtype(np.longlong),
+    "Py_ssize_t": np.dtype(np.intp),
+    "int64_t": np.dtype(np.int64),
+    "int32_t": np.dtype(np.int32),
+}
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """One Cython function and what was made of it: the wrapper's C code and
+    parameters, or why enzyme_py cannot pass it."""
+
+    name: str  # as the module lists it: "energy", "fsum[float]"
+    symbol: str  # the wrapper's C name
+    code: str
+    params: tuple[Param, ...]
+    refused: str = ""
+
+
+def _dtype(spelled: str, where: str) -> np.dtype:
+    dtype = DTYPES.get(spelled)
+    if dtype is None:
+        known = ", ".join(DTYPES)
+        raise TypeError(f"{where} has element type {spelled}; enzyme_py passes {known}")
+    return dtype
+
+
+def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
+    """The wrapper of one cdef/cpdef function (see the module docstring)."""
+    decls: list[str] = []
+    setup: list[str] = []
+    call: list[str] = []
+    params: list[Param] = []
+    for arg in info["args"]:
+        name, kind = arg["name"], arg["kind"]
+        where = f"parameter '{name}' ({arg['text']}) of '{label}'"
+        if kind == "scalar":
+            decls.append(f"{arg['c']} {name}")
+            call.append(name)
+            params.append(Param(name, "pending", None))
+        elif kind == "pointer":
+            if arg["pointee_is_pointer"]:
+                raise TypeError(f"{where} is a pointer to pointers, which enzyme_py cannot pass")
+            spelled = arg["dtype"].removeprefix("const ")
+            _dtype(spelled, where)
+            decls.append(f"{'const ' if 'const' in arg['text'] else ''}{spelled} *{name}")
+            call.append(name)
+            params.append(Param(name, "pending", None))
+        elif kind == "memoryview":
+            if arg["dtype"].startswith("const "):  # Cython spells const views' dtype so
+                arg = {**arg, "dtype": arg["dtype"][len("const ") :], "const": True}
+            dtype = _dtype(arg["dtype"], where)
+            axes, nd = arg["axes"], arg["ndim"]
+            if any(access != "direct" for access, _ in axes):
+                raise TypeError(f"{where} is an indirect memoryview; declare it direct")
+            if any(packing == "contig" for _, packing in axes[:-1]):
+                raise TypeError(
+                    f"{where} is Fortran-contiguous; enzyme_py passes C-contiguous arrays: "
+                    f"declare it {arg['dtype']}[{', '.join([':'] * (nd - 1) + ['::1'])}]"
+                )
+            const = "const " if arg["const"] else ""
+            view = f"{name}_view"
+            decls.append(f"{const}{arg['dtype']} *{name}")
+            decls.extend(f"int64_t {name}_shape{d}" for d in range(nd))
+            setup += [
+                f"  __Pyx_memviewslice {view};",
+                f"  memset(&{view}, 0, sizeof {view});",
+                f"  {view}.data = (char *){name};",
+                *(f"  {view}.shape[{d}] = {name}_shape{d};" for d in range(nd)),
+                *(f"  {view}.suboffsets[{d}] = -1;" for d in range(nd)),
+                f"  {view}.strides[{nd - 1}] = sizeof({arg['dtype']});",
+                *(
+                    f"  {view}.strides[{d}] = {view}.strides[{d + 1}] * {name}_shape{d + 1};"
+                    for d in range(nd - 2, -1, -1)
+                ),
+            ]
+            call.append(view)
+            index = len(params)
+            params.append(Param(name, "pointer", dtype))
+            params.extend(
+                Param(f"{name}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
+                for d in range(nd)
+            )
+        else:
+            raise TypeError(
+                f"{where} is a Python object or a C type enzyme_py cannot pass; it passes "
+                "C scalars (double, float, integers), pointers and memoryviews of "
+                f"{', '.join(DTYPES)}"
+            )
+    ret = info["ret"]
+    if ret["kind"] not in ("scalar", "void"):
+        raise TypeError(
+            f"'{label}' returns {ret['text']}; enzyme_py differentiates functions returning "
+            "a C scalar or nothing (write arrays into an output memoryview instead)"
+        )
+    if info["cpdef"]:
+        call.append("1")  # skip the dispatch to a Python override
+    if info["optional_args"]:
+        call.append("NULL")  # parameters with defaults take their defaults
+    decls.append("int64_t *errors")
+    params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
+    void = ret["kind"] == "void"
+    invoke = ("" if void else "result = ") + f"{info['cname']}({', '.join(call)});"
+    check = "  if (PyErr_Occurred()) __enzyme_py_cython_fetch(errors);"
+    body = [*setup, *([] if void else [f"  {ret['c']} result;"])]
+    if info["nogil"]:
+        # Derivatives run without the GIL: taken after the call, to see whether the
+        # function raised (a bounds check's IndexError).
+        body += ["  " + invoke, "  PyGILState_STATE gil = PyGILState_Ensure();", check]
+    else:  # Cython's code expects the GIL
+        body += ["  PyGILState_STATE gil = PyGILState_Ensure();", "  " + invoke, check]
+    body += ["  PyGILState_Release(gil);", *([] if void else ["  return result;"])]
+    rtype = "void" if void else ret["c"]
+    code = "\n".join([f"{rtype} {symbol}({', '.join(decls)}) {{", *body, "}", ""])
+    return Wrapped(label, symbol, code, tuple(params))
+
+
+PRELUDE = """
+/* enzyme_py: wrappers in plain terms around the module's C functions. */
+#include <stdint.h>
+#include <string.h>
+static void __enzyme_py_cython_fetch(int64_t *errors) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  errors[0] = 1;
+  /* A reference Python takes over; stored as the pointer it is (an integer
+     cast would contradict Enzyme's type analysis of the buffer). */
+  ((PyObject **)errors)[1] = value;
+}
+"""
+# What the wrappers and Cython's bounds checks call of Python's C API (with
+# __Pyx_AddTraceback and __Pyx_WriteUnraisable emptied): allowed, and told to Enzyme
+# to have no derivative. Reaching anything else of Python is refused.
+_ERROR_PATH_API = frozenset(
+    {
+        "PyErr_Format",
+        "PyErr_Occurred",
+        "PyErr_Fetch",
+        "PyErr_NormalizeException",
+        "PyGILState_Ensure",
+        "PyGILState_Release",
+        "_Py_Dealloc",
+    }
+)
+_PYTHON_GLOBAL = re.compile(r"^(@(?:PyExc_\w+|_Py_\w*Struct) = external [^\n]*)$", re.MULTILINE)
+
+
+def inactive_error_path(ir: str) -> str:
+    """Enzyme told that the error path's calls and Python's exception types have no
+    derivative and free nothing it tracks."""
+
+    def declaration(m: re.Match[str]) -> str:
+        if m.group(2) not in _ERROR_PATH_API:
+            return m.group(0)
+        return m.group(0) + ' nofree "enzyme_inactive"'
+
+    ir = re.sub(
+        r"^(declare [^\n]*@(\w+)\([^\n]*)$",
+        lambda m: declaration(m),
+        ir,
+        flags=re.MULTILINE,
+    )
+    ir = re.sub(
+        r"^(define [^\n]*@__enzyme_py_cython_fetch\([^\n]*?)\s*\{$",
+        lambda m: m.group(1) + ' nofree "enzyme_inactive" {',
+        ir,
+        flags=re.MULTILINE,
+    )
+    ir, count = _PYTHON_GLOBAL.subn(r"\1, !enzyme_inactive !90000", ir)
+    return ir + "\n!90000 = !{}\n" if count else ir
+
+
+def python_calls(ir: str, root: str) -> list[str]:
+    """The Python C API functions that ``root`` reaches through direct calls.
+
+    The module's init never runs (its state is never set up), so Cython's Python
+    paths (raising, an index error's traceback, Python objects) cannot run in a
+    derivative: functions that reach them are refused."""
+    bodies: dict[str, str] = {}
+    for m in re.finditer(r"^define [^\n]*?@([\w.$]+)\((.*?)^\}$", ir, re.MULTILINE | re.DOTALL):
+        bodies[m.group(1)] = m.group(2)
+    seen, todo, found = {root}, [root], set()
+    while todo:
+        for callee in re.findall(r"@([\w.$]+)\(", bodies.get(todo.pop(), "")):
+            if re.match(r"_?Py", callee) and callee not in _ERROR_PATH_API:
+                found.add(callee)
+            elif callee in bodies and callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return sorted(found)
+
+
+def c_for_ir(c_text: str) -> str:
+    """Cython's C with its module init made static: clang then drops the extension
+    module's machinery (type objects, def wrappers), which the wrappers never reach."""
+    text = re.sub(r"__Pyx_PyMODINIT_FUNC\s+(PyInit_\w+\(void\))", r"static PyObject *\1", c_text)
+    # An exception's traceback entry needs the module's state, which is never set up;
+    # a noexcept function's exception stays set for the wrapper to raise.
+    text = re.sub(
+        r"(static void __Pyx_(?:AddTraceback|WriteUnraisable)\([^)]*\)\s*\{)",
+        r"\1 if (1) return;",
+        text,
+    )
+    # `with nogil:` releases the GIL; a derivative runs without it already.
+    text = text.replace("_save = PyEval_SaveThread();", "_save = NULL;")
+    return text.replace("PyEval_RestoreThread(_save);", "(void)_save;")
