@@ -664,7 +664,8 @@ std::string tail(const std::string &text, size_t max_chars) {
 }  // namespace
 
 Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequest &req,
-                                const std::string &entry_name) {
+                                const std::string &entry_name,
+                                const std::function<std::shared_ptr<void>()> &while_waiting) {
   Fd result{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_result", 0))};
   Fd errors{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_stderr", 0))};
   if (result.fd < 0 || errors.fd < 0) {
@@ -684,6 +685,10 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     if (const char *crash = std::getenv("ENZYME_PY_TEST_CRASH_IN_BUILD")) {
       std::fprintf(stderr, "simulated crash: %s\n", crash);
       std::abort();
+    }
+    // For the test suite: a build that takes this long (the progress line of long builds).
+    if (const char *ms = std::getenv("ENZYME_PY_TEST_SLOW_BUILD_MS")) {
+      ::usleep(1000u * static_cast<unsigned>(std::atoi(ms)));
     }
     std::string buf;
     uint64_t status = kOk;
@@ -713,8 +718,11 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     ::_exit(write_all(result.fd, buf) ? 0 : 3);
   }
   int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+  {
+    std::shared_ptr<void> waiting = while_waiting ? while_waiting() : nullptr;
+    while (::waitpid(pid, &wstatus, 0) < 0) {
+      if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+    }
   }
   std::string child_stderr = read_all(errors.fd);
   if (!child_stderr.empty() && log_enabled()) std::fputs(child_stderr.c_str(), stderr);

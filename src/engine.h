@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -105,9 +106,13 @@ class Engine {
                  const std::string &entry_name);
   // The same in a forked child, so that an abort inside Enzyme (its
   // assertions are enabled) becomes an EnzymeFailure instead of killing
-  // the caller. Nothing the child does changes this process.
+  // the caller. Nothing the child does changes this process. What
+  // `while_waiting` returns is held while this process waits for the child
+  // (the binding releases the GIL so, letting a progress timer and other
+  // threads run; the wait itself touches no engine state).
   Artifact build_isolated(const SourceModule &source, const DerivativeRequest &request,
-                          const std::string &entry_name);
+                          const std::string &entry_name,
+                          const std::function<std::shared_ptr<void>()> &while_waiting = {});
   // Load an artifact's object code into the JIT; the entry's address.
   uint64_t load(const std::string &object, const std::string &entry_name);
   void set_mincut(bool on);

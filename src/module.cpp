@@ -228,7 +228,10 @@ PYBIND11_MODULE(_native, m) {
         req.atomic_add = atomic_add;
         req.primal_only = primal_only;
         Engine &e = the_engine();
-        Artifact art = isolate ? e.build_isolated(source, req, entry_name)
+        // Only the wait for the isolated child runs without the GIL: every other
+        // use of the engine still happens with it held, one at a time.
+        auto release_gil = [] { return std::shared_ptr<void>(new py::gil_scoped_release()); };
+        Artifact art = isolate ? e.build_isolated(source, req, entry_name, release_gil)
                                : e.build(source, req, entry_name);
         py::dict out;
         out["object"] = py::bytes(art.object);

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from enzyme_py import _cache, _state
+from enzyme_py import _cache, _log, _state
 from enzyme_py._info import ENZYME_VERSION
 from enzyme_py._version import __version__
 from enzyme_py.core import EnzymeError
@@ -223,6 +223,21 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     return EnzymeError(text)
 
 
+def _build_with_retry(fn: IRFunction, request: Request, key: str, description: str) -> Any:
+    native = _state.native
+    try:
+        return _native_build(fn, request, key, mincut=isolated())
+    except native.EnzymeFailure as exc:
+        if not (isolated() and "Enzyme crashed" in str(exc)):
+            raise _enzyme_error(str(exc), fn, description) from None
+    # Min-cut caching (smaller tapes) is what crashes most often: retry without.
+    _log.log(f"{description}: retrying without min-cut caching")
+    try:
+        return _native_build(fn, request, key, mincut=False)
+    except native.EnzymeFailure as again:
+        raise _enzyme_error(str(again), fn, description) from None
+
+
 _lock = threading.RLock()  # one build or load at a time (kernels launch from threads)
 
 
@@ -243,17 +258,8 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     source = "disk cache"
     if artifact is None:
         source = "Enzyme" + (" (isolated)" if isolated() else "")
-        try:
-            built = _native_build(fn, request, key, mincut=isolated())
-        except native.EnzymeFailure as exc:
-            if not (isolated() and "Enzyme crashed" in str(exc)):
-                raise _enzyme_error(str(exc), fn, description) from None
-            # Min-cut caching (smaller tapes) is what crashes most often: retry without.
-            _cache.log(f"{description}: retrying without min-cut caching")
-            try:
-                built = _native_build(fn, request, key, mincut=False)
-            except native.EnzymeFailure as again:
-                raise _enzyme_error(str(again), fn, description) from None
+        with _log.progress(f"the derivative of {description} (Enzyme)"):
+            built = _build_with_retry(fn, request, key, description)
         artifact = _cache.Artifact.from_native(built)
         _cache.store(key, artifact)
     try:
@@ -262,5 +268,5 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
         raise _missing_symbols_error(str(exc), fn, description) from None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _loaded[key] = compiled
-    _cache.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
+    _log.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
     return compiled
