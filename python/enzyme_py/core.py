@@ -16,6 +16,7 @@ __all__ = [
     "Activity",
     "ActivityError",
     "CompileError",
+    "CompilerWarning",
     "Const",
     "Dual",
     "DualOnly",
@@ -108,3 +109,9 @@ class EnzymeUnavailableError(ImportError):
 
 class CompileError(RuntimeError):
     """Source code (C, C++, LLVM IR) did not compile; the message has the diagnostics."""
+
+
+class CompilerWarning(UserWarning):
+    """clang compiled C/C++ source (``ez.c``, ``ez.cpp``) with warnings; the message has
+    them. A variable read before it is written (``-Wuninitialized``) is one: its value
+    is whatever the optimizer picked, and so is the derivative."""
