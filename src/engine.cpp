@@ -636,7 +636,8 @@ bool crash_signal(int sig) {
 
 // Waits for the child; polls `interrupted` every ~10 ms. On an interrupt, the
 // child is killed (if it still runs) and reaped, and the result is true.
-bool wait_for_child(pid_t pid, int &wstatus, const std::function<bool()> &interrupted) {
+bool wait_for_child(pid_t pid, int &wstatus, const std::function<bool()> &interrupted,
+                    const std::function<std::shared_ptr<void>()> &while_waiting) {
   Fd exited;
 #ifdef SYS_pidfd_open
   exited.fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
@@ -656,6 +657,7 @@ bool wait_for_child(pid_t pid, int &wstatus, const std::function<bool()> &interr
       }
       return true;
     }
+    std::shared_ptr<void> waiting = while_waiting ? while_waiting() : nullptr;
     if (exited.fd >= 0) {
       struct pollfd p{exited.fd, POLLIN, 0};
       ::poll(&p, 1, 10);  // wakes when the child exits, or on a signal
@@ -715,7 +717,8 @@ std::string how_child_died(int wstatus) {
 
 Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequest &req,
                                 const std::string &entry_name,
-                                const std::function<bool()> &interrupted) {
+                                const std::function<bool()> &interrupted,
+                                const std::function<std::shared_ptr<void>()> &while_waiting) {
   Fd result{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_result", 0))};
   Fd errors{static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_stderr", 0))};
   if (result.fd < 0 || errors.fd < 0) {
@@ -735,6 +738,10 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     ::signal(SIGINT, SIG_IGN);
     echo_errors = true;
     set_mincut(req.mincut);
+    // For the test suite: a build that takes this long (the progress line of long builds).
+    if (const char *ms = std::getenv("ENZYME_PY_TEST_SLOW_BUILD_MS")) {
+      ::usleep(1000u * static_cast<unsigned>(std::atoi(ms)));
+    }
     std::string buf;
     uint64_t status = kOk;
     std::string message;
@@ -777,7 +784,7 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
     ::_exit(errno == EFBIG ? kExitResultTooBig : kExitWriteFailed);
   }
   int wstatus = 0;
-  bool interrupt = wait_for_child(pid, wstatus, interrupted);
+  bool interrupt = wait_for_child(pid, wstatus, interrupted, while_waiting);
   std::string child_stderr = read_all(errors.fd);
   if (!child_stderr.empty() && log_enabled()) std::fputs(child_stderr.c_str(), stderr);
   uint64_t status = kError;

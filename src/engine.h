@@ -125,10 +125,14 @@ class Engine {
   // the caller. Nothing the child does changes this process.
   // While it waits, `interrupted` is polled (every ~10 ms); when it returns
   // true, the child is killed and BuildInterrupted thrown (unless the child
-  // had finished: then the result comes back marked `interrupted`).
+  // had finished: then the result comes back marked `interrupted`). What
+  // `while_waiting` returns is held during each pause between polls (the
+  // binding releases the GIL so, letting a progress timer and other threads
+  // run; `interrupted` is called with it held again).
   Artifact build_isolated(const SourceModule &source, const DerivativeRequest &request,
                           const std::string &entry_name,
-                          const std::function<bool()> &interrupted = {});
+                          const std::function<bool()> &interrupted = {},
+                          const std::function<std::shared_ptr<void>()> &while_waiting = {});
   // Load an artifact's object code into the JIT; the entry's address.
   uint64_t load(const std::string &object, const std::string &entry_name);
   void set_mincut(bool on);

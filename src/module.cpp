@@ -231,10 +231,13 @@ PYBIND11_MODULE(_native, m) {
         Engine &e = the_engine();
         Artifact art;
         if (isolate) {
-          // The GIL is held: Python's signal handlers run here, every ~10 ms.
+          // The GIL is held while Python's signal handlers run, every ~10 ms, and
+          // released in between (a progress timer and other threads run then).
+          auto release_gil = [] { return std::shared_ptr<void>(new py::gil_scoped_release()); };
           try {
-            art = e.build_isolated(source, req, entry_name,
-                                   []() { return PyErr_CheckSignals() != 0; });
+            art = e.build_isolated(
+                source, req, entry_name, []() { return PyErr_CheckSignals() != 0; },
+                release_gil);
           } catch (const BuildInterrupted &) {
             throw py::error_already_set();  // the handler's exception (KeyboardInterrupt)
           }

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from enzyme_py import _cache, _state
+from enzyme_py import _cache, _log, _state
 from enzyme_py._info import ENZYME_VERSION
 from enzyme_py._signature import Param
 from enzyme_py._version import __version__
@@ -257,7 +257,8 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
         entry = _load_cached(key, artifact, implied_slots(fn, request))
     if entry is None:
         source = "Enzyme" + (" (isolated)" if isolated() else "")
-        artifact = _build_artifact(fn, request, key, description)
+        with _log.progress(f"the derivative of {description} (Enzyme)"):
+            artifact = _build_artifact(fn, request, key, description)
         try:
             entry = native.load_object(artifact.object, artifact.entry_name)
         except native.MissingSymbols as exc:
@@ -265,7 +266,7 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     assert artifact is not None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _loaded[key] = compiled
-    _cache.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
+    _log.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
     return compiled
 
 
@@ -279,7 +280,7 @@ def _build_artifact(
     except native.BuildCrashed:
         # An assertion or crash in the child; min-cut caching (smaller tapes) is what
         # crashes most often: retry without. Deaths from memory are not retried.
-        _cache.log(f"{description}: retrying without min-cut caching")
+        _log.log(f"{description}: retrying without min-cut caching")
         try:
             built = _native_build(fn, request, key, mincut=False)
         except native.EnzymeFailure as again:
@@ -291,7 +292,7 @@ def _build_artifact(
     if implied is not None and _slot_counts(artifact) != implied:
         # A layout this check does not foresee: served, but never from the disk
         # cache, where it could not be verified.
-        _cache.log(
+        _log.log(
             f"{description}: slots {artifact.in_slots} -> {artifact.out_slots} not as "
             "foreseen; not written to the disk cache"
         )

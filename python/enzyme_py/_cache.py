@@ -23,14 +23,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import struct
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from enzyme_py._log import log
 
 # Version 2: a digest over the whole entry (version 1 entries are misses).
 _MAGIC = b"ENZYME_PY_OBJ2\n"
@@ -65,10 +68,12 @@ class Artifact:
         return cls(**{name: built[name] for name in cls.__dataclass_fields__})
 
 
-def cache_dir() -> Path | None:
-    """The disk cache folder, or None when the disk cache is off."""
-    if os.environ.get("ENZYME_PY_DISK_CACHE", "1").strip() == "0":
-        return None
+def disk_cache_enabled() -> bool:
+    return os.environ.get("ENZYME_PY_DISK_CACHE", "1").strip() != "0"
+
+
+def configured_dir() -> Path:
+    """The disk cache folder the environment names, whether or not the cache is on."""
     explicit = os.environ.get("ENZYME_PY_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -76,9 +81,57 @@ def cache_dir() -> Path | None:
     return Path(base) / "enzyme_py"
 
 
-def log(message: str) -> None:
-    if os.environ.get("ENZYME_PY_LOG", "").strip() not in ("", "0"):
-        print(f"[enzyme_py] {message}", file=sys.stderr)
+def cache_dir() -> Path | None:
+    """The disk cache folder, or None when the disk cache is off."""
+    return configured_dir() if disk_cache_enabled() else None
+
+
+_ENTRY = re.compile(r"[0-9a-f]{64}\.ezo")
+_LEFTOVER = re.compile(r"\.tmp-.*\.ezo")  # a write that was interrupted
+
+
+def entries(folder: Path | None = None) -> list[Path]:
+    """The files of the disk cache (entries, and temporaries an interrupted write left);
+    only names enzyme_py writes, in its two-hex-digit subfolders."""
+    root = configured_dir() if folder is None else folder
+    found: list[Path] = []
+    if not root.is_dir():
+        return found
+    for sub in sorted(root.iterdir()):
+        if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
+            continue
+        for f in sorted(sub.iterdir()):
+            if f.is_file() and (_ENTRY.fullmatch(f.name) or _LEFTOVER.fullmatch(f.name)):
+                found.append(f)
+    return found
+
+
+def summary() -> dict[str, Any]:
+    """``python -m enzyme_py cache info``: folder, whether it is used, entries, bytes."""
+    files = entries()
+    return {
+        "directory": str(configured_dir()),
+        "enabled": disk_cache_enabled(),
+        "entries": sum(1 for f in files if _ENTRY.fullmatch(f.name)),
+        "bytes": sum(f.stat().st_size for f in files),
+    }
+
+
+def clear() -> tuple[int, int]:
+    """Remove the disk cache's files (and its emptied subfolders); (files, bytes) removed.
+    Other files in the folder are left alone."""
+    removed = size = 0
+    for f in entries():
+        try:
+            n = f.stat().st_size
+            f.unlink()
+        except FileNotFoundError:
+            continue  # another process removed it first
+        removed += 1
+        size += n
+        with contextlib.suppress(OSError):  # not empty yet
+            f.parent.rmdir()
+    return removed, size
 
 
 def _path(key: str) -> Path | None:
@@ -190,7 +243,7 @@ def store(key: str, artifact: Artifact) -> None:
             os.unlink(tmp)
             raise
     except OSError as exc:
-        log(f"disk cache not written ({exc})")
+        log(f"disk cache not written ({exc})", logging.INFO)
 
 
 def request_key(parts: list[Any]) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
-from enzyme_py import _state
+from enzyme_py import _cache, _state
+from enzyme_py._version import __version__
 
 ENZYME_VERSION = "0.0.289"
 
@@ -23,21 +25,36 @@ def _offload_devices() -> list[dict[str, Any]] | str:
         return f"unavailable: {exc}"
 
 
+def _numba_version() -> str | None:
+    # From the installed distribution's metadata: importing Numba takes most of a second.
+    try:
+        return metadata.version("numba")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def info() -> dict[str, Any]:
     """A description of this installation.
 
-    Keys: ``autodiff`` (bool), ``enzyme_version``, ``enzyme_plugin`` (path),
-    ``llvm_version``, ``vector_math`` (the vector math library derivatives may call:
-    ``"libmvec"``, or None), ``offload_devices`` (list of dicts with name, platform,
-    type, memory, uid; or a string saying why none can be listed), and ``reason`` (why AD
-    is unavailable, or None).
+    Keys: ``version`` (enzyme_py's), ``autodiff`` (bool), ``enzyme_version``,
+    ``enzyme_plugin`` (path), ``llvm_version`` (the last three None without AD),
+    ``numba_version`` (None when Numba is not installed), ``cache_dir`` (the disk cache
+    of compiled derivatives, None when ``ENZYME_PY_DISK_CACHE=0``), ``vector_math`` (the
+    vector math library derivatives may call: ``"libmvec"``, or None),
+    ``offload_devices`` (list of dicts with name, platform, type, memory, uid; or a
+    string saying why none can be listed), and ``reason`` (why AD is unavailable, or
+    None).
     """
     native = _state.native
+    folder = _cache.cache_dir()
     return {
+        "version": __version__,
         "autodiff": native is not None,
         "enzyme_version": ENZYME_VERSION if native is not None else None,
         "enzyme_plugin": native.plugin_path() if native is not None else None,
         "llvm_version": native.llvm_version if native is not None else None,
+        "numba_version": _numba_version(),
+        "cache_dir": str(folder) if folder is not None else None,
         "vector_math": (native.host()[3] or None) if native is not None else None,
         "offload_devices": _offload_devices(),
         "reason": _state.unavailable_reason,

@@ -19,6 +19,7 @@ __all__ = [
     "Activity",
     "ActivityError",
     "CompileError",
+    "CompilerWarning",
     "Const",
     "Dual",
     "DualOnly",
@@ -118,6 +119,12 @@ class GradientCheckWarning(UserWarning):
 
 class CompileError(RuntimeError):
     """Source code (C, C++, LLVM IR) did not compile; the message has the diagnostics."""
+
+
+class CompilerWarning(UserWarning):
+    """clang compiled C/C++ source (``ez.c``, ``ez.cpp``) with warnings; the message has
+    them. A variable read before it is written (``-Wuninitialized``) is one: its value
+    is whatever the optimizer picked, and so is the derivative."""
 
 
 #: The widest batch ``autodiff(..., width=k)`` builds. Enzyme's build time and memory

@@ -14,13 +14,14 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
-from enzyme_py.core import CompileError, EnzymeUnavailableError
+from enzyme_py.core import CompileError, CompilerWarning, EnzymeUnavailableError
 from enzyme_py.frontends.enzyme_markers import refuse_enzyme_markers
 
 __all__ = [
@@ -33,12 +34,14 @@ __all__ = [
 ]
 
 # Optimisation flags for ez.c/ez.cpp; a user's flags come after them, so they win
-# (-O0, -fvectorize).
+# (-O0, -fvectorize, -Wno-uninitialized). -Wuninitialized because a variable read
+# before it is written compiles to whatever the optimizer picks (0.0, silently).
 DEFAULT_C_FLAGS: tuple[str, ...] = (
     "-O2",
     "-fno-vectorize",
     "-fno-slp-vectorize",
     "-fno-unroll-loops",
+    "-Wuninitialized",
 )
 # Always given, after the user's flags. Typed pointers let the parameter descriptions
 # carry the pointee type (double* is a float64 array), and the engine's LLVM context
@@ -281,8 +284,22 @@ def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
+        _warn(proc.stderr, language)
         with open(os.path.join(tmp, "source.ll")) as f:
             return f.read(), proc.stderr
+
+
+_GENERATED = re.compile(r"^\d+ warnings? generated\.$", re.MULTILINE)
+
+
+def _warn(diagnostics: str, language: str) -> None:
+    """clang's warnings, as one CompilerWarning raised at the caller of ez.c / ez.cpp."""
+    text = _GENERATED.sub("", diagnostics).strip()
+    if text:
+        warnings.warn(
+            CompilerWarning(f"clang's warnings for the {language.upper()} source:\n{text}"),
+            stacklevel=4,  # _warn, _compile, c/cpp, the user's call
+        )
 
 
 # LLVMLinkage values of the functions a module exports, listed by functions() and
@@ -444,7 +461,9 @@ def c(source: str, flags: Sequence[str] | None = None) -> CModule:
     ``flags`` are clang arguments added after DEFAULT_C_FLAGS, so they override
     them (``["-O0"]``, ``["-fvectorize"]``, ``["-std=c99"]``); include paths and
     defines go there too. The flags enzyme_py needs (typed pointers, LLVM IR output)
-    are always added last. Raises CompileError with clang's diagnostics.
+    are always added last. Raises CompileError with clang's diagnostics; clang's
+    warnings (``-Wuninitialized`` by default, ``-Wall`` and the like when given in
+    ``flags``; ``-w`` silences them) are a ``CompilerWarning``.
     """
     return CModule(_compile(source, "c", flags), "c", source, flags)
 
