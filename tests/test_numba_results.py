@@ -154,3 +154,28 @@ def test_a_tuple_cotangent_must_be_a_tuple():
     df = ez.autodiff(stats, ez.Reverse, ez.Duplicated, ez.Duplicated)
     with pytest.raises(TypeError, match="tuple of 2"):
         df(X, np.zeros(6), np.ones(6))
+
+
+@pytest.mark.parametrize("how", ["jacobian", "jacfwd", "jacrev"])
+def test_the_jacobian_of_an_array_result(how):
+    jac = getattr(ez, how)(smooth)(X, 3.0)
+    np.testing.assert_allclose(jac, jacobian_fd(lambda v: smooth(v, 3.0), X), rtol=1e-6)
+    jac2 = getattr(ez, how)(outer_rows)(X)
+    assert jac2.shape == (2, 6, 6)
+    np.testing.assert_allclose(jac2, jacobian_fd(outer_rows, X), rtol=1e-6, atol=1e-9)
+
+
+def test_jvp_and_vjp_of_an_array_result():
+    tangent = np.linspace(0.5, 1.5, 6)
+    jac = jacobian_fd(lambda v: smooth(v, 3.0), X)
+    y, dy = ez.jvp(smooth, (X, 3.0), (tangent, None))
+    np.testing.assert_allclose(y, smooth(X, 3.0))
+    np.testing.assert_allclose(dy, jac @ tangent, rtol=1e-6)
+    value, vjp_fn = ez.vjp(smooth, X, 3.0)
+    np.testing.assert_allclose(value, smooth(X, 3.0))
+    cotangent = np.linspace(-1.0, 1.0, 6)
+    dx, dk = vjp_fn(cotangent)
+    np.testing.assert_allclose(dx, cotangent @ jac, rtol=1e-6)
+    assert dk == pytest.approx(float(cotangent @ (np.sin(X) * X)))
+    (dtx,) = ez.vjp(stats, X)[1]((np.ones(6), 2.0))
+    np.testing.assert_allclose(dtx, 2.0 + 2.0 * 3 * X**2)

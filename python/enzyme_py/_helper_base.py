@@ -224,6 +224,14 @@ def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     return resolve_function(f).ret is None
 
 
+def _returns_arrays(f: Any, args: Sequence[Any]) -> bool:
+    """Whether f returns an array or a tuple (a Numba function; see _numba_results)."""
+    if not numba_frontend.is_dispatcher(f):
+        return False
+    types = tuple(f.typeof_pyval(a) for a in args)
+    return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+
+
 def _shadows(
     args: Sequence[Any], acts: Sequence[Activity], width: int = 1
 ) -> dict[int, np.ndarray]:

@@ -30,6 +30,7 @@ from enzyme_py._helper_base import (
     _is_float_array,
     _is_float_scalar,
     _name,
+    _returns_arrays,
     _returns_nothing,
     _reverse_call,
     _shadow_like,
@@ -38,7 +39,17 @@ from enzyme_py._helper_base import (
     _tangent,
     _with_defaults,
 )
-from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, Forward, Reverse
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    Const,
+    Dual,
+    DualOnly,
+    DuplicatedOnly,
+    Forward,
+    Reverse,
+)
 
 __all__ = ["hessian", "hvp", "jacfwd", "jacobian", "jacrev"]
 
@@ -106,7 +117,9 @@ class _Jacobian:
                     + "; only float scalars and float arrays can be differentiated "
                     "(pass a float, or leave it out of argnums)"
                 )
-        if self.output is None:
+        if self.output is None and _returns_arrays(self.f, args):
+            blocks = self._array_result_blocks(args, nums)
+        elif self.output is None:
             if self.how == "jacfwd":
                 blocks = [self._forward_gradient(args, i) for i in nums]
             else:
@@ -123,6 +136,54 @@ class _Jacobian:
                 else self._reverse_outputs(args, nums, j)
             )
         return blocks[0] if _single(self.argnums) else tuple(blocks)
+
+    def _array_result_blocks(self, args: Sequence[Any], nums: tuple[int, ...]) -> list[Any]:
+        """d f(args) / d x_i of a function returning an array, shaped
+        ``result.shape + x_i.shape``: columns by batched forward mode, or rows by
+        batched reverse mode (jacrev; jacobian when x_i has more elements)."""
+        found = self.f(*_fresh(args))  # the result's shape (on copies: no side effect)
+        if isinstance(found, tuple):
+            raise TypeError(
+                f"{self.__name__}: {_name(self.f)} returns a tuple; the Jacobian of a tuple "
+                "result is not supported: differentiate a function returning one array "
+                "(or use ez.jvp / ez.vjp, which take tuples)"
+            )
+        out = np.asarray(found)
+        writes = self._derivatives.may_write(args)
+        blocks = []
+        for i in nums:
+            x = args[i]
+            block = np.empty((out.size, _size(x)), dtype=np.result_type(out.dtype, np.float32))
+            reverse = self.how == "jacrev" or (self.how == "jacobian" and _size(x) > out.size)
+            acts = _acts(args, (i,), Reverse if reverse else Forward, writes)
+
+            def columns(
+                batch: int, i: int = i, x: Any = x, block: Any = block, acts: Any = acts
+            ) -> None:
+                for start, stop in _batches(_size(x), batch):
+                    width = stop - start
+                    call = _fresh(args)
+                    tangents: dict[int, Any] = _shadows(call, acts, width)
+                    tangents[i] = _unit(x, width, start, stop)
+                    dy = self._derivatives.get(Forward, acts, DualOnly, width)(
+                        *_interleave(call, acts, tangents)
+                    )
+                    block[:, start:stop] = _lanes(dy, width).T
+
+            def rows(batch: int, i: int = i, block: Any = block, acts: Any = acts) -> None:
+                for start, stop in _batches(out.size, batch):
+                    width = stop - start
+                    call = _fresh(args)
+                    shadows = _shadows(call, acts, width)
+                    seeds = _unit(out.astype(block.dtype), width, start, stop)
+                    _, *adjoints = self._derivatives.get(Reverse, acts, DuplicatedOnly, width)(
+                        *_interleave(call, acts, shadows), seeds
+                    )
+                    block[start:stop] = _lanes(shadows[i] if i in shadows else adjoints[0], width)
+
+            _batched(rows if reverse else columns)
+            blocks.append(block.reshape(*out.shape, *np.shape(x)))
+        return blocks
 
     def _check_output(self, args: Sequence[Any], nums: tuple[int, ...]) -> int:
         (j,) = _argnums(self.output, len(args)) if self.output is not None else (0,)

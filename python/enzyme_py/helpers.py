@@ -38,6 +38,7 @@ from enzyme_py._helper_base import (
     _is_float_array,
     _is_float_scalar,
     _name,
+    _returns_arrays,
     _returns_nothing,
     _reverse_call,
     _shadows,
@@ -46,7 +47,17 @@ from enzyme_py._helper_base import (
     _with_defaults,
 )
 from enzyme_py._jacobians import hessian, hvp, jacfwd, jacobian, jacrev
-from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, Duplicated, Forward, Reverse
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    Const,
+    Dual,
+    Duplicated,
+    DuplicatedOnly,
+    Forward,
+    Reverse,
+)
 
 __all__ = [
     "grad",
@@ -184,7 +195,9 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
 
     ``f`` runs once, on the primals given; ``vjp_fn`` differentiates at the primals as
     they were when ``vjp`` was called (copies), however often it is called and whatever
-    ``f`` overwrites. For a function that returns a float, the cotangent is a float.
+    ``f`` overwrites. For a function that returns a float, the cotangent is a float;
+    for one that returns an array (or a tuple), an array shaped like it (a tuple of
+    them, floats for its scalars).
     For a function that returns nothing and writes output arrays, the cotangent has one
     entry per primal, as ``jvp``'s tangents do: an array like each output array (the
     cotangent of what ``f`` writes there), None for the others; an output array's
@@ -211,9 +224,15 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     nothing = _returns_nothing(f, args)
     value = derivatives.get(Forward, [Const] * len(args), None if nothing else Const)(*args)
 
+    arrays = not nothing and _returns_arrays(f, args)
+
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
         if nothing:
             return _pullback_of_outputs(derivatives, at, nums, n, cotangent)
+        if arrays:  # the cotangent is shaped like the result (a tuple for a tuple)
+            _, grads = _reverse_call(derivatives, _fresh(at), nums, DuplicatedOnly, cotangent)
+            pullback = dict(zip(nums, grads, strict=True))
+            return tuple(pullback.get(i) for i in range(n))
         seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
         _, grads = _reverse_call(derivatives, _fresh(at), nums, ActiveOnly, seed)
         pullback = dict(zip(nums, grads, strict=True))

@@ -44,6 +44,7 @@ __all__ = [
     "NumbaSignature",
     "is_dispatcher",
     "resolve_signature",
+    "returns_arrays",
     "returns_value",
     "specialize",
 ]
@@ -220,6 +221,16 @@ def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
     _compile_if_missing(dispatcher, signature)
     return_type = dispatcher.overloads[tuple(signature)].signature.return_type
     return not isinstance(return_type, types.NoneType)
+
+
+def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
+    """Whether ``dispatcher`` compiled for ``signature`` returns an array or a tuple
+    (a result passed back through output arrays; see _numba_results)."""
+    from numba.core import types
+
+    _compile_if_missing(dispatcher, signature)
+    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
+    return isinstance(return_type, (types.Array, types.BaseTuple))
 
 
 def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
