@@ -14,6 +14,7 @@ Two rules keep the helpers from silently wrong numbers:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 from collections.abc import Sequence
@@ -186,11 +187,38 @@ def _signature(f: Any) -> inspect.Signature | None:
     return None
 
 
+_signatures: weakref.WeakKeyDictionary[Any, tuple[inspect.Signature | None, int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _signature_of(f: Any) -> tuple[inspect.Signature | None, int]:
+    """f's signature (see _signature) and its number of parameters if all are plain
+    positional ones (-1 otherwise), kept with f: helpers' results are called in loops."""
+    try:
+        found = _signatures.get(f)
+    except TypeError:  # not hashable
+        found = None
+    if found is None:
+        sig = _signature(f)
+        plain = -1
+        if sig is not None and all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in sig.parameters.values()
+        ):
+            plain = len(sig.parameters)
+        found = (sig, plain)
+        with contextlib.suppress(TypeError):  # not weak-referenceable or hashable
+            _signatures[f] = found
+    return found
+
+
 def _bind(f: Any, args: Sequence[Any], kwargs: dict[str, Any], who: str) -> tuple[Any, ...]:
     """The arguments of a call of ``who`` (a helper's result for f) by position:
     keywords bound to their parameters and omitted defaults filled in, so that the
     derivative sees positional arguments only."""
-    sig = _signature(f)
+    sig, plain = _signature_of(f)
+    if plain == len(args) and not kwargs:  # every parameter given by position: as is
+        return tuple(args)
     if sig is None:
         if kwargs:
             raise TypeError(
