@@ -111,7 +111,19 @@ class NumbaDerivative:
         )
         found = self._by_kinds.get(kinds)
         if found is None:
-            found = self._by_kinds[kinds] = self.specialize(self._types_of(args))
+            from numba.core.errors import TypingError
+
+            types = self._types_of(args)
+            try:
+                found = self._by_kinds[kinds] = self.specialize(types)
+            except TypingError as exc:
+                listed = ", ".join(f"'{n}': {t}" for n, t in zip(self._names, types, strict=False))
+                first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+                raise TypeError(
+                    f"'{self.name}' does not compile for the types of these arguments "
+                    f"(parameters {listed}): pass arguments of the types it is written "
+                    f"for (Numba: {first[:300]})"
+                ) from None
         return found
 
     def _types_of(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
