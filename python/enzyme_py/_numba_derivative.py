@@ -203,8 +203,20 @@ class NumbaDerivative:
         )
         found = self._by_kinds.get(kinds)
         if found is None:
-            signature, given = self._types_of(args)
-            found = self._by_kinds[kinds] = self._specialize(signature, given)
+            from numba.core.errors import TypingError
+
+            try:
+                signature, given = self._types_of(args)
+                found = self._by_kinds[kinds] = self._specialize(signature, given)
+            except TypingError as exc:
+                types = [self.dispatcher.typeof_pyval(a) for a in args]
+                listed = ", ".join(f"'{n}': {t}" for n, t in zip(self._names, types, strict=False))
+                first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+                raise TypeError(
+                    f"'{self.name}' does not compile for the types of these arguments "
+                    f"(parameters {listed}): pass arguments of the types it is written "
+                    f"for (Numba: {first[:300]})"
+                ) from None
         return found
 
     def _types_of(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
