@@ -20,7 +20,7 @@ from typing import Any
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, EnzymeUnavailableError
-from enzyme_py.frontends.enzyme_markers import refuse_enzyme_markers
+from enzyme_py.frontends.enzyme_markers import honour_or_refuse
 
 __all__ = [
     "CModule",
@@ -263,8 +263,9 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
     text, diagnostics = _run_clang(source, language, flags)
-    refuse_enzyme_markers(text, diagnostics, source, language)
-    return text
+    return honour_or_refuse(
+        text, diagnostics, source, language, lambda ir: str(_native().run_enzyme_pass(ir))
+    )
 
 
 def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
