@@ -14,6 +14,7 @@
 #include "arena.h"
 #include "caller.h"
 #include "engine.h"
+#include "enzyme_pass.h"
 #include "enzyme_plugin.h"
 #include "jit.h"
 #include "kernel_ir.h"
@@ -127,6 +128,13 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("plugin_path"),
       "Load the Enzyme plugin at `plugin_path` and create the engine (once per process).");
+  m.def(
+      "run_enzyme_pass",
+      [](const std::string &ir_text) { return run_enzyme_pass(enzyme_api().path, ir_text); },
+      py::arg("ir_text"),
+      "IR text after Enzyme's own pass (-passes=enzyme), run in a forked child: what\n"
+      "__enzyme_autodiff / __enzyme_fwddiff calls in C code become. RuntimeError with\n"
+      "Enzyme's output when it fails.");
   m.def("loaded", []() { return static_cast<bool>(engine); });
   m.def("plugin_path", []() { return enzyme_api().path; });
   m.def("host", []() {

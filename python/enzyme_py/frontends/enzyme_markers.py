@@ -4,17 +4,20 @@ Code written for Enzyme's clang plugin asks for derivatives inside C
 (``__enzyme_autodiff(f, enzyme_dup, x, dx, enzyme_const, n)``), registers rules with
 ``__enzyme_register_gradient_*`` globals and marks functions inactive. enzyme_py does not
 run Enzyme's pass on ``ez.c`` modules, so each of these would be ignored, and a gradient
-would come out different without a word: ``ez.c`` raises ``CompileError`` naming the
-marker and what to write with enzyme_py instead.
+would come out different without a word. Calls of ``__enzyme_autodiff`` and
+``__enzyme_fwddiff`` (with the activity globals) are honoured: Enzyme's own pass runs on
+the module (in a forked child), as Enzyme's clang plugin would run it. Every other marker
+makes ``ez.c`` raise ``CompileError`` naming it and what to write with enzyme_py instead.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from enzyme_py.core import CompileError
 
-__all__ = ["refuse_enzyme_markers"]
+__all__ = ["honour_or_refuse"]
 
 # Enzyme's activity globals (passed between a marker call's arguments).
 _ACTIVITY_GLOBALS = {
@@ -115,18 +118,46 @@ def _markers(ir_text: str) -> list[tuple[str, str]]:
     return sorted(found.items())
 
 
-def refuse_enzyme_markers(ir_text: str, diagnostics: str, source: str, language: str) -> None:
-    """CompileError if the module uses Enzyme's clang-plugin interface."""
+# What Enzyme's pass is run for; the activity globals only mean something inside them.
+_HONOURED_CALLS = ("__enzyme_autodiff", "__enzyme_fwddiff")
+_MARKER_CALL = re.compile(r"call [^\n]*@\"?\w*__enzyme_(?!py_)\w*")
+
+
+def honour_or_refuse(
+    ir_text: str, diagnostics: str, source: str, language: str, run_pass: Callable[[str], str]
+) -> str:
+    """The module's IR with Enzyme's marker calls differentiated by Enzyme's pass
+    (``run_pass``); CompileError for any marker that would otherwise be ignored."""
     found = _markers(ir_text)
     attributes = set(_UNKNOWN_ATTRIBUTE.findall(diagnostics))
     attributes |= set(_ATTRIBUTE_IN_SOURCE.findall(source))
     for attribute in sorted(attributes):
         found.append((f"__attribute__(({attribute}))", _INACTIVE))
-    if not found:
-        return
-    lines = "\n".join(f"- {name}: {advice}" for name, advice in found)
-    raise CompileError(
-        f"the {language.upper()} source uses Enzyme's clang-plugin interface, which "
-        "enzyme_py does not run inside C code (ignored, it would change gradients without "
-        f"a word), so it is refused:\n{lines}"
-    )
+    honoured = [
+        n for n, _ in found if n in _ACTIVITY_GLOBALS or any(c in n for c in _HONOURED_CALLS)
+    ]
+    refused = [(n, a) for n, a in found if n not in honoured]
+    if refused:
+        lines = "\n".join(f"- {name}: {advice}" for name, advice in refused)
+        raise CompileError(
+            f"the {language.upper()} source uses Enzyme's clang-plugin interface beyond "
+            "what enzyme_py runs (Enzyme's pass for __enzyme_autodiff and __enzyme_fwddiff "
+            "calls): ignored, these would change gradients without a word, so they are "
+            f"refused:\n{lines}"
+        )
+    if not any(any(c in n for c in _HONOURED_CALLS) for n in honoured):
+        return ir_text  # activity globals alone: nothing Enzyme would do
+    try:
+        text = run_pass(ir_text)
+    except RuntimeError as exc:
+        raise CompileError(
+            f"Enzyme's pass could not differentiate the {', '.join(sorted(honoured))} "
+            f"calls of the {language.upper()} source: {exc}"
+        ) from None
+    left = _MARKER_CALL.search(text)
+    if left:
+        raise CompileError(
+            f"Enzyme's pass left a marker call in the {language.upper()} source's module: "
+            f"{left.group(0)}"
+        )
+    return text

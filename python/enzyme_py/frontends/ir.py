@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, CompilerWarning, EnzymeUnavailableError
-from enzyme_py.frontends.enzyme_markers import refuse_enzyme_markers
+from enzyme_py.frontends.enzyme_markers import honour_or_refuse
 
 __all__ = [
     "CModule",
@@ -256,8 +257,9 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
     text, diagnostics = _run_clang(source, language, flags)
-    refuse_enzyme_markers(text, diagnostics, source, language)
-    return text
+    return honour_or_refuse(
+        text, diagnostics, source, language, lambda ir: str(_native().run_enzyme_pass(ir))
+    )
 
 
 def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
@@ -296,9 +298,15 @@ def _warn(diagnostics: str, language: str) -> None:
     """clang's warnings, as one CompilerWarning raised at the caller of ez.c / ez.cpp."""
     text = _GENERATED.sub("", diagnostics).strip()
     if text:
+        # Reported at the first frame outside enzyme_py: the user's call (of ez.c,
+        # ez.cpp, or a frontend built on them).
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        level, frame = 1, sys._getframe(0)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+            frame, level = frame.f_back, level + 1
         warnings.warn(
             CompilerWarning(f"clang's warnings for the {language.upper()} source:\n{text}"),
-            stacklevel=4,  # _warn, _compile, c/cpp, the user's call
+            stacklevel=level,
         )
 
 
