@@ -3,6 +3,7 @@ checked against float64 central finite differences."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 
@@ -345,3 +346,33 @@ def test_missing_cython_or_clang_is_a_compile_error(monkeypatch):
     monkeypatch.setenv("ENZYME_PY_CLANG", "/nonexistent/clang-15")
     with pytest.raises(ez.CompileError, match="clang"):
         ez.cython("cdef double other2(double x) noexcept:\n    return x\n")
+
+
+def test_width_two_and_value_and_grad(m):
+    x = np.linspace(0.1, 1.0, 4)
+    t = np.stack([np.ones(4), np.linspace(-1.0, 1.0, 4)])
+    dfw = ez.autodiff(m.energy, ez.Forward, ez.DualOnly, ez.Const, ez.DualOnly, width=2)
+    np.testing.assert_allclose(dfw(x, t, 3.0), t @ fd_gradient(energy_np, x), rtol=1e-6)
+    value, g = ez.value_and_grad(m.energy)(x, 3.0)
+    assert value == pytest.approx(energy_np(x))
+    np.testing.assert_allclose(g, fd_gradient(energy_np, x), rtol=1e-6)
+
+
+def test_derivative_unpickled_in_a_fresh_process(m):
+    from conftest import run_python
+
+    df = ez.autodiff(m.energy, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    code = f"""
+import json, pickle, numpy as np
+df = pickle.loads({pickle.dumps(df)!r})
+x = np.linspace(0.0, 1.0, 3)
+dx = np.zeros_like(x)
+df(x, dx, 3.0, 1.0)
+print(json.dumps(dx.tolist()))
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    x = np.linspace(0.0, 1.0, 3)
+    np.testing.assert_allclose(
+        json.loads(proc.stdout), fd_gradient(energy_np, x), rtol=1e-6, atol=1e-9
+    )
