@@ -34,6 +34,7 @@ print("jax.grad through enzyme_py:", np.asarray(grad).round(5))
 if not np.allclose(np.asarray(grad), expected, rtol=1e-12):
     raise SystemExit("jax_bridge: wrong gradient")
 
+
 # The custom_jvp form: forward mode (jacfwd) and reverse mode (grad), against JAX's
 # own autodiff of the same energy in jax.numpy.
 def energy_jax(x, n):

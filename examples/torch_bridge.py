@@ -41,6 +41,7 @@ if (
 ):
     raise SystemExit("torch_bridge: training did not converge")
 
+
 # torch.func: a per-sample gradient (vmap of grad) and the Hessian, checked against
 # PyTorch's own autodiff of the same loss written in torch.
 def smooth_l1_torch(pred, target, beta):
