@@ -1,4 +1,5 @@
-"""A Numba kernel as a JAX function: ez.jax.primitive under jax.grad and jit (needs jax).
+"""A Numba kernel as a JAX function: ez.jax.primitive under jax.grad, jit, vmap and,
+in its custom_jvp form, jacfwd (needs jax).
 
 python examples/jax_bridge.py
 """
@@ -32,4 +33,19 @@ expected[1:] += 4 * d**3
 print("jax.grad through enzyme_py:", np.asarray(grad).round(5))
 if not np.allclose(np.asarray(grad), expected, rtol=1e-12):
     raise SystemExit("jax_bridge: wrong gradient")
+
+
+# The custom_jvp form: forward mode (jacfwd) and reverse mode (grad), against JAX's
+# own autodiff of the same energy in jax.numpy.
+def energy_jax(x, n):
+    return jnp.sum(jnp.diff(x[:n]) ** 4)
+
+
+g = ez.jax.primitive(energy, mode="jvp")
+xs = jnp.stack([x, 2 * x, x - 0.5])
+forward = jax.jit(jax.vmap(jax.jacfwd(g), in_axes=(0, None)), static_argnums=1)(xs, 8)
+reverse = jax.vmap(jax.grad(g), in_axes=(0, None))(xs, 8)
+want = jax.vmap(jax.grad(energy_jax), in_axes=(0, None))(xs, 8)
+if not (np.allclose(forward, want, rtol=1e-12) and np.allclose(reverse, want, rtol=1e-12)):
+    raise SystemExit("jax_bridge: jacfwd / grad of the custom_jvp form disagree with JAX's")
 print("jax_bridge: OK")

@@ -1,4 +1,5 @@
-"""A Numba kernel inside a PyTorch model: ez.torch.function (needs torch).
+"""A Numba kernel inside a PyTorch model: ez.torch.function under backward() and
+torch.func (vmap of grad, hessian) (needs torch).
 
 python examples/torch_bridge.py
 """
@@ -39,4 +40,21 @@ if (
     or float(value.detach()) > 1e-3
 ):
     raise SystemExit("torch_bridge: training did not converge")
+
+
+# torch.func: a per-sample gradient (vmap of grad) and the Hessian, checked against
+# PyTorch's own autodiff of the same loss written in torch.
+def smooth_l1_torch(pred, target, beta):
+    return torch.nn.functional.smooth_l1_loss(pred, target, beta=beta)
+
+
+preds = model(x).reshape(-1).detach().reshape(8, 8)
+targets = y.reshape(8, 8)
+per_sample = torch.vmap(torch.func.grad(loss), in_dims=(0, 0, None))(preds, targets, 1.0)
+want = torch.vmap(torch.func.grad(smooth_l1_torch), in_dims=(0, 0, None))(preds, targets, 1.0)
+hess = torch.func.hessian(loss)(preds[0], targets[0], 1.0)
+want_hess = torch.func.hessian(smooth_l1_torch)(preds[0], targets[0], 1.0)
+print(f"per-sample gradients {tuple(per_sample.shape)}, Hessian {tuple(hess.shape)}")
+if not (torch.allclose(per_sample, want, atol=1e-12) and torch.allclose(hess, want_hess)):
+    raise SystemExit("torch_bridge: torch.func derivatives disagree with PyTorch's")
 print("torch_bridge: OK")

@@ -1,24 +1,11 @@
-"""JAX bridge: an enzyme_py function as a JAX-callable with a custom VJP (or JVP).
+"""JAX bridge: an enzyme_py function as a JAX function with a custom VJP or JVP.
 
-    import enzyme_py as ez
-    loss = ez.jax.primitive(numba_loss)           # f(x: array, ..., n: int) -> float
-    jax.grad(loss)(x, 10)                         # reverse mode through enzyme_py
-    jax.jit(loss, static_argnums=1)(x, 10)        # under jit too
-
-The function runs through ``jax.pure_callback`` on the host. Python ints are passed
-as constants (mark them static under ``jit``); float arrays and scalars are
-differentiable. ``mode="vjp"`` (default) supports ``jax.grad``/``jax.vjp``;
-``mode="jvp"`` supports ``jax.jvp`` (forward mode) instead — JAX allows one kind of
-custom rule per function. ``jax.vmap`` works (one host call per batch element).
-Derivatives are first order only: ``jax.hessian``, a grad of a grad or a jvp of a jvp
-raise ``NotImplementedError`` (use ``ez.hessian``, or ``ez.autodiff`` of a derivative).
-
-A C or IR function's ``double*`` parameter needs float64 data, which JAX only makes
-with ``jax.config.update("jax_enable_x64", True)``; in JAX's default 32-bit mode such
-a call is a ``ValueError`` naming the parameter (data is not up-cast: the function
-would compute in float64 what JAX would then round to float32 anyway). Numba
-functions are compiled for the dtypes they get. Needs the ``enzyme_py[jax]`` extra
-(``jax``).
+See :func:`primitive` for the conventions. A C or IR function's ``double*`` parameter
+needs float64 data, which JAX only makes with ``jax.config.update("jax_enable_x64",
+True)``; in JAX's default 32-bit mode such a call is a ``ValueError`` naming the
+parameter (data is not up-cast: the function would compute in float64 what JAX would
+then round to float32 anyway). Numba functions are compiled for the dtypes they get.
+Needs the ``enzyme_py[jax]`` extra (``jax``).
 """
 
 from __future__ import annotations
@@ -30,11 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from enzyme_py._bridge import HostKernel
 from enzyme_py._signature import Param
 from enzyme_py._state import require_autodiff as _require_autodiff
-from enzyme_py.core import ActiveOnly, Activity, Const, Dual, Forward
 from enzyme_py.frontends import IRFunction
-from enzyme_py.helpers import _Derivatives, _reverse_call
 
 __all__ = ["primitive"]
 
@@ -52,59 +38,99 @@ def _host(value: Any) -> Any:
 
 
 def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
-    """``f`` (Numba, C or IR function returning a float) as a differentiable JAX function."""
+    """``f``, a Numba, C or IR function returning a float, as a differentiable JAX function.
+
+    ``g = ez.jax.primitive(f, mode)``; ``g(*args)`` returns a 0-d array ``f(*args)``,
+    computed on the host through ``jax.pure_callback``. Each argument is what ``f``
+    takes: a JAX or NumPy array for an array, a float or 0-d array for a scalar, an
+    int for an integer. Python ints are constants (mark them ``static_argnums`` under
+    ``jit``, or not: an int traced by ``jit`` is passed as a constant too); integer and
+    bool arrays are constants; floating-point ones are differentiated. The result has
+    the dtype of the first floating-point argument (float64 if there is none).
+
+    - ``mode="vjp"`` (``jax.custom_vjp``): ``jax.grad``, ``jax.vjp``, ``jax.jacrev``
+      by enzyme_py's reverse mode. JAX applies no forward mode to a custom_vjp
+      function: ``jax.jvp`` and ``jax.jacfwd`` raise JAX's ``TypeError``.
+    - ``mode="jvp"`` (``jax.custom_jvp``): ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``,
+      ``jax.vjp`` and ``jax.jacrev``. The tangent is <gradient, tangent>, the gradient
+      by enzyme_py's reverse mode (one host call per point, for any number of
+      tangents), so that JAX can transpose the rule for reverse mode.
+    - both: ``jax.jit`` and ``jax.vmap`` (one host call per batch element). First
+      derivatives only: ``jax.hessian`` or a grad of a grad raise
+      ``NotImplementedError`` (use ``ez.hessian``).
+
+    >>> import jax, jax.numpy as jnp, numba
+    >>> import enzyme_py as ez
+    >>> jax.config.update("jax_enable_x64", True)
+    >>> @numba.njit
+    ... def energy(x, k, n):
+    ...     s = 0.0
+    ...     for i in range(n):
+    ...         s += k * x[i] ** 3
+    ...     return s
+    >>> e = ez.jax.primitive(energy, mode="jvp")
+    >>> x = jnp.linspace(0.0, 1.0, 4)
+    >>> bool(jnp.allclose(jax.grad(e)(x, 2.0, 4), 6.0 * x**2))
+    True
+    >>> bool(jnp.allclose(jax.jacfwd(e)(x, 2.0, 4), 6.0 * x**2))
+    True
+    >>> bool(jnp.allclose(jax.jit(jax.grad(e))(x, 2.0, 4), 6.0 * x**2))
+    True
+    >>> jax.vmap(e, in_axes=(0, None, None))(jnp.stack([x, 2 * x]), 2.0, 4).shape
+    (2,)
+    """
     _require_autodiff("ez.jax.primitive")
     if mode not in ("vjp", "jvp"):
         raise ValueError(f"mode must be 'vjp' or 'jvp', not {mode!r}")
-    derivatives = _Derivatives(f)
+    kernel = HostKernel(f)
     made: dict[tuple[Any, ...], Callable[..., Any]] = {}
     name = str(getattr(f, "__name__", None) or getattr(f, "display_name", "enzyme_primitive"))
     # C and IR functions have fixed parameter dtypes, checked before JAX traces a call.
     params = _fixed_params(f)
 
-    def value_on_host(statics: tuple[tuple[int, Any], ...], *dynamic: Any) -> np.ndarray:
-        args = _merge(statics, [_host(d) for d in dynamic])
-        primal = derivatives.get(Forward, [Const] * len(args), Const)
-        return np.asarray(primal(*args), dtype=_result_dtype(dynamic))
+    def build(statics: tuple[tuple[int, Any], ...], avals: tuple[Any, ...]) -> Callable[..., Any]:
+        dtype = _result_dtype_of(tuple(d for _, d in avals))
+        out_type = jax.ShapeDtypeStruct((), dtype)
+        # Positions (among the dynamic arguments) that are differentiated.
+        diff = [k for k, (_, d) in enumerate(avals) if np.dtype(d).kind == "f"]
+        positions = _dynamic_positions(statics, len(statics) + len(avals))
+        nums = tuple(positions[k] for k in diff)
+        grad_types = tuple(jax.ShapeDtypeStruct(avals[k][0], avals[k][1]) for k in diff)
 
-    def build(statics: tuple[tuple[int, Any], ...], dtypes: tuple[Any, ...]) -> Callable[..., Any]:
-        out_type = jax.ShapeDtypeStruct((), _result_dtype_of(dtypes))
+        def value_on_host(*dynamic: Any) -> np.ndarray:
+            args = _merge(statics, [_host(d) for d in dynamic])
+            return np.asarray(kernel.value(args), dtype=dtype)
 
         def call(*dynamic: Any) -> Any:
-            return jax.pure_callback(
-                lambda *d: value_on_host(statics, *d), out_type, *dynamic, vmap_method=_VMAP
+            return jax.pure_callback(value_on_host, out_type, *dynamic, vmap_method=_VMAP)
+
+        def grads_on_host(ct: Any, *dynamic: Any) -> tuple[np.ndarray, ...]:
+            args = _merge(statics, [_host(d) for d in dynamic])
+            found = kernel.gradient(args, nums, float(np.asarray(ct)))
+            return tuple(
+                np.asarray(g, dtype=t.dtype).reshape(t.shape)
+                for g, t in zip(found, grad_types, strict=True)
             )
+
+        # ct * gradient with respect to each differentiated argument (reverse mode).
+        grads = _first_order(
+            lambda ct, *dynamic: jax.pure_callback(
+                grads_on_host, grad_types, ct, *dynamic, vmap_method=_VMAP
+            ),
+            name,
+        )
+        primal = _first_order(call, name)
 
         if mode == "vjp":
             wrapped = jax.custom_vjp(call)
 
             def fwd(*dynamic: Any) -> tuple[Any, Any]:
-                # Differentiated only inside a second derivative: refused there.
-                return _first_order(call, name)(*dynamic), dynamic
+                return primal(*dynamic), dynamic
 
             def bwd(saved: Any, cotangent: Any) -> tuple[Any, ...]:
-                shapes = tuple(jax.ShapeDtypeStruct(jnp.shape(d), d.dtype) for d in saved)
-
-                def grads_on_host(ct: Any, *d: Any) -> tuple[np.ndarray, ...]:
-                    values = [_host(v) for v in d]
-                    args = _merge(statics, values)
-                    dyn = _dynamic_positions(statics, len(args))
-                    _, grads = _reverse_call(
-                        derivatives,
-                        [v.copy() if isinstance(v, np.ndarray) else v for v in args],
-                        tuple(dyn),
-                        ActiveOnly,
-                        float(np.asarray(ct)),
-                    )
-                    return tuple(
-                        g if isinstance(g, np.ndarray) else np.asarray(g, dtype=values[k].dtype)
-                        for k, g in enumerate(grads)
-                    )
-
-                def grads(*ct_saved: Any) -> Any:
-                    return jax.pure_callback(grads_on_host, shapes, *ct_saved, vmap_method=_VMAP)
-
-                return _first_order(grads, name)(cotangent, *saved)
+                found = iter(grads(cotangent, *saved))
+                # None: the zero cotangent of an integer argument (a constant).
+                return tuple(next(found) if k in diff else None for k in range(len(avals)))
 
             wrapped.defvjp(fwd, bwd)
             return wrapped
@@ -113,43 +139,35 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
 
         @forward.defjvp
         def jvp_rule(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-            def on_host(*pt: Any) -> tuple[np.ndarray, np.ndarray]:
-                n = len(pt) // 2
-                values = [_host(v) for v in pt[:n]]
-                tans = [_host(v) for v in pt[n:]]
-                args = _merge(statics, values)
-                dyn = _dynamic_positions(statics, len(args))
-                acts: list[Activity] = [Const] * len(args)
-                call_args: list[Any] = []
-                for i, v in enumerate(args):
-                    call_args.append(v.copy() if isinstance(v, np.ndarray) else v)
-                    if i in dyn:
-                        acts[i] = Dual
-                        t = tans[dyn.index(i)]
-                        call_args.append(t.copy() if isinstance(t, np.ndarray) else float(t))
-                y, dy = derivatives.get(Forward, acts, Dual)(*call_args)
-                dtype = _result_dtype(values)
-                return np.asarray(y, dtype=dtype), np.asarray(dy, dtype=dtype)
-
-            def tangent(*pt: Any) -> Any:
-                return jax.pure_callback(on_host, (out_type, out_type), *pt, vmap_method=_VMAP)
-
-            return tuple(_first_order(tangent, name)(*primals, *tangents))
+            # <gradient, tangent>, the gradient by enzyme_py's reverse mode: a map JAX
+            # can transpose (jax.grad), batch (jacfwd: one host call for all tangents)
+            # and jit. A host call of Enzyme's forward mode would be neither transposable
+            # nor, through jax.custom_derivatives.linear_call, batchable.
+            unit = grads(jnp.ones((), dtype), *primals)
+            dy = sum(
+                (jnp.vdot(g, tangents[k]).astype(dtype) for g, k in zip(unit, diff, strict=True)),
+                start=jnp.zeros((), dtype),
+            )
+            return primal(*primals), dy
 
         return forward
 
     def apply(*args: Any) -> Any:
-        statics = tuple((i, a) for i, a in enumerate(args) if isinstance(a, int))
-        dynamic = [jnp.asarray(a) for a in args if not isinstance(a, int)]
+        statics = tuple(
+            (i, a) for i, a in enumerate(args) if isinstance(a, (int, np.integer, np.bool_))
+        )
+        dynamic = [jnp.asarray(a) for i, a in enumerate(args) if i not in dict(statics)]
         if params is not None:
             _check_dtypes(name, params, args)
-        key = (statics, tuple((d.shape, str(d.dtype)) for d in dynamic))
+        avals = tuple((tuple(d.shape), np.dtype(d.dtype)) for d in dynamic)
+        key = (statics, tuple((s, d.str) for s, d in avals))
         fn = made.get(key)
         if fn is None:
-            fn = made[key] = build(statics, tuple(d.dtype for d in dynamic))
+            fn = made[key] = build(statics, avals)
         return fn(*dynamic)
 
     apply.__name__ = name
+    apply.__doc__ = f"{name} as a JAX function (derivatives by enzyme_py, mode={mode!r})."
     return apply
 
 
@@ -208,10 +226,6 @@ def _merge(statics: tuple[tuple[int, Any], ...], dynamic: list[Any]) -> list[Any
 def _dynamic_positions(statics: tuple[tuple[int, Any], ...], n: int) -> list[int]:
     fixed = {i for i, _ in statics}
     return [i for i in range(n) if i not in fixed]
-
-
-def _result_dtype(values: Any) -> Any:
-    return _result_dtype_of(tuple(np.asarray(v).dtype for v in values))
 
 
 def _result_dtype_of(dtypes: tuple[Any, ...]) -> Any:
