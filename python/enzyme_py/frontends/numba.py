@@ -38,6 +38,13 @@ from enzyme_py.frontends._numba_results import (
     output_signature,
     result_parts,
 )
+from enzyme_py.frontends._numba_signatures import (
+    compile_if_missing,
+    refuse_unsigned,
+    resolve_signature,
+    returns_arrays,
+    returns_value,
+)
 from enzyme_py.frontends.ir import IRFunction, SourceModule, function_of, parse_module
 
 __all__ = [
@@ -135,104 +142,6 @@ def _llvm_scalar(ctx: Any, numba_type: Any) -> str:
     return str(ty)
 
 
-def _compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
-    """Numba's compile of ``signature``, unless the dispatcher has it: one given
-    explicit signatures (``@njit("float64(float64[::1])")``) refuses to compile more,
-    even one it has."""
-    if tuple(signature) in dispatcher.overloads:
-        return
-    if not getattr(dispatcher, "_can_compile", True):
-        name = dispatcher.py_func.__name__
-        known = ", ".join(str(s) for s in dispatcher.signatures)
-        got = ", ".join(str(t) for t in signature)
-        raise TypeError(
-            f"'{name}' was compiled for explicit signatures only ({known}), not for these "
-            f"argument types ({got}): pass arguments of those types"
-        )
-    from numba.core import errors, types
-
-    try:
-        dispatcher.compile(signature)
-    except errors.TypingError as exc:
-        names = list(inspect.signature(dispatcher.py_func).parameters)
-        read_only = [
-            f"'{name}'"
-            for name, numba_type in zip(names, signature, strict=False)
-            if isinstance(numba_type, types.Array) and not numba_type.mutable
-        ]
-        if not read_only or "readonly array" not in str(exc):
-            raise
-        which = ", ".join(read_only)
-        raise TypeError(
-            f"'{dispatcher.py_func.__name__}' writes into a read-only array: parameter "
-            f"{which} {'was' if len(read_only) == 1 else 'were'} given one (Numba: Cannot "
-            "modify readonly array); pass a writable array (a copy, np.array(a))"
-        ) from None
-
-
-def _refuse_unsigned(dispatcher: Any, signature: tuple[Any, ...]) -> None:
-    """Entry points pass signed integers; an unsigned one would be passed reinterpreted
-    (a negative count as a huge one): refused before anything is compiled."""
-    from numba.core import types
-
-    names = list(inspect.signature(dispatcher.py_func).parameters)
-    for arg_name, numba_type in zip(names, signature, strict=False):
-        if isinstance(numba_type, types.Integer) and not numba_type.signed:
-            raise TypeError(
-                f"parameter '{arg_name}' of '{dispatcher.py_func.__name__}' is an unsigned "
-                f"integer ({numba_type}); enzyme_py passes signed integers: pass a Python "
-                f"int or a signed NumPy integer (np.int64({arg_name}))"
-            )
-
-
-def resolve_signature(dispatcher: Any, types: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The argument types to differentiate for calls with arguments of ``types``: those
-    types, or, for a dispatcher compiled for explicit signatures only (which compiles
-    no more), the first of its signatures that takes them the way Numba's own dispatch
-    would without losing precision (a C-contiguous or read-only array for a
-    ``float64[:]`` parameter, an int for a float)."""
-    from numba.core.typeconv import Conversion
-
-    types = tuple(types)
-    _refuse_unsigned(dispatcher, types)
-    if types in dispatcher.overloads or getattr(dispatcher, "_can_compile", True):
-        return types
-    context = dispatcher.typingctx
-    for signature in dispatcher.signatures:
-        formal = tuple(signature)
-        if len(formal) == len(types) and all(
-            actual == wanted
-            or (
-                (found := context.can_convert(actual, wanted)) is not None
-                and found <= Conversion.safe
-            )
-            for actual, wanted in zip(types, formal, strict=True)
-        ):
-            return formal
-    _compile_if_missing(dispatcher, types)  # raises: no signature takes them
-    return types
-
-
-def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
-    """Whether ``dispatcher`` compiled for ``signature`` returns a value (compiled here
-    if it was not)."""
-    from numba.core import types
-
-    _compile_if_missing(dispatcher, signature)
-    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
-    return not isinstance(return_type, types.NoneType)
-
-
-def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
-    """Whether ``dispatcher`` compiled for ``signature`` returns an array or a tuple
-    (a result passed back through output arrays; see _numba_results)."""
-    from numba.core import types
-
-    _compile_if_missing(dispatcher, signature)
-    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
-    return isinstance(return_type, (types.Array, types.BaseTuple))
-
-
 def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """A compile of ``dispatcher``'s function for differentiation: its own code
     without Numba's full module optimisation (loop unrolling and vectorisation make
@@ -245,7 +154,7 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core import codegen
     from numba.core.compiler_lock import global_compiler_lock
 
-    _compile_if_missing(dispatcher, signature)
+    compile_if_missing(dispatcher, signature)
     options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
     clone = numba.njit(**options)(dispatcher.py_func)
     library_class = codegen.CPUCodeLibrary
@@ -322,9 +231,9 @@ def _specialize(
 
     name = dispatcher.py_func.__name__
     names = list(inspect.signature(dispatcher.py_func).parameters)
-    _refuse_unsigned(dispatcher, signature)
+    refuse_unsigned(dispatcher, signature)
     if numba_optimized:
-        _compile_if_missing(dispatcher, signature)
+        compile_if_missing(dispatcher, signature)
         cres = dispatcher.overloads[tuple(signature)]
     else:
         cres = _ad_compile(dispatcher, signature)

@@ -1,0 +1,118 @@
+"""Which Numba signature a derivative is built for, and what it returns.
+
+Numba types each call; a dispatcher compiled for explicit signatures compiles no more,
+so a call's types are mapped onto a signature it has (``resolve_signature``). Unsigned
+integers are refused before anything compiles (entry points pass signed integers), and
+a write into a read-only array is a TypeError naming the parameter.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = [
+    "compile_if_missing",
+    "refuse_unsigned",
+    "resolve_signature",
+    "returns_arrays",
+    "returns_value",
+]
+
+
+def compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
+    """Numba's compile of ``signature``, unless the dispatcher has it: one given
+    explicit signatures (``@njit("float64(float64[::1])")``) refuses to compile more,
+    even one it has."""
+    if tuple(signature) in dispatcher.overloads:
+        return
+    if not getattr(dispatcher, "_can_compile", True):
+        name = dispatcher.py_func.__name__
+        known = ", ".join(str(s) for s in dispatcher.signatures)
+        got = ", ".join(str(t) for t in signature)
+        raise TypeError(
+            f"'{name}' was compiled for explicit signatures only ({known}), not for these "
+            f"argument types ({got}): pass arguments of those types"
+        )
+    from numba.core import errors, types
+
+    try:
+        dispatcher.compile(signature)
+    except errors.TypingError as exc:
+        names = list(inspect.signature(dispatcher.py_func).parameters)
+        read_only = [
+            f"'{name}'"
+            for name, numba_type in zip(names, signature, strict=False)
+            if isinstance(numba_type, types.Array) and not numba_type.mutable
+        ]
+        if not read_only or "readonly array" not in str(exc):
+            raise
+        which = ", ".join(read_only)
+        raise TypeError(
+            f"'{dispatcher.py_func.__name__}' writes into a read-only array: parameter "
+            f"{which} {'was' if len(read_only) == 1 else 'were'} given one (Numba: Cannot "
+            "modify readonly array); pass a writable array (a copy, np.array(a))"
+        ) from None
+
+
+def refuse_unsigned(dispatcher: Any, signature: tuple[Any, ...]) -> None:
+    """Entry points pass signed integers; an unsigned one would be passed reinterpreted
+    (a negative count as a huge one): refused before anything is compiled."""
+    from numba.core import types
+
+    names = list(inspect.signature(dispatcher.py_func).parameters)
+    for arg_name, numba_type in zip(names, signature, strict=False):
+        if isinstance(numba_type, types.Integer) and not numba_type.signed:
+            raise TypeError(
+                f"parameter '{arg_name}' of '{dispatcher.py_func.__name__}' is an unsigned "
+                f"integer ({numba_type}); enzyme_py passes signed integers: pass a Python "
+                f"int or a signed NumPy integer (np.int64({arg_name}))"
+            )
+
+
+def resolve_signature(dispatcher: Any, types: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The argument types to differentiate for calls with arguments of ``types``: those
+    types, or, for a dispatcher compiled for explicit signatures only (which compiles
+    no more), the first of its signatures that takes them the way Numba's own dispatch
+    would without losing precision (a C-contiguous or read-only array for a
+    ``float64[:]`` parameter, an int for a float)."""
+    from numba.core.typeconv import Conversion
+
+    types = tuple(types)
+    refuse_unsigned(dispatcher, types)
+    if types in dispatcher.overloads or getattr(dispatcher, "_can_compile", True):
+        return types
+    context = dispatcher.typingctx
+    for signature in dispatcher.signatures:
+        formal = tuple(signature)
+        if len(formal) == len(types) and all(
+            actual == wanted
+            or (
+                (found := context.can_convert(actual, wanted)) is not None
+                and found <= Conversion.safe
+            )
+            for actual, wanted in zip(types, formal, strict=True)
+        ):
+            return formal
+    compile_if_missing(dispatcher, types)  # raises: no signature takes them
+    return types
+
+
+def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
+    """Whether ``dispatcher`` compiled for ``signature`` returns a value (compiled here
+    if it was not)."""
+    from numba.core import types
+
+    compile_if_missing(dispatcher, signature)
+    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
+    return not isinstance(return_type, types.NoneType)
+
+
+def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
+    """Whether ``dispatcher`` compiled for ``signature`` returns an array or a tuple
+    (a result passed back through output arrays; see _numba_results)."""
+    from numba.core import types
+
+    compile_if_missing(dispatcher, signature)
+    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
+    return isinstance(return_type, (types.Array, types.BaseTuple))
