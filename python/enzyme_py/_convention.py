@@ -434,20 +434,30 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
 def laid_out_like(array: np.ndarray) -> np.ndarray:
     """Zeros with ``array``'s shape, dtype and strides: each element at the same byte
     offset from the data pointer (a view's gaps and negative strides included)."""
-    low = sum(min(0, (n - 1) * s) for n, s in zip(array.shape, array.strides, strict=True))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(array.shape, array.strides, strict=True))
     if array.size == 0:
         return np.zeros(array.shape, array.dtype)
-    buffer = np.zeros(high - low + array.itemsize, dtype=np.uint8)
-    return np.ndarray(array.shape, array.dtype, buffer, offset=-low, strides=array.strides)
+    low, high = byte_span(array)
+    buffer = np.zeros(high - low, dtype=np.uint8)
+    offset = array.ctypes.data - low
+    return np.ndarray(array.shape, array.dtype, buffer, offset=offset, strides=array.strides)
 
 
 # --- the argument rules every caller shares ---------------------------------------
 
 
+def byte_span(a: np.ndarray) -> tuple[int, int]:
+    """The bytes ``[low, high)`` an array's elements lie in: below its data pointer too
+    along negative strides, and its gaps included (a view such as ``x[::2]``)."""
+    start = a.ctypes.data
+    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides, strict=True))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides, strict=True))
+    return start + low, start + high + a.itemsize
+
+
 def overlapping(arrays: Sequence[np.ndarray]) -> bool:
-    """Whether any two of the arrays passed share bytes (the same array twice does)."""
-    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays if a.nbytes)
+    """Whether the byte spans of any two of the arrays passed meet (the same array twice
+    does; views interleaved in one buffer do too, conservatively)."""
+    spans = sorted(byte_span(a) for a in arrays if a.size)
     return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
 
 
