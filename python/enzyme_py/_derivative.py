@@ -37,18 +37,20 @@ __all__ = ["Derivative", "Options", "resolve_function"]
 
 # CDIFFE_TYPE values (src/enzyme_capi.h).
 _DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_CONSTANT, _DFT_DUP_NONEED = 0, 1, 2, 3
-_DIFFE = {
+# Per parameter. Enzyme's "primal not needed" drops writes a function reads back
+# (out[i] /= s): DuplicatedOnly / DualOnly parameters are built as Duplicated / Dual,
+# the caller passes the primal anyway.
+_PARAMETER_DIFFE = {
     Const: _DFT_CONSTANT,
     Active: _DFT_OUT_DIFF,
     ActiveOnly: _DFT_OUT_DIFF,
     Duplicated: _DFT_DUP_ARG,
     Dual: _DFT_DUP_ARG,
-    # Enzyme's "primal not needed" drops writes a function reads back (out[i] /= s):
-    # DuplicatedOnly / DualOnly parameters are built as Duplicated / Dual, the caller
-    # passes the primal anyway. A DualOnly return keeps DUP_NONEED (tangent only).
     DuplicatedOnly: _DFT_DUP_ARG,
-    DualOnly: _DFT_DUP_NONEED,
+    DualOnly: _DFT_DUP_ARG,
 }
+# Per return value: a DualOnly return keeps DUP_NONEED (the tangent only).
+_RETURN_DIFFE = {**_PARAMETER_DIFFE, DualOnly: _DFT_DUP_NONEED}
 
 # Called instead of the derivative at its first call (``autodiff(..., check=True)``):
 # hook(derivative, args) makes the call, checks it and returns its result.
@@ -104,7 +106,7 @@ class Derivative:
         if ret is None:
             ret_code, return_primal = _DFT_CONSTANT, False
         else:
-            ret_code, return_primal = _DIFFE[ret], ret.primal_needed
+            ret_code, return_primal = _RETURN_DIFFE[ret], ret.primal_needed
         if options.width > 1 and fn.module.native.reaches_recursion(fn.name):
             raise RecursionBatchRefused(
                 f"'{fn.display_name}' is recursive (it, or a function it calls, calls "
@@ -118,7 +120,7 @@ class Derivative:
             self._built_function,
             _build.Request(
                 forward=mode is Forward,
-                args=tuple(_DFT_DUP_ARG if a is DualOnly else _DIFFE[a] for a in params),
+                args=tuple(_PARAMETER_DIFFE[a] for a in params),
                 ret=ret_code,
                 return_primal=return_primal,
                 width=options.width,

@@ -98,14 +98,18 @@ def resolve_signature(dispatcher: Any, types: tuple[Any, ...]) -> tuple[Any, ...
     return types
 
 
+def _return_type(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The Numba type ``dispatcher`` returns for ``signature`` (compiled here if it was
+    not)."""
+    compile_if_missing(dispatcher, signature)
+    return dispatcher.overloads[tuple(signature)].signature.return_type
+
+
 def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
-    """Whether ``dispatcher`` compiled for ``signature`` returns a value (compiled here
-    if it was not)."""
+    """Whether ``dispatcher`` compiled for ``signature`` returns a value."""
     from numba.core import types
 
-    compile_if_missing(dispatcher, signature)
-    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
-    return not isinstance(return_type, types.NoneType)
+    return not isinstance(_return_type(dispatcher, signature), types.NoneType)
 
 
 def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
@@ -113,6 +117,4 @@ def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
     (a result passed back through output arrays; see _numba_results)."""
     from numba.core import types
 
-    compile_if_missing(dispatcher, signature)
-    return_type = dispatcher.overloads[tuple(signature)].signature.return_type
-    return isinstance(return_type, (types.Array, types.BaseTuple))
+    return isinstance(_return_type(dispatcher, signature), (types.Array, types.BaseTuple))
