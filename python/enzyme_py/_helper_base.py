@@ -29,6 +29,7 @@ from enzyme_py._derivative import resolve_function
 from enzyme_py.core import Active, Activity, Const, Dual, Duplicated, Mode, Reverse
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py.frontends._numba_signatures import argument_kind
 
 Argnums = int | Sequence[int]
 
@@ -93,12 +94,6 @@ def _acts(
     ]
 
 
-def _kind(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
-    return type(a)
-
-
 def _may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
     """Per argument, whether f may write its memory: False only where LLVM infers the
     parameter readonly; True wherever that cannot be told."""
@@ -128,7 +123,7 @@ class _Derivatives:
 
     def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
         """Per argument, whether f may write it (see _may_write), once per kinds."""
-        key = tuple(_kind(a) for a in args)
+        key = tuple(map(argument_kind, args))
         found = self._writes.get(key)
         if found is None:
             found = self._writes[key] = _may_write(self.f, args)

@@ -8,7 +8,8 @@ at once, and serves the calls whose arguments have its types).
 
 Parameters with defaults may be left out, as in a call of the function: activities
 for the first parameters, then the return's; the parameters left out are Const and
-take their default values.
+take their default values. An ``@njit`` function passed as an argument (an objective
+given to a solver) is Const: part of the specialisation, not passed to the wrapper.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from enzyme_py._derivative import Derivative, Options
 from enzyme_py._numba_results import ArrayResultCall, part_activity
 from enzyme_py.core import Active, Activity, ActivityError, Const, EnzymeError, Mode
 from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py.frontends._numba_signatures import argument_kind
 
 
 def _signature_of(dispatcher: Any, sig: Any) -> tuple[Any, ...] | None:
@@ -47,10 +49,14 @@ class _Bound:
     defaults: tuple[Any, ...]
     insert_at: int  # where the defaults go among the call's arguments
     results: ArrayResultCall | None = None  # calls of a function returning arrays
+    # Positions, defaults inserted, of the functions passed as arguments (not passed on).
+    functions: tuple[int, ...] = ()
 
     def __call__(self, args: tuple[Any, ...]) -> Any:
         if self.defaults:
             args = (*args[: self.insert_at], *self.defaults, *args[self.insert_at :])
+        if self.functions:
+            args = tuple(a for i, a in enumerate(args) if i not in self.functions)
         if self.results is not None:
             return self.results(args)
         return self.derivative(*args)
@@ -148,7 +154,20 @@ class NumbaDerivative:
         if spec.results is not None and returned:
             # Arrays and tuples come back through output arrays, one per part.
             returned = (part_activity(self.name, self.mode, returned[0]),) * len(spec.results)
-        params, ret = check_activities(spec.wrapper, self.mode, (*parameters, *returned))
+        for i in spec.functions:
+            if parameters[i] is not Const:
+                raise ActivityError(
+                    f"parameter {i} ('{self._names[i]}') of '{self.name}' is an @njit "
+                    "function, which can only be Const (its calls are differentiated with "
+                    f"the function that makes them); got {parameters[i].name}"
+                )
+        # Where each parameter's arguments start in a call (defaults inserted).
+        starts, at = [], 0
+        for act in parameters:
+            starts.append(at)
+            at += 2 if act.shadow else 1
+        passed = tuple(a for i, a in enumerate(parameters) if i not in spec.functions)
+        params, ret = check_activities(spec.wrapper, self.mode, (*passed, *returned))
         try:
             derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
         except EnzymeError:
@@ -161,7 +180,7 @@ class NumbaDerivative:
         results = None
         if spec.results is not None:
             positions, at = [], 0
-            for act in parameters:
+            for act in passed:
                 positions.append(at)
                 at += 2 if act.shadow else 1
             results = ArrayResultCall(
@@ -180,6 +199,7 @@ class NumbaDerivative:
             tuple(self._defaults[given:]),
             sum(2 if act.shadow else 1 for act in self.activities[:given]),
             results,
+            tuple(starts[i] for i in spec.functions),
         )
         self._by_types[key] = found
         return found
@@ -195,12 +215,7 @@ class NumbaDerivative:
     def _bound_for(self, args: tuple[Any, ...]) -> _Bound:
         if self._single is not None:
             return self._single
-        kinds = tuple(
-            (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
-            if isinstance(a, np.ndarray)
-            else type(a)
-            for a in args
-        )
+        kinds = tuple(map(argument_kind, args))
         found = self._by_kinds.get(kinds)
         if found is None:
             from numba.core.errors import TypingError
@@ -294,6 +309,12 @@ class NumbaDerivative:
                 f"'{self.name}' returns an array or a tuple: its derivative cannot be "
                 "differentiated again or called from @njit code yet; write the result into "
                 "an output parameter for that"
+            )
+        if bound.functions:
+            raise ActivityError(
+                f"the derivative of '{self.name}' takes @njit functions as arguments; to "
+                "differentiate it again or call it from @njit code, close over the "
+                "function instead of passing it"
             )
         if bound.defaults:
             raise ActivityError(

@@ -11,13 +11,27 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
 __all__ = [
+    "argument_kind",
     "compile_if_missing",
     "refuse_unsigned",
     "resolve_signature",
     "returns_arrays",
     "returns_value",
 ]
+
+
+def argument_kind(a: Any) -> Any:
+    """What of a call argument picks a specialisation, cheaply: an array's dtype, rank,
+    layout and writability; a scalar's type; a Numba function passed as an argument
+    itself (Numba compiles the caller for that very function, so two functions passed
+    in turn are two specialisations)."""
+    if isinstance(a, np.ndarray):
+        return (a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
+    kind = type(a)
+    return a if kind.__module__.startswith("numba") else kind
 
 
 def compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:

@@ -100,6 +100,9 @@ class NumbaSignature:
     # An array or tuple result: its parts, each an output array of the wrapper after
     # the parameters (None: a scalar returned by value, or nothing).
     results: tuple[ResultPart, ...] | None = None
+    # Positions among the Python parameters of Numba functions passed as arguments:
+    # part of the signature (Numba calls them directly), not of the wrapper.
+    functions: tuple[int, ...] = ()
 
 
 _runtime_symbols_defined = False
@@ -133,7 +136,8 @@ def _scalar_param(numba_type: Any, name: str) -> Param:
         )
     raise TypeError(
         f"parameter '{name}' has Numba type {numba_type}, which enzyme_py cannot pass yet "
-        "(supported: float and integer scalars, booleans, C-contiguous arrays)"
+        "(supported: float and integer scalars, booleans, arrays of any layout, @njit "
+        "functions as Const arguments)"
     )
 
 
@@ -244,11 +248,18 @@ def _specialize(
     excinfo_type = str(fnty.args[1])
 
     params: list[NumbaParam] = []
+    functions: list[int] = []
     signature_text: list[str] = []
     call_args: list[str] = []
     body: list[str] = []
     for i, (arg_name, numba_type) in enumerate(zip(names, fndesc.argtypes, strict=True)):
         v = f"a{i}"
+        if isinstance(numba_type, types.Dispatcher):
+            # Numba calls the function the type names directly; the value it passes
+            # is never read.
+            functions.append(i)
+            call_args.append(f"{ctx.get_argument_type(numba_type)} null")
+            continue
         if isinstance(numba_type, types.Array):
             # Arrays of any layout but C get their strides passed; C-contiguous ones
             # get them computed here (Numba's code for layout C reads shapes only).
@@ -426,7 +437,9 @@ def _specialize(
         alias_safe,
         ("numba", dispatcher, tuple(signature), numba_optimized, strided),
     )
-    return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper, results)
+    return NumbaSignature(
+        name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
+    )
 
 
 NOALIAS = "<noalias>"
