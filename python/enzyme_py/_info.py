@@ -20,7 +20,7 @@ def _offload_devices() -> list[dict[str, Any]] | str:
     if _state.native is None:
         return "unavailable without the compiled core"
     try:
-        return list(_state.native.offload_devices())
+        return [dict(d) for d in _state.native.offload_devices()]
     except RuntimeError as exc:
         return f"unavailable: {exc}"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from enzyme_py._plugin import HOW_TO_ENABLE, disabled_by_environment, find_plugin
 
@@ -32,9 +32,13 @@ def _load() -> tuple[ModuleType | None, str | None]:
     return _native, None
 
 
-native: Any
 unavailable_reason: str | None
-native, unavailable_reason = _load()
+if TYPE_CHECKING:
+    # Typed as the module its stub (_native.pyi) describes, so every call into the
+    # core is checked; that it is None in the stub build is each caller's check.
+    from enzyme_py import _native as native
+else:
+    native, unavailable_reason = _load()
 
 
 def unavailable_message(what: str) -> str:

@@ -18,12 +18,16 @@ import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py.core import CompileError, CompilerWarning, EnzymeUnavailableError
 from enzyme_py.frontends.enzyme_markers import honour_or_refuse
+
+if TYPE_CHECKING:
+    from enzyme_py._native import FunctionInfo
+    from enzyme_py._native import Module as NativeModule
 
 __all__ = [
     "CModule",
@@ -68,16 +72,15 @@ _REQUIRED_C_FLAGS: tuple[str, ...] = (
 _OPAQUE_POINTER = re.compile(r"(?:^|[\s(,<\[{])ptr(?:$|[\s,)>\]}])", re.MULTILINE)
 
 
-def _native() -> Any:
+def _require_core() -> None:
     if _state.native is None:
         raise EnzymeUnavailableError(_state.unavailable_message("compiling a function"))
-    return _state.native
 
 
 class SourceModule:
     """An LLVM module a frontend produced; derivatives are built from clones of it."""
 
-    def __init__(self, native_module: Any, identity: str | None = None):
+    def __init__(self, native_module: NativeModule, identity: str | None = None):
         self.native = native_module
         self._digest = None if identity is None else hashlib.sha256(identity.encode()).hexdigest()
 
@@ -92,14 +95,15 @@ class SourceModule:
     def ir(self) -> str:
         return str(self.native.ir())
 
-    def functions(self) -> list[dict[str, Any]]:
+    def functions(self) -> list[FunctionInfo]:
         return list(self.native.functions())
 
 
 def parse_module(text: str, identity: str | None = None) -> SourceModule:
     """The module in ``text``; ``identity`` (default: the text) is what caches key on."""
     try:
-        return SourceModule(_native().Module(text), identity)
+        _require_core()
+        return SourceModule(_state.native.Module(text), identity)
     except ValueError as exc:  # not parseable or not valid LLVM 15 IR
         if _OPAQUE_POINTER.search(text):
             raise CompileError(
@@ -185,7 +189,7 @@ class IRFunction:
         return self.module.ir()
 
 
-def _describe(module: SourceModule, info: dict[str, Any], source_name: str = "") -> IRFunction:
+def _describe(module: SourceModule, info: FunctionInfo, source_name: str = "") -> IRFunction:
     names = info["param_names"]
     try:
         params = tuple(
@@ -257,9 +261,12 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
     text, diagnostics = _run_clang(source, language, flags)
-    return honour_or_refuse(
-        text, diagnostics, source, language, lambda ir: str(_native().run_enzyme_pass(ir))
-    )
+    return honour_or_refuse(text, diagnostics, source, language, _run_enzyme_pass)
+
+
+def _run_enzyme_pass(ir: str) -> str:
+    _require_core()
+    return _state.native.run_enzyme_pass(ir)
 
 
 def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
@@ -360,7 +367,7 @@ class CModule:
         self._module = parse_module(ir_text)
         self.language = language
         self._origin = (source, None if flags is None else tuple(flags), language)
-        self._symbols: dict[str, dict[str, Any]] = {}  # every reachable function, by symbol
+        self._symbols: dict[str, FunctionInfo] = {}  # every reachable function, by symbol
         self._listed: list[str] = []  # names functions() lists and attributes reach
         self._aliases: dict[str, str] = {}  # C++ plain name -> its symbol
         self._made: dict[str, IRFunction] = {}
