@@ -1,4 +1,6 @@
-// enzyme_py._native: the Python face of the C++ core.
+// enzyme_py._native: the Python face of the C++ core (the engine, modules, builds
+// and calls here; kernels and devices in register_device_code.cpp, the fast caller in
+// caller.cpp). Its Python interface is typed in python/enzyme_py/_native.pyi.
 //
 // Ownership: one Engine per process (created by `load`), SourceModule objects
 // owned by Python, compiled derivatives owned by the JIT for the process.
@@ -17,9 +19,7 @@
 #include "enzyme_pass.h"
 #include "enzyme_plugin.h"
 #include "jit.h"
-#include "kernel_ir.h"
-#include "offload.h"
-#include "ptx.h"
+#include "register_device_code.h"
 #include "rewrites.h"
 
 namespace py = pybind11;
@@ -305,79 +305,5 @@ PYBIND11_MODULE(_native, m) {
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");
 
-  m.def(
-      "emit_ptx",
-      [](const std::string &ir_text, const std::string &kernel,
-         const std::string &libdevice_path, const std::string &cpu) {
-        return emit_ptx(the_engine().context(), ir_text, kernel, libdevice_path, cpu);
-      },
-      py::arg("ir_text"), py::arg("kernel"), py::arg("libdevice_path"), py::arg("cpu"),
-      "PTX for the kernel `kernel` of the module in `ir_text` (NVPTX backend).");
-
-  m.def(
-      "index_reach",
-      [](const std::string &ir_text, const std::string &function, unsigned index,
-         const std::vector<unsigned> &params,
-         const std::vector<std::pair<unsigned, int64_t>> &constants) {
-        return index_reach(the_engine().context(), ir_text, function, index, params,
-                           constants);
-      },
-      py::arg("ir_text"), py::arg("function"), py::arg("index"), py::arg("params"),
-      py::arg("constants") = std::vector<std::pair<unsigned, int64_t>>{},
-      "For each parameter in `params`: how far apart two indices may be and still\n"
-      "touch the same byte of it (None when unknown), with the integer parameters of\n"
-      "`constants` (position, value) held at those values; see kernel_ir.h.");
-  m.def(
-      "read_only_params",
-      [](const std::string &ir_text, const std::string &function) {
-        return read_only_params(the_engine().context(), ir_text, function);
-      },
-      py::arg("ir_text"), py::arg("function"),
-      "Per parameter of `function`: whether it provably writes nothing through it.");
-
-  m.def("gpu_alloc", &gpu_alloc, py::arg("device"), py::arg("bytes"));
-  m.def("gpu_free", &gpu_free, py::arg("address"));
-  m.def(
-      "gpu_copy_to_device",
-      [](int device, uint64_t dst, py::buffer src) {
-        py::buffer_info info = src.request();
-        gpu_copy_to_device(device, dst, info.ptr, info.size * info.itemsize);
-      },
-      py::arg("device"), py::arg("dst"), py::arg("src"));
-  m.def(
-      "gpu_copy_to_host",
-      [](int device, py::buffer dst, uint64_t src) {
-        py::buffer_info info = dst.request(/*writable=*/true);
-        gpu_copy_to_host(device, info.ptr, src, info.size * info.itemsize);
-      },
-      py::arg("device"), py::arg("dst"), py::arg("src"));
-  m.def(
-      "gpu_kernel",
-      [](int device, py::bytes image, const std::string &name) {
-        return gpu_kernel(device, std::string(image), name);
-      },
-      py::arg("device"), py::arg("image"), py::arg("name"));
-  m.def(
-      "gpu_launch",
-      [](int device, uint64_t kernel, py::bytes args, uint64_t groups, uint64_t group_size) {
-        std::string packed(args);
-        py::gil_scoped_release release;
-        gpu_launch(device, kernel, packed, groups, group_size);
-      },
-      py::arg("device"), py::arg("kernel"), py::arg("args"), py::arg("groups"),
-      py::arg("group_size"));
-
-  m.def("offload_devices", []() {
-    py::list out;
-    for (const auto &d : offload_devices()) {
-      py::dict entry;
-      entry["name"] = d.name;
-      entry["platform"] = d.platform;
-      entry["type"] = d.type;
-      entry["memory"] = d.memory;
-      entry["uid"] = d.uid;
-      out.append(entry);
-    }
-    return out;
-  });
+  register_device_code(m, [] { return the_engine().context(); });
 }
