@@ -4,6 +4,7 @@ results match the Python path's, and its status codes say what went wrong."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 
@@ -169,6 +170,13 @@ def test_a_failure_inside_is_a_status(built):
     assert module.call_at(x, dx, 1) == 0
     np.testing.assert_allclose(dx, [0.0, 3.0, 0.0])
     assert module.call_at(x, np.zeros(3), 7) == 3  # a bounds check's IndexError
+    # The exception is dropped, not leaked.
+    gc.collect()
+    before = sum(isinstance(o, IndexError) for o in gc.get_objects())
+    for _ in range(20):
+        assert module.call_at(x, np.zeros(3), 7) == 3
+    gc.collect()
+    assert sum(isinstance(o, IndexError) for o in gc.get_objects()) - before < 5
 
 
 def test_refused_derivatives(built):

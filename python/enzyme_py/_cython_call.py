@@ -16,7 +16,7 @@ parameter's adjoint, the tangent), any of them NULL to skip it. It returns 0, or
   or that shares memory with an array argument;
 - ``2`` (``OUT_OF_MEMORY``): an allocation inside the derivative failed;
 - ``3`` (``FAILED``): the function failed inside the derivative (an exception it raised,
-  a bounds check's IndexError: only its status survives, not the exception).
+  a bounds check's IndexError: only its status survives; the exception is dropped).
 
 The addresses are those of this process: the module must be built and run in the
 process that made the declaration, while the derivative is alive.
@@ -212,6 +212,15 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         f"    if {out} != NULL:\n        memcpy({out}, &slots[{n_in + j}], sizeof({out}[0]))"
         for j, (out, _) in enumerate(outputs)
     ]
+    release: list[str] = []
+    if fn.origin is not None and fn.origin[0] == "cython":
+        # A Cython function's exception: errors[1] holds the reference (see
+        # frontends/_cython_c.py), dropped here as only the status is returned.
+        release = [
+            "        if errors[0] == 1 and errors[1] != 0:",
+            "            with gil:",
+            "                Py_XDECREF(<PyObject *><uintptr_t>errors[1])",
+        ]
     safe = derivative.alias_safe_twin().entry if derivative.may_overlap else derivative.entry
     header = [
         f"# {label}: the {derivative.mode.name.lower()} derivative of "
@@ -221,6 +230,7 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         "# or overlapping an array), 2 (out of memory) or 3 (the function failed inside).",
         "cimport cython",
         "from libc.string cimport memcpy",
+        "from cpython.ref cimport PyObject, Py_XDECREF",
         "from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t, uintptr_t",
         "",
         "cdef extern from *:",
@@ -254,6 +264,7 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         f"    if {tag}_invoke(entry, &slots[0]) != 0:",
         f"        return {OUT_OF_MEMORY}",
         "    if errors[0] != 0:",
+        *release,
         f"        return {FAILED}",
         *reads,
         "    return 0",
