@@ -12,8 +12,8 @@ Kernels: Rosenbrock (n = 10^6) and the explicit-Euler 1-D heat equation (1000 ce
 - C through ``ez.c`` (pointers and lengths; ``malloc`` buffers);
 - Cython through ``ez.cython`` (``const double[::1]`` memoryviews, ``malloc`` buffers,
   ``boundscheck``/``wraparound`` off, ``noexcept nogil``), plus Rosenbrock over a
-  strided ``const double[:]`` view (strides passed) and over the build without
-  ``noalias`` on the memoryviews (what overlapping arrays get).
+  strided ``const double[:]`` view (strides passed) and heat from the build without
+  ``noalias`` on the memoryviews (what calls with overlapping arrays get).
 
 C and Cython primals are the functions themselves called through enzyme_py (``m.f(...)``).
 The gradient is ``ez.grad`` with respect to x / u0, timed as the median and as the
