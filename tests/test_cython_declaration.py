@@ -43,6 +43,14 @@ cdef double at(double[::1] x, Py_ssize_t i) noexcept nogil:
     return x[i] * x[i] * x[i]
 """
 
+C_CUBE = r"""
+double cube(const double *x, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += x[i] * x[i] * x[i];
+    return s;
+}
+"""
+
 CALLER = r"""
 include "decls.pxi"
 
@@ -64,6 +72,11 @@ def call_forward(const double[::1] x, double[::1] tx, double k):
     cdef double y = 0.0, dy = 0.0
     cdef int status = fscaled(x, tx, k, &y, &dy)
     return status, y, dy
+
+def call_cube(double[::1] x, double[::1] dx):
+    cdef double value = 0.0
+    cdef int status = dcube(&x[0], &dx[0], <int>x.shape[0], 1.0, &value)
+    return status, value
 
 def call_at(double[::1] x, double[::1] dx, Py_ssize_t i):
     cdef int status = dat(x, dx, i, 1.0, NULL)
@@ -100,6 +113,8 @@ def built(tmp_path_factory):
         "dscaled": ez.autodiff(m.scaled, ez.Reverse, ez.Duplicated, ez.Active, ez.Active),
         "fscaled": ez.autodiff(m.scaled, ez.Forward, ez.Dual, ez.Const, ez.Dual),
         "dat": ez.autodiff(m.at, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
+        # A C function through ez.c: raw pointers, no shapes.
+        "dcube": ez.autodiff(ez.c(C_CUBE).cube, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
     }
     folder = str(tmp_path_factory.mktemp("cython_declaration"))
     text = "\n".join(d.cython_declaration(name) for name, d in derivatives.items())
@@ -161,6 +176,16 @@ def test_active_scalar_adjoint_and_forward_tangent(built):
     assert status == 0
     assert y == pytest.approx(9.0 * np.sum(x * x))
     assert dy == pytest.approx(float(np.sum(18.0 * x * t)))
+
+
+def test_a_c_function_through_raw_pointers(built):
+    _, _, module, _ = built
+    x = np.linspace(0.5, 1.5, 4)
+    dx = np.zeros(4)
+    status, value = module.call_cube(x, dx)
+    assert status == 0
+    assert value == pytest.approx(float(np.sum(x**3)))
+    np.testing.assert_allclose(dx, 3 * x * x)
 
 
 def test_a_failure_inside_is_a_status(built):
