@@ -33,6 +33,7 @@ def run_script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
         "quickstart.py",
         "c_kernel.py",
         "cython_kernel.py",
+        "cython_optimizer.py",
         "fit_scipy.py",
         "check_and_pickle.py",
         "custom_rule.py",
@@ -100,6 +101,22 @@ def test_numba_gradients_benchmark_quick(tmp_path):
     assert results["meta"]["quick"] is True
     kernels = [row["kernel"] for row in results["rows"]]
     assert kernels[0].startswith("Rosenbrock") and kernels[1].startswith("GMM")
+    for row in results["rows"]:
+        assert row["fd_rel_error"] < 1e-5  # each gradient agrees with finite differences
+        assert row["primal_s"] > 0 and row["gradient_s"] > 0
+
+
+def test_cython_gradients_benchmark_quick(tmp_path):
+    pytest.importorskip("Cython")
+    proc = run_script(
+        str(ROOT / "benchmarks" / "cython_gradients.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "cython_gradients.json").read_text())
+    assert results["meta"]["quick"] is True
+    fronts = {(row["kernel"].split()[0], row["frontend"]) for row in results["rows"]}
+    for kernel in ("Rosenbrock", "heat"):
+        assert {(kernel, "Numba"), (kernel, "C (ez.c)"), (kernel, "Cython double[::1]")} <= fronts
     for row in results["rows"]:
         assert row["fd_rel_error"] < 1e-5  # each gradient agrees with finite differences
         assert row["primal_s"] > 0 and row["gradient_s"] > 0

@@ -363,6 +363,15 @@ class Derivative:
             )
         return self._njit
 
+    def cython_declaration(self, name: str | None = None) -> str:
+        """Cython text declaring ``name`` (default ``d<function>``), a ``cdef inline
+        ... noexcept nogil`` function that calls this derivative through its C address
+        from Cython code without the GIL (the twin of ``njit()``; see
+        ``enzyme_py._cython_call`` for its parameters and return codes)."""
+        from enzyme_py import _cython_call
+
+        return _cython_call.declaration(self, name)
+
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
         art = self._compiled.artifact

@@ -34,6 +34,32 @@ class Wrapped:
     code: str
     params: tuple[Param, ...]
     refused: str = ""
+    # What a LAYOUT_ERROR status (its detail the index here) says: a view declared
+    # Fortran-contiguous given an array that is not.
+    layout_errors: tuple[str, ...] = ()
+
+
+# The wrappers' memoryview data pointers: restrict (noalias) in the build Enzyme
+# differentiates, nothing in the build for calls whose arrays overlap.
+NOALIAS = "__ENZYME_PY_NOALIAS"
+NOALIAS_OFF_FLAG = f"-D{NOALIAS}="
+# The status a wrapper reports for an array of the wrong layout: LAYOUT_ERROR + which
+# one (in the status: errors[1] holds a pointer where the function raised, and Enzyme's
+# type analysis wants one type there).
+LAYOUT_ERROR = 100
+
+
+def _layout(packings: list[str], where: str) -> str:
+    """A memoryview's layout from Cython's packing per axis: "C" (the last axis
+    contiguous: ``double[:, ::1]``), "F" (the first: ``double[::1, :]``) or "strided"
+    (none: ``double[:, :]``, any layout)."""
+    if "contig" not in packings:
+        return "strided"
+    if packings[-1] == "contig":
+        return "C"
+    if packings[0] == "contig":
+        return "F"
+    raise TypeError(f"{where} has a contiguous middle axis, which enzyme_py cannot pass")
 
 
 def _dtype(spelled: str, where: str) -> np.dtype:
@@ -50,6 +76,8 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     setup: list[str] = []
     call: list[str] = []
     params: list[Param] = []
+    layout_checks: list[tuple[str, int, str, int]] = []  # (name, ndim, C type, error)
+    layout_errors: list[str] = []
     for arg in info["args"]:
         name, kind = arg["name"], arg["kind"]
         where = f"parameter '{name}' ({arg['text']}) of '{label}'"
@@ -72,34 +100,58 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
             axes, nd = arg["axes"], arg["ndim"]
             if any(access != "direct" for access, _ in axes):
                 raise TypeError(f"{where} is an indirect memoryview; declare it direct")
-            if any(packing == "contig" for _, packing in axes[:-1]):
-                raise TypeError(
-                    f"{where} is Fortran-contiguous; enzyme_py passes C-contiguous arrays: "
-                    f"declare it {arg['dtype']}[{', '.join([':'] * (nd - 1) + ['::1'])}]"
-                )
+            layout = _layout([packing for _, packing in axes], where)
             const = "const " if arg["const"] else ""
             view = f"{name}_view"
-            decls.append(f"{const}{arg['dtype']} *{name}")
+            # The data pointer is noalias (NOALIAS): Cython's indexing then does not
+            # make Enzyme assume that writing one view may change another. Calls whose
+            # arrays overlap go to the build without it (frontends/cython.py).
+            decls.append(f"{const}{arg['dtype']} *{NOALIAS} {name}")
             decls.extend(f"int64_t {name}_shape{d}" for d in range(nd))
+            if layout != "C":
+                decls.extend(f"int64_t {name}_stride{d}" for d in range(nd))
             setup += [
                 f"  __Pyx_memviewslice {view};",
                 f"  memset(&{view}, 0, sizeof {view});",
                 f"  {view}.data = (char *){name};",
                 *(f"  {view}.shape[{d}] = {name}_shape{d};" for d in range(nd)),
                 *(f"  {view}.suboffsets[{d}] = -1;" for d in range(nd)),
-                f"  {view}.strides[{nd - 1}] = sizeof({arg['dtype']});",
-                *(
-                    f"  {view}.strides[{d}] = {view}.strides[{d + 1}] * {name}_shape{d + 1};"
-                    for d in range(nd - 2, -1, -1)
-                ),
             ]
+            if layout == "C":
+                setup += [
+                    f"  {view}.strides[{nd - 1}] = sizeof({arg['dtype']});",
+                    *(
+                        f"  {view}.strides[{d}] = {view}.strides[{d + 1}] * {name}_shape{d + 1};"
+                        for d in range(nd - 2, -1, -1)
+                    ),
+                ]
+            else:
+                setup += [f"  {view}.strides[{d}] = {name}_stride{d};" for d in range(nd)]
+            if layout == "F":
+                # Cython's code steps the first axis by the item size: an array that is
+                # not Fortran-contiguous is refused before the function runs.
+                layout_checks.append((name, nd, arg["dtype"], len(layout_errors)))
+                layout_errors.append(
+                    f"{where} is Fortran-contiguous: pass a Fortran-ordered array "
+                    "(np.asfortranarray), or declare it strided "
+                    f"({arg['dtype']}[{', '.join([':'] * nd)}]) to take any layout"
+                )
             call.append(view)
             index = len(params)
-            params.append(Param(name, "pointer", dtype))
+            params.append(
+                Param(name, "pointer", dtype, strided=layout != "C", readonly=arg["const"])
+            )
             params.extend(
                 Param(f"{name}.shape{d}", "int", np.dtype(np.int64), hidden=("shape", index, d))
                 for d in range(nd)
             )
+            if layout != "C":
+                params.extend(
+                    Param(
+                        f"{name}.stride{d}", "int", np.dtype(np.int64), hidden=("stride", index, d)
+                    )
+                    for d in range(nd)
+                )
         else:
             raise TypeError(
                 f"{where} is a Python object or a C type enzyme_py cannot pass; it passes "
@@ -122,6 +174,18 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     invoke = ("" if void else "result = ") + f"{info['cname']}({', '.join(call)});"
     check = "  if (PyErr_Occurred()) __enzyme_py_cython_fetch(errors);"
     body = [*setup, *([] if void else [f"  {ret['c']} result;"])]
+    for name, nd, ctype, error in layout_checks:
+        conditions = []
+        expected = f"(int64_t)sizeof({ctype})"
+        for d in range(nd):
+            conditions.append(f"({name}_shape{d} > 1 && {name}_stride{d} != {expected})")
+            expected = f"{expected} * {name}_shape{d}"
+        body += [
+            f"  if ({' || '.join(conditions)}) {{",
+            f"    errors[0] = {LAYOUT_ERROR + error};",
+            f"    return{'' if void else ' 0'};",
+            "  }",
+        ]
     if info["nogil"]:
         # Derivatives run without the GIL: taken after the call, to see whether the
         # function raised (a bounds check's IndexError).
@@ -131,13 +195,16 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     body += ["  PyGILState_Release(gil);", *([] if void else ["  return result;"])]
     rtype = "void" if void else ret["c"]
     code = "\n".join([f"{rtype} {symbol}({', '.join(decls)}) {{", *body, "}", ""])
-    return Wrapped(label, symbol, code, tuple(params))
+    return Wrapped(label, symbol, code, tuple(params), layout_errors=tuple(layout_errors))
 
 
 PRELUDE = """
 /* enzyme_py: wrappers in plain terms around the module's C functions. */
 #include <stdint.h>
 #include <string.h>
+#ifndef __ENZYME_PY_NOALIAS
+#define __ENZYME_PY_NOALIAS restrict
+#endif
 static void __enzyme_py_cython_fetch(int64_t *errors) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);

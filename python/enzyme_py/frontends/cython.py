@@ -5,11 +5,17 @@ C and describes its cdef/cpdef functions; clang 15 compiles that C, with a wrapp
 function appended, to LLVM IR. A cdef function takes a typed memoryview as a
 ``__Pyx_memviewslice`` struct by value; its wrapper takes plain terms,
 
-    RET wrapper(T *x, int64_t x_shape0, ..., <scalars>, int64_t *errors)
+    RET wrapper(T *restrict x, int64_t x_shape0, ... [, int64_t x_stride0, ...],
+                <scalars>, int64_t *errors)
 
 and builds the slice: no memoryview object (NULL, which Cython's reference counting
-skips), the data, the shape (hidden parameters enzyme_py fills from the NumPy array)
-and C-contiguous strides. The module's init never runs, so its Python state is unset:
+skips), the data, the shape and, for views not declared C-contiguous (``double[:]``,
+``double[::1, :]``), the strides in bytes (hidden parameters enzyme_py fills from the
+NumPy array); a C-contiguous view's strides are computed. A Fortran-contiguous view
+given another layout makes the wrapper return a layout status before the function
+runs (a ValueError). The data pointers are ``restrict`` (noalias), as Numba arrays'
+are: calls whose arrays overlap take the build without it (``alias_safe``). The
+module's init never runs, so its Python state is unset:
 a bounds check's IndexError (Python's C API only) is handed back through ``errors``
 and raised again in Python, and a function that reaches more of Python (a raise
 statement, Python objects) is refused.
@@ -32,6 +38,8 @@ import numpy as np
 
 from enzyme_py.core import CompileError
 from enzyme_py.frontends._cython_c import (
+    LAYOUT_ERROR,
+    NOALIAS_OFF_FLAG,
     PRELUDE,
     Wrapped,
     c_for_ir,
@@ -126,12 +134,10 @@ class CythonModule:
         includes = [f"-I{sysconfig.get_paths()['include']}"]
         if "numpy/arrayobject.h" in c_text:
             includes.append(f"-I{np.get_include()}")
-        try:
-            ir = _compile(full, "c", [*includes, "-Wno-everything", *chosen])
-        except CompileError as exc:
-            raise CompileError(f"clang did not compile Cython's C: {exc}") from None
-        ir = inactive_error_path(ir)
+        self._c_build = (full, [*includes, "-Wno-everything"], chosen)
+        ir = self._clang_ir(noalias=True)
         self._module: SourceModule = parse_module(ir)
+        self._safe_module: SourceModule | None = None
         for label, wrapped in self._wrapped.items():
             python = [] if wrapped.refused else python_calls(ir, wrapped.symbol)
             if python:
@@ -146,6 +152,25 @@ class CythonModule:
                     ),
                 )
         self._made: dict[str, IRFunction] = {}
+
+    def _clang_ir(self, noalias: bool) -> str:
+        """The module's IR; without ``noalias``, the memoryviews' data pointers lose
+        the promise that they do not overlap (for calls whose arrays do)."""
+        full, flags, chosen = self._c_build
+        off = [] if noalias else [NOALIAS_OFF_FLAG]
+        try:
+            ir = _compile(full, "c", [*flags, *off, *chosen])
+        except CompileError as exc:
+            raise CompileError(f"clang did not compile Cython's C: {exc}") from None
+        return inactive_error_path(ir)
+
+    def _alias_safe(self, made: IRFunction) -> IRFunction:
+        """``made`` from the build without noalias (compiled the first time a call's
+        arrays overlap)."""
+        if self._safe_module is None:
+            self._safe_module = parse_module(self._clang_ir(noalias=False))
+        raw = function_of(self._safe_module, made.name, made.source_name)
+        return replace(made, module=raw.module, alias_safe=None)
 
     def _function(self, name: str) -> IRFunction | None:
         made = self._made.get(name)
@@ -163,10 +188,19 @@ class CythonModule:
             for mine, ir_param in zip(wrapped.params, raw.params, strict=True)
         )
 
+        layout_errors = wrapped.layout_errors
+
         def on_error(status: int, detail: int) -> None:
+            if 0 <= status - LAYOUT_ERROR < len(layout_errors):
+                raise ValueError(layout_errors[status - LAYOUT_ERROR])
             raise_cython_error(status, detail, name)
 
         fn = replace(raw, params=params, on_error=on_error, origin=("cython", *self._origin, name))
+        views = sum(p.kind == "pointer" and p.hidden is None for p in params)
+        if views > 1 and any(p.hidden is not None and p.hidden[0] == "shape" for p in params):
+            # Memoryview data pointers are noalias: calls whose arrays overlap take
+            # the build without that promise.
+            fn = replace(fn, alias_safe=lambda: self._alias_safe(fn))
         self._made[name] = fn
         return fn
 
@@ -254,8 +288,11 @@ def cython(
 
     ``directives`` are Cython compiler directives (``{"boundscheck": False}``);
     ``flags`` clang arguments, as for ``ez.c``. Parameters: C scalars, pointers and
-    C-contiguous typed memoryviews (``double[::1]``, ``double[:, ::1]``, also ``double[:]``
-    declarations, passed C-contiguous arrays). Raises CompileError with Cython's or
+    typed memoryviews: C-contiguous ones (``double[::1]``, ``double[:, ::1]``) take
+    C-contiguous arrays, strided ones (``double[:]``, ``float[:, :]``) arrays of any
+    layout (negative strides too), Fortran-contiguous ones (``double[::1, :]``)
+    Fortran-ordered arrays; a shadow of any layout is given to the derivative laid
+    out as its array. ``const`` views take read-only arrays. Raises CompileError with Cython's or
     clang's diagnostics, or saying what to install.
     """
     if (source is None) == (path is None):
