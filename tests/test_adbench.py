@@ -119,6 +119,12 @@ def test_ba_jacobian_blocks_match_finite_differences(ba, frontend):
     close(np.diag(jwe), -2.0 * inp["w"])
 
 
+def test_ba_lane_widths_agree(ba):
+    blocks = [ei.make_ba_cpp(*ba.values(), width=w).derivative()[0].copy() for w in (1, 5, 15)]
+    close(blocks[0], blocks[2], 1e-12)
+    close(blocks[1], blocks[2], 1e-12)
+
+
 def test_ba_cpp_and_numba_agree(ba):
     a = ei.make_ba_cpp(*ba.values())
     b = ei.make_ba_numba(*ba.values())
@@ -159,7 +165,7 @@ def test_hand_model_is_a_rest_pose(hand):
     close(inp["points"] - err, inp["base_positions"][inp["correspondences"]], 1e-10)
 
 
-@pytest.mark.parametrize("width", [26, 2])
+@pytest.mark.parametrize("width", [2, 13])
 def test_hand_jacobian_matches_finite_differences(hand, width):
     inp = {k: v.copy() for k, v in hand.items()}
     c = ei.make_hand_cpp(*(inp[k] for k in HAND_KEYS), width=width)
@@ -222,7 +228,9 @@ def test_twins_agree_with_enzyme_py(framework, gmm, ba, hand):
 
 
 def test_adbench_quick_report(tmp_path):
-    env = dict(os.environ)
+    # JAX and PyTorch are checked by test_twins_agree_with_enzyme_py; here they are
+    # blocked (their first calls, tracing and compiling, would take most of the run)
+    env = {**os.environ, "BENCH_DISABLE": "jax,torch"}
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.adbench", "--quick", "--out", str(tmp_path)],
         capture_output=True,
@@ -245,7 +253,7 @@ def test_adbench_quick_report(tmp_path):
         if name in ("gmm", "ba"):
             assert "enzyme_py Numba" in rows
         for label in ("JAX", "PyTorch"):
-            assert label in rows
+            assert "disabled" in rows[label]["skipped"]
         for row in rows.values():
             if "skipped" in row:
                 continue
