@@ -52,35 +52,45 @@ inline double logsumexp(const double *v, int n)
 extern "C" {
 
 // ---------------------------------------------------------------- GMM
+// The factors are unpacked once per call into dense lower-triangular rows Q (k x d x d,
+// exp of the log-diagonal on the diagonal), so the loop over samples reads each row
+// contiguously; the reverse pass adds into Q's shadow and carries it back to icf once.
 double gmm_objective(int d, int k, int n, const double *__restrict__ alphas,
                      const double *__restrict__ means, const double *__restrict__ icf,
                      const double *__restrict__ x, double gamma, double m)
 {
     const int icf_sz = d * (d + 1) / 2;
-    double *__restrict__ qdiag = (double *)std::malloc(sizeof(double) * (size_t)(k * d));
-    double *__restrict__ sum_qs = (double *)std::malloc(sizeof(double) * (size_t)k);
-    double *__restrict__ main_term = (double *)std::malloc(sizeof(double) * (size_t)k);
+    double *Q = (double *)std::malloc(sizeof(double) * (size_t)(k * d * d));
+    double *sum_qs = (double *)std::malloc(sizeof(double) * (size_t)k);
+    double *main_term = (double *)std::malloc(sizeof(double) * (size_t)k);
     for (int c = 0; c < k; ++c) {
+        const double *ic = icf + c * icf_sz;
+        double *Qc = Q + c * d * d;
         double s = 0.0;
         for (int j = 0; j < d; ++j) {
-            s += icf[c * icf_sz + j];
-            qdiag[c * d + j] = std::exp(icf[c * icf_sz + j]);
+            s += ic[j];
+            for (int r = 0; r < d; ++r)
+                Qc[r * d + j] = 0.0;
+            Qc[j * d + j] = std::exp(ic[j]);
         }
+        int idx = d;
+        for (int j = 0; j < d; ++j)
+            for (int r = j + 1; r < d; ++r)
+                Qc[r * d + j] = ic[idx++];
         sum_qs[c] = s;
     }
     double slse = 0.0;
     for (int i = 0; i < n; ++i) {
-        const double *__restrict__ xi = x + i * d;
+        const double *xi = x + i * d;
         for (int c = 0; c < k; ++c) {
-            const double *__restrict__ mc = means + c * d;
-            const double *__restrict__ q = qdiag + c * d;
-            const double *__restrict__ L = icf + c * icf_sz + d;
+            const double *mc = means + c * d;
+            const double *Qc = Q + c * d * d;
             double sq = 0.0;
             for (int r = 0; r < d; ++r) {
-                // row r of the factor: L(r, j) for j < r sits at column j's offset.
-                double t = q[r] * (xi[r] - mc[r]);
-                for (int j = 0; j < r; ++j)
-                    t += L[j * (2 * d - j - 1) / 2 + (r - j - 1)] * (xi[j] - mc[j]);
+                const double *row = Qc + r * d;
+                double t = 0.0;
+                for (int j = 0; j <= r; ++j)
+                    t += row[j] * (xi[j] - mc[j]);
                 sq += t * t;
             }
             main_term[c] = alphas[c] + sum_qs[c] - 0.5 * sq;
@@ -91,8 +101,10 @@ double gmm_objective(int d, int k, int n, const double *__restrict__ alphas,
     double prior = 0.0;
     for (int c = 0; c < k; ++c) {
         double fro = 0.0;
-        for (int j = 0; j < d; ++j)
-            fro += qdiag[c * d + j] * qdiag[c * d + j];
+        for (int j = 0; j < d; ++j) {
+            const double e = Q[c * d * d + j * d + j];
+            fro += e * e;
+        }
         for (int j = d; j < icf_sz; ++j)
             fro += icf[c * icf_sz + j] * icf[c * icf_sz + j];
         prior += 0.5 * gamma * gamma * fro - m * sum_qs[c];
@@ -100,7 +112,7 @@ double gmm_objective(int d, int k, int n, const double *__restrict__ alphas,
     const double result = cst + slse - n * logsumexp(alphas, k) + prior;
     std::free(main_term);
     std::free(sum_qs);
-    std::free(qdiag);
+    std::free(Q);
     return result;
 }
 
