@@ -260,3 +260,58 @@ def test_adbench_quick_report(tmp_path):
             assert row["relative_error_vs_cpp"] < 1e-6
             assert row["derivative_s"] > 0 and row["primal_s"] > 0
     assert "load average" in proc.stdout
+
+
+# ---------------------------------------------------------------- found on the way
+RESTRICT_LOOP = r"""
+#include <cmath>
+static inline void step(int n, const double *__restrict__ w, double *__restrict__ h,
+                        const double *__restrict__ in)
+{
+    for (int i = 0; i < n; ++i) h[i] = std::tanh(h[i] * w[i] + in[i]);
+}
+extern "C" double loss(int n, int T, int layers, const double *w, double *state,
+                       const double *x)
+{
+    double s = 0.0;
+    for (int t = 0; t < T; ++t) {
+        const double *in = x + t * n;
+        for (int l = 0; l < layers; ++l) {
+            step(n, w + l * n, state + l * n, in);
+            in = state + l * n;
+        }
+        for (int i = 0; i < n; ++i) s += in[i];
+    }
+    return s;
+}
+"""
+
+
+def _restrict_loop_error(source):
+    import enzyme_py as ez
+
+    rng = np.random.default_rng(0)
+    n, steps, layers = 3, 4, 2
+    w, st, x = rng.normal(size=layers * n), rng.normal(size=layers * n), rng.normal(size=steps * n)
+    m = ez.cpp(source)
+    D = ez.Duplicated
+    # x Duplicated too: `in` is x or the state, and a pointer that is sometimes a Const
+    # array and sometimes an active one is Enzyme's "mixed activity"
+    df = ez.autodiff(m.loss, ez.Reverse, ez.Const, ez.Const, ez.Const, D, D, D, ez.Active)
+    dw = np.zeros_like(w)
+    df(n, steps, layers, w, dw, st.copy(), np.zeros_like(st), x, np.zeros_like(x), 1.0)
+    (want,) = fd(lambda: m.loss(n, steps, layers, w, st.copy(), x), [w])
+    return float(np.max(np.abs(dw - want[0])) / np.max(np.abs(want)))
+
+
+def test_inlined_helper_without_restrict_is_right():
+    assert _restrict_loop_error(RESTRICT_LOOP.replace("__restrict__", "")) < 1e-6
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Enzyme v0.0.289 takes the scoped noalias of an inlined call's __restrict__ "
+    "parameters as valid across loop iterations: a wrong gradient, no error",
+)
+def test_inlined_restrict_helper_in_a_loop():
+    assert _restrict_loop_error(RESTRICT_LOOP) < 1e-6
