@@ -23,6 +23,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "enzyme_plugin.h"
+#include "rewrites.h"
 
 namespace enzyme_py {
 namespace {
@@ -53,6 +54,7 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
   if (llvm::Error err = pb.parsePassPipeline(mpm, "enzyme")) {
     throw std::runtime_error("the plugin has no 'enzyme' pass: " + llvm::toString(std::move(err)));
   }
+  strip_scoped_noalias(llvm::wrap(mod.get()));  // see rewrites.h
   mpm.run(*mod, mam);
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);

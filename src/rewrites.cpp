@@ -181,6 +181,36 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
   }
 }
 
+int strip_scoped_noalias(LLVMModuleRef mod) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  const unsigned scope = LLVMGetMDKindIDInContext(ctx, "alias.scope", 11);
+  const unsigned noalias = LLVMGetMDKindIDInContext(ctx, "noalias", 7);
+  std::vector<LLVMValueRef> declarations;
+  int stripped = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef inst = LLVMGetFirstInstruction(bb); inst;
+           inst = LLVMGetNextInstruction(inst)) {
+        if (LLVMGetMetadata(inst, scope) || LLVMGetMetadata(inst, noalias)) {
+          LLVMSetMetadata(inst, scope, nullptr);
+          LLVMSetMetadata(inst, noalias, nullptr);
+          ++stripped;
+        }
+        if (LLVMIsACallInst(inst)) {
+          LLVMValueRef callee = LLVMGetCalledValue(inst);
+          size_t len = 0;
+          const char *name = callee ? LLVMGetValueName2(callee, &len) : nullptr;
+          if (name && std::string(name, len) == "llvm.experimental.noalias.scope.decl") {
+            declarations.push_back(inst);
+          }
+        }
+      }
+    }
+  }
+  for (LLVMValueRef call : declarations) LLVMInstructionEraseFromParent(call);
+  return stripped;
+}
+
 const char *const kSimplifyPasses =
     "always-inline,"
     "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"

@@ -20,6 +20,17 @@ class HostJit;
 // no memory attributes into Enzyme.
 void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
 
+// Scoped noalias metadata (!alias.scope, !noalias and the
+// llvm.experimental.noalias.scope.decl calls marking where a scope starts) is
+// what inlining a callee with restrict / noalias parameters leaves: a promise
+// for one execution of the inlined call. Enzyme v0.0.289 takes it as holding
+// across loop iterations, so it reloads in the reverse pass values a later
+// iteration overwrote: a wrong gradient, without an error (a C++ helper with
+// __restrict__ parameters, inlined into a loop updating state in place). Removed
+// before Enzyme runs; noalias parameter attributes stay. Returns how many
+// instructions lost it.
+int strip_scoped_noalias(LLVMModuleRef mod);
+
 // Enzyme v0.0.289 aborts ("getting diffe of constant value") on fabs whose result
 // only feeds comparisons, as in convergence tests (abs(err) > tol). Such
 // comparisons are rewritten without fabs: |x| > r is x > r or x < -r, and so on
