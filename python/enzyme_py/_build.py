@@ -63,13 +63,36 @@ class Compiled:
 
 # The memory cache: every derivative still in use (weakly), and the most recently
 # asked for, whether in use or not (an LRU of strong references, so that a loop making
-# the same derivative again finds it here). Derivatives nobody uses beyond those are
-# dropped with their artifacts; their code stays in the JIT (``_entries``), which
-# does not release code yet, and serves when they are asked for again.
+# the same derivative again finds it here). A derivative nobody uses beyond those is
+# dropped with its artifact, and its code is removed from the JIT (at the next request,
+# under the lock), unless its address went where no reference follows it (``pin``:
+# ``df.njit()`` compiles it into Numba code); pinned code stays and serves again.
 RECENT = 256
 _loaded: weakref.WeakValueDictionary[str, Compiled] = weakref.WeakValueDictionary()
 _recent: OrderedDict[str, Compiled] = OrderedDict()
 _entries: dict[str, int] = {}  # key -> entry point, for all code loaded in the JIT
+_entry_names: dict[str, str] = {}  # key -> its entry symbol in the JIT
+_pinned: set[str] = set()
+_unused: list[str] = []  # keys whose last Compiled was collected (appended by GC)
+
+
+def pin(compiled: Compiled) -> None:
+    """Keep ``compiled``'s code in the JIT for the process: its address is used where
+    no reference to it follows (Numba code calling it)."""
+    _pinned.add(compiled.key)
+
+
+def _release_unused() -> None:
+    """Remove the code of collected derivatives from the JIT (under ``_lock``)."""
+    while _unused:
+        key = _unused.pop()
+        if key in _pinned or key in _loaded or key not in _entries:
+            continue
+        del _entries[key]
+        unload = getattr(_state.native, "unload_object", None)
+        name = _entry_names.pop(key, None)
+        if unload is not None and name is not None:
+            unload(name)
 _environment: list[str] = []
 
 
@@ -253,6 +276,7 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
 
 
 def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
+    _release_unused()
     key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
     compiled = _loaded.get(key)
     if compiled is not None:
@@ -283,6 +307,8 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     assert artifact is not None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _entries[key] = compiled.entry
+    _entry_names[key] = artifact.entry_name
+    weakref.finalize(compiled, _unused.append, key).atexit = False
     _loaded[key] = compiled
     _remember(compiled)
     _log.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")

@@ -357,6 +357,10 @@ class Derivative:
         """This derivative as an ``@numba.njit`` function (same arguments and results),
         to call from inside other Numba code. Made once and kept."""
         if self._njit is None:
+            # Numba code keeps the entry addresses, not this derivative: never unloaded.
+            _build.pin(self._compiled)
+            if self.may_overlap:
+                _build.pin(self.alias_safe_twin()._compiled)
             safe = self.alias_safe_twin().entry if self.may_overlap else None
             self._njit = _njit_call.compile_njit(
                 self.plan, self.entry, safe, self.out_codes, self.function.display_name
