@@ -20,6 +20,14 @@ with ``time.perf_counter``, only the call in question and prints the result:
   code read from disk and loaded into the JIT;
 - (a) again with ``ENZYME_PY_ISOLATE=0``: Enzyme run in the process itself.
 
+First calls of a Numba kernel's gradient (Rosenbrock, n=1000, ``@numba.njit``), each in
+a child process: the primal's own first call (Numba's compile), then the first
+derivative (``ez.autodiff`` and its first call) with an empty disk cache and, in a new
+process, with the disk cache filled (served without compiling the Numba function a
+second time: the cache is keyed on the code, see frontends/_numba_identity.py); next
+to them JAX's first ``jax.jit(jax.grad(f))`` call on the same kernel (row left out
+when JAX is not installed).
+
 Each trial uses fresh cache folders; the tables show the median (and minimum)
 over the trials. ``ENZYME_PY_LOG=1`` is set in the children so that the source
 each derivative came from (Enzyme, disk cache) is recorded next to its time.
@@ -96,6 +104,67 @@ print("RESULT " + json.dumps({
 }))
 """
 
+# First calls of a Numba kernel's gradient in a child process: the primal's own first
+# call (Numba's compile), then the first derivative (ez.autodiff and its first call).
+# Prints one line "RESULT <json>". Imports are not timed.
+NUMBA_CHILD_CODE = """
+import json, sys, time
+import numpy as np
+import numba
+import enzyme_py as ez
+
+@numba.njit
+def rosenbrock(x):
+    s = 0.0
+    for i in range(x.shape[0] - 1):
+        s += 100.0 * (x[i + 1] - x[i] * x[i]) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+x = np.linspace(-1.0, 1.0, 1000)
+dx = np.zeros_like(x)
+t0 = time.perf_counter()
+value = rosenbrock(x)
+t1 = time.perf_counter()
+ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.Active)(x, dx, 1.0)
+t2 = time.perf_counter()
+print("RESULT " + json.dumps({
+    "primal_first_call_s": t1 - t0,
+    "derivative_first_s": t2 - t1,
+    "gradient_sum": float(dx.sum()),
+}))
+"""
+
+# The same kernel's first jax.jit(jax.grad(.)) call, in a child process (imports untimed).
+JAX_CHILD_CODE = """
+import json, time
+import numpy as np
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+
+def rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] * x[:-1]) ** 2 + (1.0 - x[:-1]) ** 2)
+
+x = jnp.asarray(np.linspace(-1.0, 1.0, 1000))
+t0 = time.perf_counter()
+g = jax.jit(jax.grad(rosenbrock))(x).block_until_ready()
+t1 = time.perf_counter()
+print("RESULT " + json.dumps({"jit_grad_first_call_s": t1 - t0, "gradient_sum": float(g.sum())}))
+"""
+
+NUMBA_ROWS: tuple[tuple[str, str], ...] = (
+    ("primal_first_call", "Numba primal's own first call (its compile), fresh process"),
+    (
+        "first_derivative_empty_disk_cache",
+        "first derivative (autodiff + first call), fresh process, empty disk cache",
+    ),
+    (
+        "first_derivative_filled_disk_cache",
+        "first derivative, new process, filled disk cache (beyond the primal's first call)",
+    ),
+    ("jax_jit_grad_first_call", "JAX `jit(grad)` first call, fresh process"),
+)
+
 # Environment variables of enzyme_py that would change what a child measures.
 _CONTROLLED = ("ENZYME_PY_CACHE_DIR", "ENZYME_PY_DISK_CACHE", "ENZYME_PY_ISOLATE", "ENZYME_PY_LOG")
 
@@ -132,10 +201,15 @@ def _derivative_source(stderr: str) -> str:
     return "unknown"
 
 
-def run_child(cache_dir: Path, isolate: bool = True, timeout: float = 300.0) -> dict[str, Any]:
+def run_child(
+    cache_dir: Path,
+    isolate: bool = True,
+    timeout: float = 300.0,
+    code: tuple[str, ...] = (CHILD_CODE, SCALAR_SOURCE),
+) -> dict[str, Any]:
     """One child process: its timings, and the source of its first derivative."""
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD_CODE, SCALAR_SOURCE],
+        [sys.executable, "-c", *code],
         capture_output=True,
         text=True,
         env=_child_env(cache_dir, isolate),
@@ -188,6 +262,39 @@ def measure_compile(trials: int) -> dict[str, dict[str, Any]]:
     return {
         name: _summary(samples[name], sources.get(name)) | {"description": text}
         for name, text in COMPILE_ROWS
+    }
+
+
+def measure_numba_first_calls(trials: int) -> dict[str, dict[str, Any]]:
+    """First calls of a Numba kernel's gradient (empty and filled disk cache) and of
+    JAX's jit(grad) on the same kernel, each over `trials` fresh processes."""
+    samples: dict[str, list[float]] = {name: [] for name, _ in NUMBA_ROWS}
+    sources: dict[str, list[str]] = {name: [] for name, _ in NUMBA_ROWS}
+    try:
+        import jax  # noqa: F401
+
+        has_jax = True
+    except ImportError:
+        has_jax = False
+    for _ in range(trials):
+        with tempfile.TemporaryDirectory(prefix="enzyme_py_bench_") as tmp:
+            first = run_child(Path(tmp), code=(NUMBA_CHILD_CODE,))
+            again = run_child(Path(tmp), code=(NUMBA_CHILD_CODE,))
+            if has_jax:
+                jax_run = run_child(Path(tmp), code=(JAX_CHILD_CODE,))
+                samples["jax_jit_grad_first_call"].append(jax_run["jit_grad_first_call_s"])
+                sources["jax_jit_grad_first_call"].append("jax")
+        for child in (first, again):
+            samples["primal_first_call"].append(child["primal_first_call_s"])
+        sources["primal_first_call"].append("numba")
+        samples["first_derivative_empty_disk_cache"].append(first["derivative_first_s"])
+        sources["first_derivative_empty_disk_cache"].append(first["source"])
+        samples["first_derivative_filled_disk_cache"].append(again["derivative_first_s"])
+        sources["first_derivative_filled_disk_cache"].append(again["source"])
+    return {
+        name: _summary(samples[name], sources[name]) | {"description": text}
+        for name, text in NUMBA_ROWS
+        if samples[name]
     }
 
 
@@ -302,6 +409,19 @@ def markdown(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
+        "## First calls of a Numba Rosenbrock gradient (n=1000), Reverse: Duplicated -> "
+        f"Active, and JAX ({results['compile_trials']} trial(s))",
+        "",
+        "| what | median ms | min ms | from |",
+        "|---|---:|---:|---|",
+    ]
+    for row in results["numba_first_call"].values():
+        source = ", ".join(row.get("sources", [])) or "-"
+        lines.append(
+            f"| {row['description']} | {_ms(row['median_s'])} | {_ms(row['min_s'])} | {source} |"
+        )
+    lines += [
+        "",
         "## Call overhead (timeit, median per-call time over the repeats)",
         "",
         "| call | median us | min us | x lambda call |",
@@ -343,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": environment(),
             "compile_trials": trials,
             "compile": measure_compile(trials),
+            "numba_first_call": measure_numba_first_calls(trials),
             "call": measure_calls(args.quick),
         }
     finally:

@@ -191,8 +191,21 @@ uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
     LLVMOrcReleaseResourceTracker(tracker);
     throw MissingSymbols(text);
   }
-  LLVMOrcReleaseResourceTracker(tracker);  // the code stays, with the JITDylib
+  // Kept, so that the code can be removed again (unload). A symbol loaded a second
+  // time (not done by enzyme_py) keeps its first tracker, and its code stays.
+  if (!trackers_.emplace(symbol, tracker).second) LLVMOrcReleaseResourceTracker(tracker);
   return address;
+}
+
+bool HostJit::unload(const std::string &symbol) {
+  auto found = trackers_.find(symbol);
+  if (found == trackers_.end()) return false;
+  LLVMOrcResourceTrackerRef tracker = found->second;
+  trackers_.erase(found);
+  LLVMErrorRef removed = LLVMOrcResourceTrackerRemove(tracker);
+  LLVMOrcReleaseResourceTracker(tracker);
+  check(removed, "unloading code from the JIT");
+  return true;
 }
 
 }  // namespace enzyme_py

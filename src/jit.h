@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -36,6 +37,11 @@ class HostJit {
   // its symbols cannot all be resolved, it is unloaded again (so that a later
   // load of the same code fails the same way) and MissingSymbols is thrown.
   uint64_t load(const std::string &object, const std::string &symbol);
+  // Remove the code `load` loaded for `symbol` from the JIT, releasing its memory
+  // (nothing may call it afterwards); false if none is loaded under that name.
+  bool unload(const std::string &symbol);
+  // How many loaded objects the JIT holds.
+  size_t loaded() const { return trackers_.size(); }
 
   const std::string &triple() const { return triple_; }
   const std::string &cpu() const { return cpu_; }
@@ -48,6 +54,8 @@ class HostJit {
   LLVMTargetMachineRef machine_ = nullptr;
   std::string triple_, cpu_, features_, data_layout_;
   std::set<std::string> defined_;
+  // The resource tracker of each loaded object, by its entry symbol (for unload).
+  std::map<std::string, LLVMOrcResourceTrackerRef> trackers_;
   bool vector_math_ = false;
   // What ORC reported while the last load ran (e.g. "Symbols not found: [ f ]"):
   // its lookup error alone names only the symbol that could not be materialized.

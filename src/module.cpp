@@ -283,6 +283,15 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("object"), py::arg("entry_name"),
       "Load object code from `build` into the JIT; the address of its entry point.");
+  m.def(
+      "unload_object",
+      [](const std::string &entry_name) { return the_engine().jit().unload(entry_name); },
+      py::arg("entry_name"),
+      "Remove the code `load_object` loaded for `entry_name` from the JIT (its memory is\n"
+      "released; nothing may call it afterwards). False if none is loaded.");
+  m.def(
+      "loaded_objects", []() { return the_engine().jit().loaded(); },
+      "How many objects `load_object` loaded are in the JIT.");
 
   register_caller(m);
 

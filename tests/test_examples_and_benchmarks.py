@@ -83,7 +83,14 @@ def test_compile_and_call_benchmark_quick(tmp_path):
         "numpy_dot_n4",
         "ddot_n4",
     }
-    for section in ("compile", "call"):
+    first_calls = results["numba_first_call"]
+    assert {
+        "primal_first_call",
+        "first_derivative_empty_disk_cache",
+        "first_derivative_filled_disk_cache",
+    } <= set(first_calls)
+    assert first_calls["first_derivative_filled_disk_cache"]["sources"] == ["disk cache"]
+    for section in ("compile", "call", "numba_first_call"):
         for row in results[section].values():
             assert {"median_s", "min_s", "samples_s", "description"} <= row.keys()
             assert isinstance(row["median_s"], float)

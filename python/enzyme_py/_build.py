@@ -10,7 +10,8 @@ import os
 import re
 import threading
 import time
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,38 @@ class Compiled:
     artifact: _cache.Artifact
 
 
-_loaded: dict[str, Compiled] = {}
+# The memory cache: every derivative still in use (weakly), and the most recently
+# asked for, whether in use or not (an LRU of strong references, so that a loop making
+# the same derivative again finds it here). A derivative nobody uses beyond those is
+# dropped with its artifact, and its code is removed from the JIT (at the next request,
+# under the lock), unless its address went where no reference follows it (``pin``:
+# ``df.njit()`` compiles it into Numba code); pinned code stays and serves again.
+RECENT = 256
+_loaded: weakref.WeakValueDictionary[str, Compiled] = weakref.WeakValueDictionary()
+_recent: OrderedDict[str, Compiled] = OrderedDict()
+_entries: dict[str, int] = {}  # key -> entry point, for all code loaded in the JIT
+_entry_names: dict[str, str] = {}  # key -> its entry symbol in the JIT
+_pinned: set[str] = set()
+_unused: list[str] = []  # keys whose last Compiled was collected (appended by GC)
+
+
+def pin(compiled: Compiled) -> None:
+    """Keep ``compiled``'s code in the JIT for the process: its address is used where
+    no reference to it follows (Numba code calling it)."""
+    _pinned.add(compiled.key)
+
+
+def _release_unused() -> None:
+    """Remove the code of collected derivatives from the JIT (under ``_lock``)."""
+    while _unused:
+        key = _unused.pop()
+        if key in _pinned or key in _loaded or key not in _entries:
+            continue
+        del _entries[key]
+        unload = getattr(_state.native, "unload_object", None)
+        name = _entry_names.pop(key, None)
+        if unload is not None and name is not None:
+            unload(name)
 _environment: list[str] = []
 
 
@@ -244,17 +276,26 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
 
 
 def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
+    _release_unused()
     key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
     compiled = _loaded.get(key)
     if compiled is not None:
+        _remember(compiled)
         return compiled
     native = _state.native
     start = time.perf_counter()
     source = "disk cache"
     artifact = _cache.load(key)
-    entry = None
-    if artifact is not None:
-        entry = _load_cached(key, artifact, implied_slots(fn, request))
+    implied = implied_slots(fn, request)
+    entry = _entries.get(key)
+    if entry is not None:
+        # Its code is still loaded: the artifact only (never loaded twice).
+        source = "the JIT, artifact from the disk cache"
+        if artifact is None or (implied is not None and _slot_counts(artifact) != implied):
+            source = "the JIT, artifact from Enzyme"
+            artifact = _build_artifact(fn, request, key, description)
+    elif artifact is not None:
+        entry = _load_cached(key, artifact, implied)
     if entry is None:
         source = "Enzyme" + (" (isolated)" if isolated() else "")
         with _log.progress(f"the derivative of {description} (Enzyme)"):
@@ -265,9 +306,21 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
             raise _missing_symbols_error(str(exc), fn, description) from None
     assert artifact is not None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
+    _entries[key] = compiled.entry
+    _entry_names[key] = artifact.entry_name
+    weakref.finalize(compiled, _unused.append, key).atexit = False
     _loaded[key] = compiled
+    _remember(compiled)
     _log.log(f"{description}: from {source} in {1e3 * (time.perf_counter() - start):.1f} ms")
     return compiled
+
+
+def _remember(compiled: Compiled) -> None:
+    """Keep ``compiled`` among the most recent derivatives."""
+    _recent[compiled.key] = compiled
+    _recent.move_to_end(compiled.key)
+    while len(_recent) > RECENT:
+        _recent.popitem(last=False)
 
 
 def _build_artifact(

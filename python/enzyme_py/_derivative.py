@@ -357,6 +357,7 @@ class Derivative:
         """This derivative as an ``@numba.njit`` function (same arguments and results),
         to call from inside other Numba code. Made once and kept."""
         if self._njit is None:
+            self._pin_code()
             safe = self.alias_safe_twin().entry if self.may_overlap else None
             self._njit = _njit_call.compile_njit(
                 self.plan, self.entry, safe, self.out_codes, self.function.display_name
@@ -370,7 +371,15 @@ class Derivative:
         ``enzyme_py._cython_call`` for its parameters and return codes)."""
         from enzyme_py import _cython_call
 
+        self._pin_code()
         return _cython_call.declaration(self, name)
+
+    def _pin_code(self) -> None:
+        """Compiled code (Numba's, Cython's) keeps the entry addresses, not this
+        derivative: they stay in the JIT for the process."""
+        _build.pin(self._compiled)
+        if self.may_overlap:
+            _build.pin(self.alias_safe_twin()._compiled)
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""

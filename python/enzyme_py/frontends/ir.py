@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -77,12 +78,41 @@ def _require_core() -> None:
         raise EnzymeUnavailableError(_state.unavailable_message("compiling a function"))
 
 
+_making = threading.RLock()
+
+
 class SourceModule:
     """An LLVM module a frontend produced; derivatives are built from clones of it."""
 
-    def __init__(self, native_module: NativeModule, identity: str | None = None):
-        self.native = native_module
+    def __init__(self, native_module: NativeModule | None, identity: str | None = None):
+        self._native = native_module
+        self._make: Callable[[], SourceModule] | None = None
         self._digest = None if identity is None else hashlib.sha256(identity.encode()).hexdigest()
+
+    @classmethod
+    def lazy(cls, make: Callable[[], SourceModule], identity: str) -> SourceModule:
+        """A module made by ``make`` only when its IR is first needed; ``identity``
+        names everything that shapes it (a frontend's key of the source code, so a
+        derivative found in the disk cache needs no compile of the IR at all)."""
+        module = cls(None, identity)
+        module._make = make
+        return module
+
+    @property
+    def native(self) -> NativeModule:
+        """The native LLVM module (made now, if this module was lazy)."""
+        if self._native is None and self._make is not None:
+            with _making:  # two threads needing it make it once
+                if self._make is not None:
+                    made = self._make()
+                    self._native, self._make = made.native, None
+        assert self._native is not None  # made by __init__ or by `make`
+        return self._native
+
+    @property
+    def materialized(self) -> bool:
+        """Whether the IR exists (always, unless the module is lazy and unused)."""
+        return self._native is not None
 
     @property
     def digest(self) -> str:

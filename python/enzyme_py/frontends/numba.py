@@ -23,14 +23,15 @@ import ctypes
 import inspect
 import pickle
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from enzyme_py import _state
+from enzyme_py._log import log
 from enzyme_py._signature import Param
+from enzyme_py.frontends._numba_identity import Unsure, code_identity
 from enzyme_py.frontends._numba_results import (
     SHAPE_MISMATCH,
     ResultPart,
@@ -194,9 +195,7 @@ def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
     return numba.njit(**{**options, "boundscheck": wanted})(dispatcher.py_func)
 
 
-_specialized: weakref.WeakKeyDictionary[Any, dict[Any, NumbaSignature]] = (
-    weakref.WeakKeyDictionary()
-)
+_MEMO = "_enzyme_py_specialized"
 
 
 def specialize(
@@ -206,15 +205,24 @@ def specialize(
     strided: bool = False,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine (once per
-    dispatcher, signature and form; see ``_specialize``)."""
+    dispatcher, signature and form; see ``_specialize``).
+
+    The memo lives on the dispatcher itself: each specialisation refers back to its
+    dispatcher, so a process-wide table (even a weak-keyed one) would keep every
+    dispatcher, and its compiled IR, alive for good; on the dispatcher the two go
+    together (a reference cycle the garbage collector frees).
+    """
     key = (tuple(signature), numba_optimized, strided)
-    try:
-        known = _specialized.setdefault(dispatcher, {})
-    except TypeError:  # not weak-referenceable: no memo
-        return _specialize(dispatcher, signature, numba_optimized, strided)
+    known = getattr(dispatcher, _MEMO, None)
+    if known is None:
+        known = {}
+        try:
+            setattr(dispatcher, _MEMO, known)
+        except (AttributeError, TypeError):  # no attributes: no memo
+            return _specialize(dispatcher, signature, numba_optimized, strided)
     if key not in known:
         known[key] = _specialize(dispatcher, signature, numba_optimized, strided)
-    return known[key]
+    return known[key]  # type: ignore[no-any-return]
 
 
 def _specialize(
@@ -236,11 +244,10 @@ def _specialize(
     name = dispatcher.py_func.__name__
     names = list(inspect.signature(dispatcher.py_func).parameters)
     refuse_unsigned(dispatcher, signature)
-    if numba_optimized:
-        compile_if_missing(dispatcher, signature)
-        cres = dispatcher.overloads[tuple(signature)]
-    else:
-        cres = _ad_compile(dispatcher, signature)
+    # Types and ABI come from the dispatcher's own compile (the primal's); the IR
+    # Enzyme differentiates is compiled only when a derivative is built (see below).
+    compile_if_missing(dispatcher, signature)
+    cres = dispatcher.overloads[tuple(signature)]
     ctx = cres.target_context
     fndesc = cres.fndesc
     fnty = ctx.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
@@ -349,7 +356,7 @@ def _specialize(
         "  store i64 0, i64* %errors1",
         f"  %excinfo = bitcast i64* %errors1 to {excinfo_type}",
         *body,
-        f"  %status = call i32 @{fndesc.mangled_name}("
+        f"  %status = call i32 @{_CALLEE}("
         + ", ".join([f"{retptr_type} %result", f"{excinfo_type} %excinfo", *call_args])
         + ")",
         "  %status64 = sext i32 %status to i64",
@@ -364,18 +371,8 @@ def _specialize(
     lines.append("}")
 
     _define_runtime_symbols()
-    numba_ir = _without_reference_counting(cres.library.get_llvm_str())
-    wrapper_text = "\n".join(lines)
+    wrapper_lines = "\n".join(lines)
     array_names = [p.param.name for p in params if p.is_array]
-    fast_text = (
-        _with_noalias(numba_ir, fndesc.mangled_name, array_names)
-        + "\n"
-        + wrapper_text.replace(NOALIAS, "noalias")
-        + "\n"
-    )
-    safe_text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "") + "\n"
-    module = _simplified(parse_module(fast_text, _stable(fast_text)))
-    llvm_fn = function_of(module, WRAPPER, name)
     # The wrapper's parameters: each Python parameter (arrays followed by their
     # shapes, which enzyme_py fills in), then the errors buffer.
     wrapper_params: list[Param] = []
@@ -405,8 +402,33 @@ def _specialize(
             for d in range(part.ndim)
         )
     wrapper_params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
-    if len(wrapper_params) != len(llvm_fn.params):
-        raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
+    compiled: list[Any] = []  # the compile whose IR is differentiated, once made
+
+    def source(noalias: bool) -> SourceModule:
+        """The module Enzyme differentiates: Numba's IR and the wrapper, with the
+        arrays' noalias promise or without it."""
+        if not compiled:
+            compiled.append(cres if numba_optimized else _ad_compile(dispatcher, signature))
+        own = compiled[0]
+        numba_ir = _without_reference_counting(own.library.get_llvm_str())
+        wrapper_text = wrapper_lines.replace(_CALLEE, own.fndesc.mangled_name)
+        if noalias:
+            numba_ir = _with_noalias(numba_ir, own.fndesc.mangled_name, array_names)
+        text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "noalias" if noalias else "")
+        text += "\n"
+        module = _simplified(parse_module(text, _stable(text)))
+        if len(wrapper_params) != len(function_of(module, WRAPPER, name).params):
+            raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
+        return module
+
+    code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided)
+
+    def module_of(noalias: bool) -> SourceModule:
+        if code_key is None:  # not identifiable without its IR: keyed on the IR
+            return source(noalias)
+        return SourceModule.lazy(lambda: source(noalias), f"{code_key} noalias={noalias}")
+
+    module = module_of(True)
 
     def on_error(status: int, detail: int) -> None:
         if status == SHAPE_MISMATCH:
@@ -419,7 +441,7 @@ def _specialize(
 
     def alias_safe() -> IRFunction:
         return IRFunction(
-            _simplified(parse_module(safe_text, _stable(safe_text))),
+            module_of(False),
             WRAPPER,
             tuple(wrapper_params),
             ret_param,
@@ -443,6 +465,29 @@ def _specialize(
 
 
 NOALIAS = "<noalias>"
+_CALLEE = "<callee>"  # the mangled name of the compile whose IR is differentiated
+
+
+def _code_key(
+    dispatcher: Any,
+    signature: tuple[Any, ...],
+    restype: Any,
+    numba_optimized: bool,
+    strided: bool,
+) -> str | None:
+    """What identifies the module of this specialisation without compiling it: the
+    code identity of the function (``_numba_identity``), its types and form; None when
+    that identity is unsure (then the IR is made at once, and keys the caches)."""
+    try:
+        identity = code_identity(dispatcher)
+    except Unsure as exc:
+        log(f"'{dispatcher.py_func.__name__}': derivatives keyed on its IR ({exc})")
+        return None
+    types = " ".join(f"{type(t).__qualname__}:{t!r}" for t in signature)
+    return (
+        f"numba code {identity} ({types}) -> {type(restype).__qualname__}:{restype!r} "
+        f"numba_optimized={numba_optimized} strided={strided}"
+    )
 
 
 def _simplified(module: SourceModule) -> SourceModule:
