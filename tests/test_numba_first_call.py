@@ -428,3 +428,30 @@ def test_dropped_code_leaves_the_jit_and_comes_back(tmp_path):
         check=False,
     )
     assert proc.returncode == 0 and "RESULT ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_function_argument_is_keyed_by_its_code_not_its_address():
+    # The text of a function argument's Numba type names the dispatcher's address only;
+    # another process may have another function there, so the key holds its code.
+    import numba
+    from numba.core import types
+
+    from enzyme_py.frontends import numba as frontend
+
+    def make(body):
+        namespace: dict = {}
+        exec(f"def objective(x):\n    return {body}\n", namespace)
+        return numba.njit(namespace["objective"])
+
+    @numba.njit
+    def caller(f, x):
+        return f(x)
+
+    def key(objective):
+        signature = (types.Dispatcher(objective), types.float64)
+        return frontend._code_key(caller, signature, types.float64, False, True)
+
+    same, twin, other = make("x * x"), make("x * x"), make("x * x * x")
+    assert key(same) is not None
+    assert key(same) == key(twin)  # two dispatchers of the same code, two addresses
+    assert key(same) != key(other)

@@ -480,14 +480,26 @@ def _code_key(
     that identity is unsure (then the IR is made at once, and keys the caches)."""
     try:
         identity = code_identity(dispatcher)
+        types = " ".join(_type_identity(t) for t in (*signature, restype))
     except Unsure as exc:
         log(f"'{dispatcher.py_func.__name__}': derivatives keyed on its IR ({exc})")
         return None
-    types = " ".join(f"{type(t).__qualname__}:{t!r}" for t in signature)
-    return (
-        f"numba code {identity} ({types}) -> {type(restype).__qualname__}:{restype!r} "
-        f"numba_optimized={numba_optimized} strided={strided}"
-    )
+    return f"numba code {identity} ({types}) numba_optimized={numba_optimized} strided={strided}"
+
+
+def _type_identity(numba_type: Any) -> str:
+    """A Numba type as a cache key part. Numbers, arrays and tuples of them are what
+    their text says; a function passed as an argument is its code (its type's text
+    names only its address, which another process may give another function)."""
+    from numba.core import types
+
+    if isinstance(numba_type, types.Dispatcher):
+        return f"function {code_identity(numba_type.dispatcher)}"
+    if isinstance(numba_type, types.BaseTuple):
+        return f"({' '.join(_type_identity(t) for t in numba_type.types)})"
+    if isinstance(numba_type, (types.Number, types.Boolean, types.Array, types.NoneType)):
+        return f"{type(numba_type).__qualname__}:{numba_type!r}"
+    raise Unsure(f"an argument or result of Numba type {numba_type}")
 
 
 def _simplified(module: SourceModule) -> SourceModule:
