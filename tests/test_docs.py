@@ -87,3 +87,24 @@ def test_guide_code_blocks_run(page, tmp_path):
         check=False,
     )
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_readme_links_are_absolute():
+    """The README is the PyPI page: a relative link or image would break there."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert targets
+    relative = [t for t in targets if not t.startswith(("https://", "http://", "#"))]
+    assert not relative, relative
+    # One project URL throughout: pyproject's [project.urls], mkdocs.yml and the README.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    home = re.search(r'^Homepage = "([^"]+)"', pyproject, re.MULTILINE)
+    docs = re.search(r'^Documentation = "([^"]+)"', pyproject, re.MULTILINE)
+    assert home and docs
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    assert f"repo_url: {home[1]}" in mkdocs and f"site_url: {docs[1]}" in mkdocs
+    for target in targets:
+        if "github.com" in target and "/blob/" in target:
+            assert target.startswith(home[1] + "/blob/main/"), target
+            path = target.removeprefix(home[1] + "/blob/main/").split("#")[0]
+            assert (ROOT / path).exists(), target
