@@ -15,7 +15,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 echo "[setup] building enzyme_py with AD into .venv"
-ENZYME_PY_AD=ON .venv/bin/python -m pip install --quiet ".[test,dev,cython]"
+# docs: mkdocs + mkdocstrings for tests/test_docs.py; dask: dask.distributed for
+# tests/test_dask.py and examples/dask_ensemble.py.
+ENZYME_PY_AD=ON .venv/bin/python -m pip install --quiet ".[test,dev,cython,docs,dask]"
 # The bridges' dependencies, so that their tests and examples run: the pins of the
 # extras `torch` and `jax` in pyproject.toml, on their own line (not ".[torch,jax]")
 # so that a reused .venv skips them with one import instead of a resolver run.
