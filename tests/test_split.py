@@ -227,6 +227,13 @@ def test_torch_backward_from_the_tape(dtype, monkeypatch):
     (gx2,) = torch.autograd.grad(g(x, k), x, create_graph=True)
     assert gx2.requires_grad
     np.testing.assert_allclose(gx2.detach().numpy(), ref[0], rtol=tol)
+    # No tape under no_grad (nothing would take it).
+    monkeypatch.setattr(
+        _bridge.HostKernel, "split_value", lambda *a: pytest.fail("a tape under no_grad")
+    )
+    with torch.no_grad():
+        g(x, k)
+    monkeypatch.undo()
     # torch.func still works (recompute there).
     np.testing.assert_allclose(torch.func.grad(g)(x.detach(), k.detach()).numpy(), ref[0], rtol=tol)
 

@@ -213,9 +213,9 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     run is Enzyme's augmented forward pass (split mode), and ``vjp_fn`` runs only the
     reverse pass from its tape (kept until ``vjp_fn`` is collected). ``vjp_fn``
     differentiates at the primals as they were when ``vjp`` was called (copies),
-    however often it is called and whatever ``f`` overwrites. For a function that returns a float, the cotangent is a float;
-    for one that returns an array (or a tuple), an array shaped like it (a tuple of
-    them, floats for its scalars).
+    however often it is called and whatever ``f`` overwrites. For a function that
+    returns a float, the cotangent is a float; for one that returns an array (or a
+    tuple), an array shaped like it (a tuple of them, floats for its scalars).
     For a function that returns nothing and writes output arrays, the cotangent has one
     entry per primal, as ``jvp``'s tangents do: an array like each output array (the
     cotangent of what ``f`` writes there), None for the others; an output array's

@@ -5,6 +5,7 @@ See :func:`function` for the conventions. Needs the ``enzyme_py[torch]`` extra.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -369,14 +370,20 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
     # Split mode: forward's tape, for setup_context to put into ctx (forward has no
     # ctx); a few at most, in case a forward is never followed by its setup_context.
     pending: OrderedDict[int, tuple[tuple[int, ...], Any]] = OrderedDict()
+    grad_mode = threading.local()  # .on: grad mode where apply was called
 
     class EnzymeFunction(torch.autograd.Function):
         @staticmethod
         def forward(*args: Any) -> torch.Tensor:
             values = [_to_numpy(a) for a in args]
             # The arguments a backward pass will want: float tensors requiring grad
-            # (none under torch.func's transforms, whose tensors are wrapped).
-            nums = tuple(i for i, a in enumerate(args) if _float_tensor(a) and a.requires_grad)
+            # (none under torch.func's transforms, whose tensors are wrapped), if the
+            # call was made with grad mode on (forward itself runs with it off).
+            nums = tuple(
+                i
+                for i, a in enumerate(args)
+                if getattr(grad_mode, "on", False) and _float_tensor(a) and a.requires_grad
+            )
             split = None
             if nums:
                 result, split = kernel.split_value(values, nums)
@@ -432,7 +439,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             return _loop(EnzymeFunction, info, in_dims, args)
 
     def apply(*args: Any) -> torch.Tensor:
-        return EnzymeFunction.apply(*args)
+        outer = getattr(grad_mode, "on", False)
+        grad_mode.on = torch.is_grad_enabled()
+        try:
+            return EnzymeFunction.apply(*args)
+        finally:
+            grad_mode.on = outer
 
     apply.__name__ = name
     apply.__doc__ = f"{name} as a PyTorch function (derivatives by enzyme_py)."
