@@ -75,3 +75,16 @@ def test_forward_over_a_numba_derivative_never_called():
     assert "Forward" in repr(hvp)
     with pytest.raises(ez.ActivityError, match="first call"):
         hvp.as_function()
+
+
+@pytest.mark.parametrize("how", ["jacfwd", "jacrev"])
+def test_jacobian_of_grad_is_the_hessian(how):
+    f = njit(cubic_sin)
+    x = np.linspace(0.2, 1.4, 5)
+    _, h, _ = analytic(x, 2.0)
+    jac = getattr(ez, how)
+    np.testing.assert_allclose(jac(ez.grad(f))(x, 2.0), h, rtol=1e-12, atol=1e-13)
+    blocks = jac(ez.grad(f, argnums=(0,)), argnums=(0,))(x, 2.0)
+    np.testing.assert_allclose(blocks[0][0], h, rtol=1e-12, atol=1e-13)
+    with pytest.raises(TypeError, match="same argnums"):
+        jac(ez.grad(f), argnums=1)(x, 2.0)
