@@ -25,6 +25,8 @@ struct MemInfo {
 static_assert(offsetof(MemInfo, data) == kMemInfoDataField, "Numba's MemInfo layout");
 
 thread_local std::vector<void *> blocks;
+// Split mode: where temporaries go now (null: `blocks`); see SplitTape.
+thread_local std::vector<void *> *active_blocks = nullptr;
 
 // Where a failed allocation returns to: set by call_entry around a derivative
 // call on this thread (null outside one), with the bytes asked for.
@@ -64,7 +66,7 @@ void *allocate(size_t size, size_t align) {
     offset = (data + align - 1) / align * align - reinterpret_cast<uintptr_t>(block);
   }
   try {
-    blocks.push_back(block);
+    (active_blocks ? *active_blocks : blocks).push_back(block);
   } catch (const std::bad_alloc &) {
     std::free(block);
     return allocation_failed(size);
@@ -277,6 +279,16 @@ class Tape {
 
 thread_local Tape tape;
 
+// Split mode (arena.h, SplitTape): where this thread's allocations go now. The
+// augmented forward pass of a split tape allocates into the split tape's own
+// tape and blocks; its reverse pass reads them (`frozen`: frees of its blocks
+// are ignored, so that the reverse pass can run again) and allocates into the
+// thread's own, released after the call as usual.
+thread_local Tape *active_tape = nullptr;  // null: `tape`
+thread_local const Tape *frozen = nullptr;
+
+Tape &current_tape() { return active_tape ? *active_tape : tape; }
+
 // Enzyme sizes the tape of a loop before the loop's guard: for a loop that will
 // not run, such as the main body of a loop unrolled by 8 that has 3 iterations,
 // the size is a wrapped negative number (about 2^63 bytes) and the tape is never
@@ -288,21 +300,31 @@ void *tape_allocation_failed(size_t bytes) {
 }
 
 extern "C" void *enzyme_py_tape_alloc(size_t bytes) {
-  void *p = tape.allocate(bytes);
+  void *p = current_tape().allocate(bytes);
   return p ? p : tape_allocation_failed(bytes);
 }
 
 extern "C" void enzyme_py_tape_free(void *p) {
   if (!p) return;
-  if (tape.owns(p)) {
-    tape.release(p);
+  if (frozen && frozen->owns(p)) return;  // a split tape's: kept until it dies
+  Tape &t = current_tape();
+  if (t.owns(p)) {
+    t.release(p);
   } else {
     std::free(p);
   }
 }
 
 extern "C" void *enzyme_py_tape_realloc(void *p, size_t bytes) {
-  void *moved = p && !tape.owns(p) ? std::realloc(p, bytes) : tape.reallocate(p, bytes);
+  Tape &t = current_tape();
+  if (p && frozen && frozen->owns(p)) {  // grown in the reverse pass: a copy
+    void *moved = t.allocate(bytes);
+    if (!moved) return bytes == 0 ? nullptr : tape_allocation_failed(bytes);
+    size_t old = (static_cast<TapeBlock *>(p) - 1)->size & ~size_t{1};
+    std::memcpy(moved, p, std::min(old, bytes));
+    return moved;
+  }
+  void *moved = p && !t.owns(p) ? std::realloc(p, bytes) : t.reallocate(p, bytes);
   return moved || bytes == 0 ? moved : tape_allocation_failed(bytes);
 }
 
@@ -340,6 +362,51 @@ size_t call_entry(void (*entry)(void *), void *slots) {
     failed = out_of_memory_bytes;
   }
   out_of_memory_exit = outer;
+  arena_release();
+  return failed;
+}
+
+struct SplitTape::State {
+  Tape tape;
+  std::vector<void *> blocks;
+};
+
+SplitTape::SplitTape() : state_(new State) {}
+
+SplitTape::~SplitTape() {
+  for (void *block : state_->blocks) std::free(block);
+  delete state_;
+}
+
+size_t SplitTape::bytes() const { return state_->tape.in_use(); }
+
+size_t call_entry_split(void (*entry)(void *), void *slots, SplitTape &split, bool forward) {
+  Tape *const outer_tape = active_tape;
+  std::vector<void *> *const outer_blocks = active_blocks;
+  const Tape *const outer_frozen = frozen;
+  if (forward) {
+    active_tape = &split.state_->tape;
+    active_blocks = &split.state_->blocks;
+    frozen = nullptr;
+  } else {
+    active_tape = nullptr;
+    active_blocks = nullptr;
+    frozen = &split.state_->tape;
+  }
+  sigjmp_buf here;
+  sigjmp_buf *const outer = out_of_memory_exit;
+  size_t failed = 0;
+  if (sigsetjmp(here, /*savemask=*/0) == 0) {
+    out_of_memory_exit = &here;
+    entry(slots);
+  } else {
+    failed = out_of_memory_bytes;
+  }
+  out_of_memory_exit = outer;
+  active_tape = outer_tape;
+  active_blocks = outer_blocks;
+  frozen = outer_frozen;
+  // What the reverse pass (or a failed forward pass) allocated on the thread's own.
   arena_release();
   return failed;
 }

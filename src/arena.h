@@ -31,6 +31,29 @@ void arena_release();
 // number of bytes that could not be allocated (at least 1), else 0.
 size_t call_entry(void (*entry)(void *), void *slots);
 
+// Split reverse mode: the memory of one augmented forward pass (Enzyme's tape,
+// the temporaries and their shadows it allocated), kept until this object dies
+// so that its reverse pass can run any number of times in between.
+class SplitTape {
+ public:
+  SplitTape();
+  ~SplitTape();
+  SplitTape(const SplitTape &) = delete;
+  SplitTape &operator=(const SplitTape &) = delete;
+  // Bytes its tape holds.
+  size_t bytes() const;
+
+ private:
+  struct State;
+  State *state_;
+  friend size_t call_entry_split(void (*)(void *), void *, SplitTape &, bool);
+};
+
+// call_entry for split mode. forward: the augmented forward pass, allocating
+// into `split`; else its reverse pass, reading `split` (whose blocks it does not
+// free) and allocating on the thread's arena, released after the call.
+size_t call_entry_split(void (*entry)(void *), void *slots, SplitTape &split, bool forward);
+
 // Where the data of a block from NRT_MemInfo_alloc_aligned(size, align) starts,
 // in bytes from its MemInfo header: a constant for each power-of-two alignment
 // (0 for other alignments). Code may then compute the data pointer from the

@@ -414,6 +414,38 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
           req.runtime_activity, req.strong_zero, req.width, nullptr, info,
           /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
           nullptr);
+    } else if (req.split) {
+      capi::EnzymeAugmentedReturnPtr augmented = api.CreateAugmentedPrimal(
+          logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+          analysis, req.return_primal, /*shadowReturnUsed=*/0, info,
+          /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
+          /*nowrite_shadows=*/overwritten.data(), overwritten.size(),
+          /*forceAnonymousTape=*/1, req.runtime_activity, req.strong_zero, req.width,
+          req.atomic_add);
+      if (augmented && pending_errors.empty()) {
+        int64_t at[3] = {-1, -1, -1};
+        uint8_t there[3] = {0, 0, 0};
+        api.ExtractReturnInfo(augmented, at, there, 3);
+        // The entry point flattens the returned struct in order: the tape first.
+        if (!there[0] || at[0] != 0 || (there[1] && at[1] != 1) || there[2]) {
+          api.FreeTypeAnalysis(analysis);
+          api.FreeEnzymeLogic(logic);
+          throw EnzymeFailure("the augmented forward pass of '" + req.function +
+                              "' returns its tape in an unexpected place; split mode "
+                              "cannot call it");
+        }
+        if (req.split == 1) {
+          derivative = api.ExtractFunctionFromAugmentation(augmented);
+        } else {
+          derivative = api.CreatePrimalAndGradient(
+              logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
+              analysis, /*returnValue=*/0, /*dretUsed=*/0, capi::DEM_ReverseModeGradient,
+              req.runtime_activity, req.strong_zero, req.width, /*freeMemory=*/0,
+              api.ExtractTapeTypeFromAugmentation(augmented), /*forceAnonymousTape=*/1, info,
+              /*subsequent_calls_may_write=*/0, overwritten.data(), overwritten.size(),
+              augmented, req.atomic_add);
+        }
+      }
     } else {
       derivative = api.CreatePrimalAndGradient(
           logic, nullptr, nullptr, fn, req.ret, activities.data(), activities.size(),
@@ -441,7 +473,9 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.derivative_module = print_module(mod);
   // Also for primal-only requests: a kernel's range driver calls a derivative made
   // earlier (its tape allocations still marked) once per index.
-  route_tape_to_arena(mod);
+  // The augmented forward pass of split mode: every allocation it keeps must
+  // live as long as its tape (SplitTape in arena.h), the tape struct included.
+  route_tape_to_arena(mod, req.split == 1);
 
   // Only the entry stays visible; everything else may be inlined and dropped,
   // and objects of several derivatives never clash in the JIT.

@@ -86,6 +86,12 @@ struct DerivativeRequest {
   // Enzyme's min-cut caching (smaller tapes). Only honoured by build_isolated:
   // it can abort, so it is never turned on in the caller's process.
   bool mincut = false;
+  // Split reverse mode (not forward): 1 the augmented forward pass, returning
+  // {tape (i8*), primal if return_primal}; 2 its reverse pass, taking the
+  // combined derivative's parameters then the tape, returning the adjoints of
+  // Active parameters. Both halves are built from the same augmentation (Enzyme
+  // makes it alike each time), so one's tape fits the other.
+  int split = 0;
 };
 
 // What building one derivative produces: object code with one visible

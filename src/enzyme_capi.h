@@ -133,6 +133,26 @@ using EnzymeCreateForwardDiff_t = LLVMValueRef (*)(
     uint8_t *overwritten_args, size_t overwritten_args_size,
     EnzymeAugmentedReturnPtr augmented);
 
+// Split mode: the augmented forward pass (its tape kept), then the reverse pass
+// (EnzymeCreatePrimalAndGradient in DEM_ReverseModeGradient, given the
+// augmentation and its tape type as the additional argument).
+using EnzymeCreateAugmentedPrimal_t = EnzymeAugmentedReturnPtr (*)(
+    EnzymeLogicRef, LLVMValueRef request_req, LLVMBuilderRef request_ip,
+    LLVMValueRef todiff, CDIFFE_TYPE retType, CDIFFE_TYPE *constant_args,
+    size_t constant_args_size, EnzymeTypeAnalysisRef TA, uint8_t returnUsed,
+    uint8_t shadowReturnUsed, CFnTypeInfo typeInfo,
+    uint8_t subsequent_calls_may_write, uint8_t *overwritten_args,
+    size_t overwritten_args_size, uint8_t *nowrite_shadows,
+    size_t nowrite_shadows_size, uint8_t forceAnonymousTape,
+    uint8_t runtimeActivity, uint8_t strongZero, unsigned width,
+    uint8_t AtomicAdd);
+using EnzymeExtractFunctionFromAugmentation_t = LLVMValueRef (*)(EnzymeAugmentedReturnPtr);
+using EnzymeExtractTapeTypeFromAugmentation_t = LLVMTypeRef (*)(EnzymeAugmentedReturnPtr);
+// data/existed: 3 entries each (tape, return, shadow return): the index of each
+// in the augmented function's returned struct, and whether it is there.
+using EnzymeExtractReturnInfo_t = void (*)(EnzymeAugmentedReturnPtr, int64_t *data,
+                                           uint8_t *existed, size_t len);
+
 // --- allocation functions ------------------------------------------------------
 // Emits the shadow of a call to a registered allocation function, at B.
 using CustomShadowAlloc = LLVMValueRef (*)(LLVMBuilderRef B, LLVMValueRef call,

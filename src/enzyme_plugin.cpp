@@ -62,6 +62,10 @@ const EnzymeApi &load_enzyme_plugin(const std::string &path) {
   resolve(*api, api->StringFree, "EnzymeStringFree");
   resolve(*api, api->CreatePrimalAndGradient, "EnzymeCreatePrimalAndGradient");
   resolve(*api, api->CreateForwardDiff, "EnzymeCreateForwardDiff");
+  resolve(*api, api->CreateAugmentedPrimal, "EnzymeCreateAugmentedPrimal");
+  resolve(*api, api->ExtractFunctionFromAugmentation, "EnzymeExtractFunctionFromAugmentation");
+  resolve(*api, api->ExtractTapeTypeFromAugmentation, "EnzymeExtractTapeTypeFromAugmentation");
+  resolve(*api, api->ExtractReturnInfo, "EnzymeExtractReturnInfo");
   resolve(*api, api->RegisterAllocationHandler, "EnzymeRegisterAllocationHandler");
   resolve(*api, api->SetCLBool, "EnzymeSetCLBool");
   resolve(*api, api->SetCLInteger, "EnzymeSetCLInteger");

@@ -28,6 +28,10 @@ struct EnzymeApi {
   capi::EnzymeStringFree_t StringFree = nullptr;
   capi::EnzymeCreatePrimalAndGradient_t CreatePrimalAndGradient = nullptr;
   capi::EnzymeCreateForwardDiff_t CreateForwardDiff = nullptr;
+  capi::EnzymeCreateAugmentedPrimal_t CreateAugmentedPrimal = nullptr;
+  capi::EnzymeExtractFunctionFromAugmentation_t ExtractFunctionFromAugmentation = nullptr;
+  capi::EnzymeExtractTapeTypeFromAugmentation_t ExtractTapeTypeFromAugmentation = nullptr;
+  capi::EnzymeExtractReturnInfo_t ExtractReturnInfo = nullptr;
   capi::EnzymeRegisterAllocationHandler_t RegisterAllocationHandler = nullptr;
   capi::EnzymeSetCLBool_t SetCLBool = nullptr;
   capi::EnzymeSetCLInteger_t SetCLInteger = nullptr;

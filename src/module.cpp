@@ -221,7 +221,7 @@ PYBIND11_MODULE(_native, m) {
          const std::vector<int> &args, int ret, bool return_primal, unsigned width,
          const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
          const std::string &passes, const std::string &entry_name, bool isolate,
-         bool mincut, bool atomic_add, bool primal_only) {
+         bool mincut, bool atomic_add, bool primal_only, int split) {
         DerivativeRequest req;
         req.function = function;
         req.forward = forward;
@@ -236,6 +236,7 @@ PYBIND11_MODULE(_native, m) {
         req.mincut = mincut;
         req.atomic_add = atomic_add;
         req.primal_only = primal_only;
+        req.split = split;
         Engine &e = the_engine();
         Artifact art;
         if (isolate) {
@@ -271,7 +272,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("ret"), py::arg("return_primal"), py::arg("width"), py::arg("pointee"),
       py::arg("runtime_activity"), py::arg("strong_zero"), py::arg("passes"),
       py::arg("entry_name"), py::arg("isolate"), py::arg("mincut") = false,
-      py::arg("atomic_add") = false, py::arg("primal_only") = false,
+      py::arg("atomic_add") = false, py::arg("primal_only") = false, py::arg("split") = 0,
       "Ask Enzyme for one derivative of `function`, optimize and compile it to object\n"
       "code whose only exported symbol is `entry_name`; with `isolate`, in a forked child\n"
       "(where `mincut` turns on Enzyme's min-cut caching).");
@@ -313,6 +314,32 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");
+
+  py::class_<SplitTape>(m, "SplitTape",
+                        "The memory of one augmented forward pass of split mode (Enzyme's "
+                        "tape, temporaries and their shadows), freed when this dies.")
+      .def(py::init<>())
+      .def_property_readonly("bytes", &SplitTape::bytes, "Bytes its tape holds.");
+
+  m.def(
+      "invoke_split",
+      [](uint64_t entry, py::buffer slots, SplitTape &split, bool forward) {
+        py::buffer_info info = slots.request(/*writable=*/true);
+        if (info.itemsize != 8 || info.ndim != 1) {
+          throw std::invalid_argument("slots must be a 1-D buffer of 8-byte items");
+        }
+        auto fn = reinterpret_cast<void (*)(void *)>(entry);
+        void *data = info.ptr;
+        size_t failed_bytes = 0;
+        {
+          py::gil_scoped_release release;
+          failed_bytes = call_entry_split(fn, data, split, forward);
+        }
+        if (failed_bytes) throw OutOfMemory(failed_bytes);
+      },
+      py::arg("entry"), py::arg("slots"), py::arg("tape"), py::arg("forward"),
+      "invoke for split mode: the augmented forward pass (forward) allocating into\n"
+      "`tape`, or its reverse pass reading it. The caller keeps `tape` alive meanwhile.");
 
   register_device_code(m, [] { return the_engine().context(); });
 }

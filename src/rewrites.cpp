@@ -110,7 +110,7 @@ bool grows_enzyme_cache(LLVMValueRef fn, LLVMBasicBlockRef bb) {
 // On loops that cache a few values per iteration (one malloc per iteration),
 // malloc and free took more time than the derivative itself. Every free is
 // routed: the tape's free hands blocks it does not own to free().
-void route_tape_to_arena(LLVMModuleRef mod) {
+void route_tape_to_arena(LLVMModuleRef mod, bool every_malloc) {
   LLVMContextRef ctx = LLVMGetModuleContext(mod);
   static const char kCacheAlloc[] = "enzyme_cache_alloc";
   const unsigned cache_alloc =
@@ -150,7 +150,7 @@ void route_tape_to_arena(LLVMModuleRef mod) {
         if (!LLVMIsACallInst(inst)) continue;
         LLVMValueRef callee = LLVMGetCalledValue(inst);
         const char *to = nullptr;
-        if (callee == malloc_fn && malloc_fn && LLVMGetMetadata(inst, cache_alloc)) {
+        if (callee == malloc_fn && malloc_fn && (every_malloc || LLVMGetMetadata(inst, cache_alloc))) {
           to = kTapeAlloc;
         } else if (callee == free_fn && free_fn) {
           to = kTapeFree;

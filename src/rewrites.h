@@ -58,7 +58,9 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
 
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
 // __enzyme_exponentialallocation) and every free go to arena.h's tape.
-void route_tape_to_arena(LLVMModuleRef mod);
+// every_malloc: all of malloc (the augmented forward pass of split mode, whose
+// tape must live in the tape's own arena, anonymous tape struct included).
+void route_tape_to_arena(LLVMModuleRef mod, bool every_malloc = false);
 
 // Reverse kernels on the CPU device: a shadow each thread has a private copy of
 // needs no atomic adds. In `function`, every atomic fadd/fsub into memory based

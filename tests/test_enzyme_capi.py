@@ -73,6 +73,17 @@ def test_create_forward_diff():
     assert dy == pytest.approx(df_analytic(0.7), rel=1e-15)
 
 
+def test_create_augmented_primal_and_its_reverse_pass():
+    # EnzymeCreateAugmentedPrimal (21 parameters), EnzymeExtractReturnInfo,
+    # EnzymeExtractFunctionFromAugmentation, EnzymeExtractTapeTypeFromAugmentation,
+    # and EnzymeCreatePrimalAndGradient in DEM_ReverseModeGradient given them.
+    f = ez.llvm_ir(SIN_IR, "f")
+    df = ez.autodiff(f, ez.ReverseSplit, ez.Active, ez.Active)
+    y, tape = df.forward(0.7)
+    assert y == pytest.approx(0.49 * math.sin(0.7), rel=1e-15)
+    assert df.reverse(tape, 0.7, 2.0) == (pytest.approx(2 * df_analytic(0.7), rel=1e-15),)
+
+
 def test_set_cl_bool_reaches_enzyme_option():
     # EnzymeSetCLBool on the exported EnzymeMinCutCache option (set off at load);
     # EnzymeGetCLBool reads it back.

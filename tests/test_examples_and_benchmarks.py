@@ -99,6 +99,22 @@ def test_compile_and_call_benchmark_quick(tmp_path):
         assert row["repeat"] >= 5
 
 
+def test_training_step_benchmark_quick(tmp_path):
+    proc = run_script(
+        str(ROOT / "benchmarks" / "training_step.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "training_step.json").read_text())
+    assert results["meta"]["quick"] is True
+    hows = {(row["step"], row["how"]) for row in results["rows"]}
+    assert ("ez.vjp + pullback", "split") in hows
+    assert ("ez.vjp + pullback", "recompute") in hows
+    for row in results["rows"]:
+        assert row["median_s"] > 0
+        if row["grad_rel_error"] is not None:
+            assert row["grad_rel_error"] < 1e-12  # every way gives the same gradient
+
+
 def test_numba_gradients_benchmark_quick(tmp_path):
     proc = run_script(
         str(ROOT / "benchmarks" / "numba_gradients.py"), "--quick", "--out", str(tmp_path)

@@ -31,6 +31,7 @@ from enzyme_py.core import (
     GradientCheckWarning,
     Mode,
     Reverse,
+    ReverseSplit,
 )
 
 if _state.native is not None:
@@ -101,6 +102,7 @@ __all__ = [
     "GradientCheckWarning",
     "Mode",
     "Reverse",
+    "ReverseSplit",
     "__version__",
     "autodiff",
     "c",

@@ -14,7 +14,16 @@ from enzyme_py._activities import check_activities, check_mode
 from enzyme_py._check import check_first_call
 from enzyme_py._derivative import Derivative, Options, resolve_function
 from enzyme_py._numba_derivative import NumbaDerivative
-from enzyme_py.core import Activity, Mode, checked_flag, checked_width
+from enzyme_py._numba_results import ArrayResultCall
+from enzyme_py._split import SplitDerivative
+from enzyme_py.core import (
+    Activity,
+    ActivityError,
+    Mode,
+    ReverseSplit,
+    checked_flag,
+    checked_width,
+)
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.offload import Kernel
 
@@ -55,6 +64,14 @@ def autodiff(
             or its string). Without it, the dispatcher's only compiled signature, or one
             derivative per argument types, made at the first call with those types.
 
+    Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
+    augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the
+    Reverse arguments without the seed and returns ``(primal, tape)``;
+    ``df.reverse(tape, *args, seed)`` takes the same arguments again (the very same
+    arrays and shadows, unchanged) and the seed, adds the adjoints into the shadows and
+    returns the adjoints of Active parameters. The reverse half runs only the reverse
+    pass, as often as wanted while the tape lives; the tape is freed when collected.
+
     Raises:
         ActivityError: activities that do not fit the parameters or the mode.
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
@@ -65,6 +82,10 @@ def autodiff(
     options = Options(
         width, runtime_activity, strong_zero, first_call=check_first_call if check else None
     )
+    if mode is ReverseSplit:
+        if isinstance(f, Kernel):
+            raise ActivityError("kernels have no split mode; use ez.Reverse")
+        return SplitDerivative(f, tuple(activities), options, sig)
     if isinstance(f, Kernel):
         if width != 1 or runtime_activity or strong_zero or check or sig is not None:
             raise ValueError("the derivative of a kernel takes only the mode and activities")
@@ -73,6 +94,62 @@ def autodiff(
         return NumbaDerivative(f, check_mode(mode), tuple(activities), options, sig)
     if sig is not None:
         raise TypeError("sig= applies to Numba dispatchers only")
+    if isinstance(f, NumbaDerivative) and len(f._by_types) != 1:
+        # Not yet (or more than once) specialised: the first call's types pick it.
+        return _LateDerivative(f, check_mode(mode), tuple(activities), options)
     fn = resolve_function(f)
     params, ret = check_activities(fn, mode, activities)
     return Derivative(fn, mode, params, ret, options)
+
+
+class _LateDerivative:
+    """``autodiff`` of a Numba derivative that has no single specialisation yet: made
+    per argument types at the first call with them, as Numba compiles. The derivative's
+    own arguments are among the call's (each followed by its shadow or tangent when its
+    activity has one); their types pick its specialisation."""
+
+    def __init__(self, inner: NumbaDerivative, mode: Mode, activities: tuple[Any, ...],
+                 options: Options):  # fmt: skip
+        self.inner, self.mode, self.activities, self.options = inner, mode, activities, options
+        self._made: dict[tuple[Any, ...], Any] = {}
+
+    def _for(self, args: tuple[Any, ...]) -> Any:
+        values, pos = [], 0
+        for act in self.activities:
+            if pos >= len(args):
+                break
+            values.append(args[pos])
+            pos += 2 if getattr(act, "shadow", False) else 1
+        key = tuple(
+            (a.dtype.str, a.ndim, a.flags.c_contiguous) if hasattr(a, "dtype") and
+            hasattr(a, "ndim") else type(a)
+            for a in values
+        )  # fmt: skip
+        made = self._made.get(key)
+        if made is None:
+            bound = self.inner._bound_for(tuple(values))
+            if bound.defaults or isinstance(bound.results, ArrayResultCall):
+                raise ActivityError(
+                    f"{self.inner!r} returns an array or a tuple, or leaves out parameters "
+                    "with defaults: it cannot be differentiated again (give an activity for "
+                    "every parameter; write array results into an output parameter)"
+                )
+            made = self._made[key] = autodiff(
+                bound.derivative, self.mode, *self.activities,
+                width=self.options.width, runtime_activity=self.options.runtime_activity,
+                strong_zero=self.options.strong_zero,
+            )  # fmt: skip
+        return made
+
+    def __call__(self, *args: Any) -> Any:
+        return self._for(args)(*args)
+
+    def as_function(self) -> Any:
+        raise ActivityError(
+            f"this {self.mode.name} derivative of {self.inner!r} is made at its first call "
+            "(from the types of its arguments); call it once before differentiating it again"
+        )
+
+    def __repr__(self) -> str:
+        acts = ", ".join(getattr(a, "name", repr(a)) for a in self.activities)
+        return f"<enzyme_py {self.mode.name}({acts}) derivative of {self.inner!r}>"

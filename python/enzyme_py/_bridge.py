@@ -13,14 +13,17 @@ import numpy as np
 from enzyme_py._activities import RecursionBatchRefused
 from enzyme_py._api import autodiff
 from enzyme_py._derivative import Derivative
+from enzyme_py._split import SplitCall
 from enzyme_py.core import (
     Active,
     ActiveOnly,
     Activity,
+    ActivityError,
     Const,
     Dual,
     DualOnly,
     Duplicated,
+    EnzymeError,
     Forward,
     Reverse,
 )
@@ -78,6 +81,19 @@ class HostKernel:
     def value(self, values: Sequence[Any]) -> Any:
         primal = self.derivatives.get(Forward, [Const] * len(values), Const)
         return primal(*self.arguments(values))
+
+    def split_value(self, values: Sequence[Any], nums: tuple[int, ...]) -> tuple[Any, Any]:
+        """``(f(*values), split)``: the value by Enzyme's augmented forward pass, and
+        the SplitCall whose ``pull(seed)`` gives ``gradient(values, nums, seed)`` from
+        its tape alone; ``(value, None)`` where split mode does not apply. The values'
+        memory must stay unchanged while the SplitCall lives (f's own copies where it
+        may write)."""
+        args = self.arguments(values)
+        try:
+            split = SplitCall(self.derivatives, args, nums)
+        except (ActivityError, EnzymeError):
+            return self.value(values), None
+        return split.value, split
 
     def gradient(self, values: Sequence[Any], nums: tuple[int, ...], seed: float) -> tuple:
         """seed times the gradient of f with respect to each argument in nums."""

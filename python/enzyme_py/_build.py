@@ -48,6 +48,9 @@ class Request:
     strong_zero: bool
     atomic_add: bool = False  # reverse mode: shadows updated atomically (kernels)
     primal_only: bool = False  # no differentiation: the function itself (launchers)
+    # Split reverse mode: 1 the augmented forward pass (returns its tape, then the
+    # primal), 2 its reverse pass (the combined one's inputs, then the tape).
+    split: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> d
             mincut,
             request.atomic_add,
             request.primal_only,
+            request.split,
         )
     )
 
@@ -425,6 +429,12 @@ def implied_slots(fn: IRFunction, request: Request) -> SlotCounts | None:
             ins.append(code * k)
         elif act == _DFT_OUT_DIFF and not request.forward:
             outs.append(code * k)
+    if request.split == 1:  # the tape, the primal; no adjoints, no seed
+        return _counts("".join(ins)), _counts("p" + (ret if request.return_primal else ""))
+    if request.split == 2:  # the seed, then the tape; the adjoints only
+        if ret and request.ret == _DFT_OUT_DIFF:
+            ins.append(ret * k)
+        return _counts("".join(ins) + "p"), _counts("".join(outs))
     if request.primal_only or request.return_primal:
         outs.append(ret)
     if not request.primal_only and ret:

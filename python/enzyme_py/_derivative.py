@@ -67,6 +67,8 @@ class Options:
     first_call: FirstCallHook | None = None
     atomic_add: bool = False  # reverse: shadows updated atomically (kernels)
     primal_only: bool = False  # no differentiation: the function itself
+    # Reverse mode in halves (_split.py): 1 the augmented forward pass, 2 its reverse.
+    split: int = 0
 
 
 def resolve_function(f: Any) -> IRFunction:
@@ -80,6 +82,30 @@ def resolve_function(f: Any) -> IRFunction:
         f"autodiff cannot differentiate {f!r}: give a Numba @njit function, a function "
         "from ez.llvm_ir(text, name), or an attribute of ez.c(source) / ez.cpp(source)"
     )
+
+
+def _split_plan(plan: _convention.CallPlan, split: int) -> _convention.CallPlan:
+    """The plan of a half of split reverse mode, from the combined reverse plan.
+
+    1, the augmented forward pass: the same arguments without the seed; it writes the
+    tape's address, then the primal (read as ``(primal,)``). 2, the reverse pass: the
+    same arguments (the tape's address goes into one more slot after them, filled by
+    ``call_split``); it writes the adjoints only (read as ``(None, *adjoints)``)."""
+    result = plan.result
+    if split == 1:
+        steps, names = plan.steps, plan.argument_names
+        if names and names[-1] == "seed":
+            steps, names = steps[:-1], names[:-1]
+        out = _convention.ResultPlan(
+            _convention.ResultShape.REVERSE, result.primal_fields, (), 0,
+            result.tangent_lanes, result.tangent_struct, 1 + result.primal_fields,
+        )  # fmt: skip
+        return replace(plan, steps=steps, result=out, arity=len(names), argument_names=names)
+    out = _convention.ResultPlan(
+        _convention.ResultShape.REVERSE, 0, result.adjoints, 0, result.tangent_lanes,
+        result.tangent_struct, sum(result.adjoints),
+    )  # fmt: skip
+    return replace(plan, result=out)
 
 
 class Derivative:
@@ -128,14 +154,17 @@ class Derivative:
                 strong_zero=options.strong_zero,
                 atomic_add=options.atomic_add,
                 primal_only=options.primal_only,
+                split=options.split,
             ),
             f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}",
         )
         self.plan = _convention.plan_call(
             fn, mode, params, ret, options.width, return_primal, options.runtime_activity
         )
+        if options.split:
+            self.plan = _split_plan(self.plan, options.split)
         self.entry = self._compiled.entry
-        if (len(self.plan.in_codes), self.plan.result.out_slots) != (
+        if (len(self.plan.in_codes) + (options.split == 2), self.plan.result.out_slots) != (
             len(self._compiled.in_slots),
             len(self._compiled.out_slots),
         ):
@@ -144,7 +173,8 @@ class Derivative:
                 f"({self._compiled.in_slots} -> {self._compiled.out_slots}); this is a bug "
                 "in enzyme_py"
             )
-        self._fast = self._fast_caller()
+        # The halves of split mode are called through call_split only.
+        self._fast = None if options.split else self._fast_caller()
 
     def _given(self) -> str:
         """The activities as the user gave them: hidden parameters left out."""
@@ -268,6 +298,38 @@ class Derivative:
         filled.copy_back()
         reader = _convention.SlotReader(filled.slots, self.out_codes, len(self.plan.in_codes))
         return _convention.read_results(self.plan.result, reader)
+
+    def call_split(self, args: tuple[Any, ...], tape: Any, address: int = 0) -> Any:
+        """A call of a half of split mode (``options.split``): the augmented forward
+        pass, allocating into ``tape`` (a native SplitTape), returns ``(tape address,
+        primal, arrays passed)``; the reverse pass, given the forward's ``address``,
+        returns the adjoints of the Active parameters (a tuple)."""
+        split = self._options.split
+        if len(args) != self.plan.arity:
+            raise TypeError(
+                f"the {'forward' if split == 1 else 'reverse'} half of the split derivative "
+                f"of '{self.function.display_name}' takes {self.plan.arity} arguments "
+                f"({', '.join(self.plan.argument_names)}); got {len(args)}"
+            )
+        codes = self._compiled.in_slots
+        filled = _convention.fill_slots(self.plan, args, codes)
+        if split == 2:
+            filled.slots[len(codes) - 1] = address
+        try:
+            _state.native.invoke_split(self.entry, filled.slots, tape, split == 1)
+        except _state.native.OutOfMemory as exc:
+            self._raise_out_of_memory(exc)
+        errors = filled.errors
+        if errors[0] != 0:
+            self._raise_callee_error(int(errors[0]), int(errors[1]))
+        filled.copy_back()
+        reader = _convention.SlotReader(filled.slots, self.out_codes, len(codes))
+        if split == 1:
+            address = int(reader.take())
+            (primal,) = _convention.read_results(self.plan.result, reader)
+            return address, primal, filled.arrays
+        _, *adjoints = _convention.read_results(self.plan.result, reader)
+        return tuple(adjoints)
 
     # --- higher order, pickling, inspection ----------------------------------
     def as_function(self) -> IRFunction:

@@ -317,7 +317,7 @@ def jacfwd(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[
     array([[ 3.,  0.],
            [ 0., 12.]])
     """
-    return _Jacobian(f, argnums, output, "jacfwd")
+    return _of_gradient(f, argnums, output, "jacfwd") or _Jacobian(f, argnums, output, "jacfwd")
 
 
 def jacrev(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[..., Any]:
@@ -333,7 +333,23 @@ def jacrev(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[
     >>> ez.jacrev(weighted)(np.array([1.0, 2.0]), w=np.array([3.0, 0.5]))
     array([6., 2.])
     """
-    return _Jacobian(f, argnums, output, "jacrev")
+    return _of_gradient(f, argnums, output, "jacrev") or _Jacobian(f, argnums, output, "jacrev")
+
+
+def _of_gradient(f: Any, argnums: Argnums, output: int | None, how: str) -> Any:
+    """``jacfwd`` / ``jacrev`` of ``grad(g, argnums)`` with the same argnums (JAX's
+    idioms for the Hessian): ``hessian(g, argnums)``, by forward over reverse mode.
+    None when ``f`` is not a gradient."""
+    from enzyme_py.helpers import _Gradient
+
+    if not isinstance(f, _Gradient) or output is not None:
+        return None
+    if f.with_value or f.argnums != argnums:
+        raise TypeError(
+            f"{how} of {f.__name__} (argnums={f.argnums!r}) composes with the same argnums "
+            f"only (it is then ez.hessian(f, argnums)); got argnums={argnums!r}"
+        )
+    return hessian(f.f, argnums)
 
 
 def _forward_over_reverse_acts(args: Sequence[Any], acts: Sequence[Activity]) -> list[Activity]:

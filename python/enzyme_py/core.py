@@ -31,6 +31,7 @@ __all__ = [
     "GradientCheckWarning",
     "Mode",
     "Reverse",
+    "ReverseSplit",
 ]
 
 
@@ -50,6 +51,10 @@ class Mode:
 
 Reverse = Mode("Reverse")
 Forward = Mode("Forward")
+# Reverse mode in two halves, as Enzyme's augmented forward pass and reverse pass:
+# ``autodiff(f, ReverseSplit, ...)`` has ``.forward(...)`` (the primal and a tape) and
+# ``.reverse(tape, ..., seed)`` (the adjoints), callable several times per tape.
+ReverseSplit = Mode("ReverseSplit")
 
 
 @dataclass(frozen=True)

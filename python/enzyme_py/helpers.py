@@ -47,14 +47,17 @@ from enzyme_py._helper_base import (
     _with_defaults,
 )
 from enzyme_py._jacobians import hessian, hvp, jacfwd, jacobian, jacrev
+from enzyme_py._split import SplitCall
 from enzyme_py.core import (
     Active,
     ActiveOnly,
     Activity,
+    ActivityError,
     Const,
     Dual,
     Duplicated,
     DuplicatedOnly,
+    EnzymeError,
     Forward,
     Reverse,
 )
@@ -159,9 +162,22 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     (None, (array([1. , 0.5]), array([2., 3.])))
     >>> out                              # the primal output, written by square
     array([1., 9.])
+
+    ``jvp(grad(f), primals, tangents)`` (JAX's Hessian-vector product) is
+    ``ez.hvp(f, primals, tangents)``: ``(gradient, H v)`` with respect to argument 0.
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    if isinstance(f, _Gradient):
+        # JAX's Hessian-vector product idiom: one forward-over-reverse call.
+        if f.with_value or f.argnums not in (0, (0,)):
+            raise TypeError(
+                f"jvp of {f.__name__} with argnums={f.argnums!r}: only jvp(grad(f), ...) "
+                "with argnums=0 composes (it is ez.hvp(f, primals, tangents)); use "
+                "ez.hvp, or ez.hessian(f, argnums) for the blocks"
+            )
+        gradient, hv = hvp(f.f, primals, tangents)
+        return (gradient, hv) if f.argnums == 0 else ((gradient,), (hv,))
     args = _with_defaults(f, primals, f"jvp({_name(f)})")
     tangents = (*tangents, *([None] * (len(args) - len(tangents))))
     derivatives = _derivatives_of(f)
@@ -193,11 +209,13 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
     the pullback for float arrays and scalars, None for the others.
 
-    ``f`` runs once, on the primals given; ``vjp_fn`` differentiates at the primals as
-    they were when ``vjp`` was called (copies), however often it is called and whatever
-    ``f`` overwrites. For a function that returns a float, the cotangent is a float;
-    for one that returns an array (or a tuple), an array shaped like it (a tuple of
-    them, floats for its scalars).
+    ``f`` runs once, on the primals given; for a function returning a float, that one
+    run is Enzyme's augmented forward pass (split mode), and ``vjp_fn`` runs only the
+    reverse pass from its tape (kept until ``vjp_fn`` is collected). ``vjp_fn``
+    differentiates at the primals as they were when ``vjp`` was called (copies),
+    however often it is called and whatever ``f`` overwrites. For a function that
+    returns a float, the cotangent is a float; for one that returns an array (or a
+    tuple), an array shaped like it (a tuple of them, floats for its scalars).
     For a function that returns nothing and writes output arrays, the cotangent has one
     entry per primal, as ``jvp``'s tangents do: an array like each output array (the
     cotangent of what ``f`` writes there), None for the others; an output array's
@@ -222,11 +240,29 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     # (it may overwrite them) and whatever the caller does with them later.
     at = tuple(_fresh(args))
     nothing = _returns_nothing(f, args)
-    value = derivatives.get(Forward, [Const] * len(args), None if nothing else Const)(*args)
-
     arrays = not nothing and _returns_arrays(f, args)
+    split = None
+    if not nothing and not arrays:
+        # Split mode: the augmented forward pass runs once, on the copies, and keeps its
+        # tape; vjp_fn runs only the reverse pass. What f writes into the copies goes
+        # back into the caller's arrays, as if f had run on them.
+        try:
+            split = SplitCall(derivatives, at, nums)
+        except (ActivityError, EnzymeError):
+            split = None  # refused (e.g. a Numba function returning a tuple): recompute
+    if split is not None:
+        value = split.value
+        for i, written in enumerate(derivatives.may_write(args)):
+            if written and isinstance(args[i], np.ndarray):
+                args[i][...] = at[i]
+    else:
+        value = derivatives.get(Forward, [Const] * len(args), None if nothing else Const)(*args)
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        if split is not None:
+            seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
+            pullback = dict(zip(nums, split.pull(seed), strict=True))
+            return tuple(pullback.get(i) for i in range(n))
         if nothing:
             return _pullback_of_outputs(derivatives, at, nums, n, cotangent)
         if arrays:  # the cotangent is shaped like the result (a tuple for a tuple)

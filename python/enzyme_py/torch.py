@@ -5,6 +5,8 @@ See :func:`function` for the conventions. Needs the ``enzyme_py[torch]`` extra.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,7 +101,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
     Derivatives (Enzyme's) with respect to every floating-point tensor argument:
 
     - ``backward`` / ``torch.autograd.grad``: reverse mode; ``torch.func.grad``,
-      ``vjp`` and ``jacrev`` too.
+      ``vjp`` and ``jacrev`` too. When a float tensor argument requires grad, the
+      forward pass is Enzyme's augmented forward pass and keeps its tape (split mode)
+      until the graph is freed; ``backward`` then runs only the reverse pass (twice
+      with ``retain_graph=True``). With ``create_graph=True``, under ``torch.func``,
+      or where split mode does not apply, ``backward`` recomputes (a combined reverse
+      pass).
     - forward mode: ``torch.func.jvp``, ``jacfwd`` and ``torch.autograd.forward_ad``
       (``jacfwd`` batches its tangents through Enzyme's width).
     - ``torch.vmap``: one call of ``f`` per batch element.
@@ -360,15 +367,39 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
             return _loop(EnzymeTangents, info, in_dims, inputs)
 
+    # Split mode: forward's tape, for setup_context to put into ctx (forward has no
+    # ctx); a few at most, in case a forward is never followed by its setup_context.
+    pending: OrderedDict[int, tuple[tuple[int, ...], Any]] = OrderedDict()
+    grad_mode = threading.local()  # .on: grad mode where apply was called
+
     class EnzymeFunction(torch.autograd.Function):
         @staticmethod
         def forward(*args: Any) -> torch.Tensor:
-            result = kernel.value([_to_numpy(a) for a in args])
-            return torch.tensor(result, dtype=_dtype(args))
+            values = [_to_numpy(a) for a in args]
+            # The arguments a backward pass will want: float tensors requiring grad
+            # (none under torch.func's transforms, whose tensors are wrapped), if the
+            # call was made with grad mode on (forward itself runs with it off).
+            nums = tuple(
+                i
+                for i, a in enumerate(args)
+                if getattr(grad_mode, "on", False) and _float_tensor(a) and a.requires_grad
+            )
+            split = None
+            if nums:
+                result, split = kernel.split_value(values, nums)
+            else:
+                result = kernel.value(values)
+            out = torch.tensor(result, dtype=_dtype(args))
+            if split is not None:
+                pending[id(out)] = (nums, split)
+                while len(pending) > 16:
+                    pending.popitem(last=False)
+            return out
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
             _save(ctx, inputs)
+            ctx.split = pending.pop(id(output), None)
 
         @staticmethod
         def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
@@ -378,6 +409,18 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             )
             if not nums:
                 return (None,) * len(args)
+            split = getattr(ctx, "split", None)
+            if (
+                split is not None
+                and set(nums) <= set(split[0])
+                and not torch.is_grad_enabled()  # create_graph: the differentiable op below
+                and not torch._C._functorch.is_functorch_wrapped_tensor(grad_output)
+            ):
+                # The reverse pass only, from the tape forward kept.
+                found = dict(zip(split[0], split[1].pull(_number(grad_output)), strict=True))
+                return tuple(
+                    _as_tensor(found[i], args[i]) if i in nums else None for i in range(len(args))
+                )
             by_index = dict(zip(nums, EnzymeGradient.apply(nums, grad_output, *args), strict=True))
             return tuple(by_index.get(i) for i in range(len(args)))
 
@@ -396,7 +439,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             return _loop(EnzymeFunction, info, in_dims, args)
 
     def apply(*args: Any) -> torch.Tensor:
-        return EnzymeFunction.apply(*args)
+        outer = getattr(grad_mode, "on", False)
+        grad_mode.on = torch.is_grad_enabled()
+        try:
+            return EnzymeFunction.apply(*args)
+        finally:
+            grad_mode.on = outer
 
     apply.__name__ = name
     apply.__doc__ = f"{name} as a PyTorch function (derivatives by enzyme_py)."
