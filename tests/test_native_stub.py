@@ -31,7 +31,7 @@ def _stub() -> tuple[dict[str, list[str] | None], dict[str, dict[str, list[str]]
             classes[node.name] = {
                 m.name: [a.arg for a in m.args.args][1:]
                 for m in node.body
-                if isinstance(m, ast.FunctionDef)
+                if isinstance(m, ast.FunctionDef) and not m.decorator_list  # not properties
             }
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names[node.target.id] = None
