@@ -155,8 +155,7 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock
 
     compile_if_missing(dispatcher, signature)
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
-    clone = numba.njit(**options)(dispatcher.py_func)
+    clone = numba.njit(**_serial_options(dispatcher))(dispatcher.py_func)
     library_class = codegen.CPUCodeLibrary
     full = library_class._optimize_final_module
 
@@ -174,6 +173,46 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
         finally:
             library_class._optimize_final_module = full
     return clone.overloads[tuple(signature)]
+
+
+def is_parallel(dispatcher: Any) -> bool:
+    """True for a dispatcher made with ``parallel=True``."""
+    return bool(dispatcher.targetoptions.get("parallel"))
+
+
+def _serial_options(dispatcher: Any) -> dict[str, Any]:
+    """The dispatcher's options for a private clone: no disk cache, and serial code.
+
+    A ``parallel=True`` function is differentiated as its serial twin: without
+    ``parallel``, Numba compiles ``prange`` as ``range`` and array expressions as
+    loops, the same arithmetic in one thread, which Enzyme differentiates (Numba's
+    parallel runtime, a gufunc launched through ``numba_parallel_for``, it cannot).
+    """
+    return {
+        k: v
+        for k, v in dispatcher.targetoptions.items()
+        if k not in ("cache", "nopython", "parallel")
+    }
+
+
+def _serial_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """Numba's fully optimised compile of ``signature``: the dispatcher's own, or for a
+    ``parallel=True`` dispatcher that of its serial twin (see ``_serial_options``)."""
+    import numba
+
+    compile_if_missing(dispatcher, signature)
+    if not is_parallel(dispatcher):
+        return dispatcher.overloads[tuple(signature)]
+    twin = _serial_twins.get(dispatcher)
+    if twin is None:
+        twin = _serial_twins[dispatcher] = numba.njit(**_serial_options(dispatcher))(
+            dispatcher.py_func
+        )
+    twin.compile(signature)
+    return twin.overloads[tuple(signature)]
+
+
+_serial_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
@@ -233,8 +272,7 @@ def _specialize(
     names = list(inspect.signature(dispatcher.py_func).parameters)
     refuse_unsigned(dispatcher, signature)
     if numba_optimized:
-        compile_if_missing(dispatcher, signature)
-        cres = dispatcher.overloads[tuple(signature)]
+        cres = _serial_compile(dispatcher, signature)
     else:
         cres = _ad_compile(dispatcher, signature)
     ctx = cres.target_context

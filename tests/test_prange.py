@@ -1,0 +1,177 @@
+"""Numba functions compiled with parallel=True (prange loops, parallel array
+expressions): differentiated as their serial twin (prange runs as range), in reverse
+and forward mode, checked against finite differences."""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit(parallel=True)
+def parallel_squares(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+@numba.njit(parallel=True)
+def prange_rosenbrock(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0] - 1):
+        a = x[i + 1] - x[i] * x[i]
+        b = 1.0 - x[i]
+        s += 100.0 * a * a + b * b
+    return s
+
+
+@numba.njit(parallel=True)
+def weighted_log(x, w):
+    # Serial code around the prange, a reduction that many indices share w's entries in
+    # (its adjoint gathers from every index), and a nonlinear epilogue.
+    scale = 0.0
+    for j in range(w.shape[0]):
+        scale += w[j] * w[j]
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += w[i % w.shape[0]] * math.sin(x[i]) * scale
+    return math.log(1.0 + s * s)
+
+
+@numba.njit(parallel=True)
+def prange_map(x, a, out):
+    for i in numba.prange(x.shape[0]):
+        out[i] = a * x[i] * x[i] + math.exp(-x[i])
+
+
+@numba.njit(parallel=True)
+def prange_heat(u0, target, steps):
+    n = u0.shape[0]
+    a = u0.copy()
+    b = np.empty_like(u0)
+    for _ in range(steps):
+        b[0] = a[0]
+        b[n - 1] = a[n - 1]
+        for i in numba.prange(1, n - 1):
+            b[i] = a[i] + 0.25 * (a[i - 1] - 2.0 * a[i] + a[i + 1])
+        a, b = b, a
+    s = 0.0
+    for i in numba.prange(n):
+        d = a[i] - target[i]
+        s += d * d
+    return 0.5 * s
+
+
+@numba.njit(parallel=True)
+def array_expression(x):
+    return np.sum(np.exp(-x * x) * x)  # parallel=True makes this a parfor too
+
+
+def central(f, args, index, h=1e-6):
+    """Central finite differences of f with respect to args[index] (an array)."""
+    x = args[index]
+    g = np.zeros_like(x)
+    for k in np.ndindex(x.shape):
+        up = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        down = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        up[index][k] += h
+        down[index][k] -= h
+        g[k] = (f(*up) - f(*down)) / (2 * h)
+    return g
+
+
+rng = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("f", [parallel_squares, prange_rosenbrock, array_expression])
+def test_reverse_of_a_prange_reduction_matches_finite_differences(f):
+    x = rng.uniform(-1.0, 1.0, 13)
+    value, g = ez.value_and_grad(f)(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(g, central(f, (x,), 0), rtol=1e-6, atol=1e-8)
+
+
+def test_autodiff_reverse_with_serial_code_around_the_prange():
+    x = rng.uniform(-2.0, 2.0, 40)
+    w = rng.uniform(0.5, 1.5, 3)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    df = ez.autodiff(weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active)
+    (value,) = df(x, dx, w, dw, 1.0)
+    assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
+    np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
+
+
+def test_forward_of_a_prange_function_matches_finite_differences():
+    x = rng.uniform(-2.0, 2.0, 40)
+    w = rng.uniform(0.5, 1.5, 3)
+    tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
+    df = ez.autodiff(weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual)
+    y, dy = df(x, tx, w, tw)
+    h = 1e-6
+    fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
+    assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
+    assert dy == pytest.approx(fd, rel=1e-6)
+
+
+def test_prange_writing_an_output_array_in_both_modes():
+    x = rng.uniform(-1.0, 1.0, 9)
+    out, dout = np.zeros_like(x), rng.normal(size=x.shape)
+    dx = np.zeros_like(x)
+    seed = dout.copy()
+    df = ez.autodiff(prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated)
+    (_, da) = df(x, dx, 1.5, out, dout)
+    np.testing.assert_allclose(out, 1.5 * x * x + np.exp(-x), rtol=1e-12)
+    np.testing.assert_allclose(dx, seed * (3.0 * x - np.exp(-x)), rtol=1e-12)
+    assert da == pytest.approx(float(np.sum(seed * x * x)), rel=1e-12)
+    tx = rng.normal(size=x.shape)
+    fwd = ez.autodiff(prange_map, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    tout = np.zeros_like(x)
+    fwd(x, tx, 1.5, out, tout)
+    np.testing.assert_allclose(tout, tx * (3.0 * x - np.exp(-x)), rtol=1e-12)
+
+
+def test_prange_inside_a_serial_time_loop():
+    u0 = rng.uniform(0.0, 1.0, 12)
+    target = rng.uniform(0.0, 1.0, 12)
+    value, g = ez.value_and_grad(prange_heat)(u0, target, 5)
+    assert value == pytest.approx(prange_heat(u0, target, 5), rel=1e-12)
+    np.testing.assert_allclose(g, central(prange_heat, (u0, target, 5), 0), rtol=1e-6, atol=1e-9)
+
+
+def test_the_dispatcher_stays_parallel_and_keeps_its_types():
+    x = rng.uniform(-1.0, 1.0, 5).astype(np.float32)
+    g = ez.grad(parallel_squares)(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+    assert parallel_squares.targetoptions["parallel"]  # the user's function untouched
+    assert parallel_squares(x) == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)))
+
+
+def test_a_callee_compiled_with_parallel_true_is_refused_with_advice():
+    @numba.njit
+    def calls_parallel(x):
+        return parallel_squares(x) + 1.0
+
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(calls_parallel)(np.ones(3))
+    text = str(info.value)
+    assert "'calls_parallel' calls a function compiled with parallel=True" in text
+    assert "Numba's runtime" not in text and "ctypes" not in text
+
+
+def test_helpers_and_second_order_of_a_prange_function():
+    x = rng.uniform(-1.0, 1.0, 6)
+    t = rng.normal(size=x.shape)
+    y, dy = ez.jvp(parallel_squares, (x,), (t,))
+    assert y == pytest.approx(float(x @ x), rel=1e-12)
+    assert dy == pytest.approx(float(2.0 * x @ t), rel=1e-12)
+    np.testing.assert_allclose(ez.hessian(parallel_squares)(x), 2.0 * np.eye(6), atol=1e-12)
