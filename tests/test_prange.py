@@ -175,3 +175,17 @@ def test_helpers_and_second_order_of_a_prange_function():
     assert y == pytest.approx(float(x @ x), rel=1e-12)
     assert dy == pytest.approx(float(2.0 * x @ t), rel=1e-12)
     np.testing.assert_allclose(ez.hessian(parallel_squares)(x), 2.0 * np.eye(6), atol=1e-12)
+
+
+@pytest.mark.parametrize("numba_optimized", [False, True])
+def test_both_compiles_for_differentiation_are_serial(numba_optimized):
+    from enzyme_py.frontends import numba as numba_frontend
+
+    x, w = rng.uniform(-1.0, 1.0, 7), rng.uniform(0.5, 1.5, 2)
+    expected = math.log(1.0 + (np.sum(w[np.arange(7) % 2] * np.sin(x)) * (w @ w)) ** 2)
+    assert weighted_log(x, w) == pytest.approx(expected, rel=1e-12)
+    sig = (numba.typeof(x), numba.typeof(w))
+    spec = numba_frontend.specialize(weighted_log, sig, numba_optimized, strided=True)
+    ir = spec.wrapper.ir()
+    assert "numba_parallel_for" not in ir and "do_scheduling" not in ir
+    assert weighted_log.targetoptions["parallel"]  # the dispatcher itself stays parallel
