@@ -189,3 +189,108 @@ def test_both_compiles_for_differentiation_are_serial(numba_optimized):
     ir = spec.wrapper.ir()
     assert "numba_parallel_for" not in ir and "do_scheduling" not in ir
     assert weighted_log.targetoptions["parallel"]  # the dispatcher itself stays parallel
+
+
+# threads= above 1: the prange loops of the derivative run as OpenMP loops (libomp).
+def _have_libomp():
+    from enzyme_py.frontends import _numba_openmp
+
+    try:
+        _numba_openmp.load_runtime()
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_libomp = pytest.mark.skipif(not _have_libomp(), reason="LLVM's libomp is not installed")
+
+
+@needs_libomp
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_threads_reverse_matches_finite_differences(threads):
+    x = rng.uniform(-2.0, 2.0, 301)
+    w = rng.uniform(0.5, 1.5, 3)
+    for f in (parallel_squares, prange_rosenbrock):
+        df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Active, threads=threads)
+        dx = np.zeros_like(x)
+        (value,) = df(x, dx, 1.0)
+        assert value == pytest.approx(f(x), rel=1e-12)
+        fd = central(f, (x,), 0)
+        np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+    df = ez.autodiff(
+        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=threads
+    )
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    (value,) = df(x, dx, w, dw, 1.0)
+    assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
+    np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
+
+
+@needs_libomp
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_forward_output_arrays_and_a_time_loop(threads):
+    x = rng.uniform(-2.0, 2.0, 50)
+    w = rng.uniform(0.5, 1.5, 3)
+    tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
+    df = ez.autodiff(weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual, threads=threads)
+    y, dy = df(x, tx, w, tw)
+    h = 1e-6
+    fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
+    assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
+    assert dy == pytest.approx(fd, rel=1e-6)
+
+    out, dout, dx = np.zeros_like(x), rng.normal(size=x.shape), np.zeros_like(x)
+    seed = dout.copy()
+    rev = ez.autodiff(
+        prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated, threads=threads
+    )
+    (_, da) = rev(x, dx, 1.5, out, dout)
+    np.testing.assert_allclose(dx, seed * (3.0 * x - np.exp(-x)), rtol=1e-12)
+    assert da == pytest.approx(float(np.sum(seed * x * x)), rel=1e-12)
+
+    u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
+    heat = ez.autodiff(prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active,
+                       threads=threads)  # fmt: skip
+    du0 = np.zeros_like(u0)
+    (value,) = heat(u0, du0, target, 7, 1.0)
+    assert value == pytest.approx(prange_heat(u0, target, 7), rel=1e-12)
+    np.testing.assert_allclose(du0, central(prange_heat, (u0, target, 7), 0), rtol=1e-6, atol=1e-9)
+
+
+@needs_libomp
+def test_threads_race_many_indices_adding_into_few_entries():
+    # 200000 indices add into w's 3 adjoint entries from every thread: an unsynchronised
+    # add would lose some of them (one lost term is a relative error of about 1/n).
+    n = 200_000
+    x = np.linspace(0.1, 3.0, n)
+    w = np.array([0.5, 1.0, 1.5])
+    df = ez.autodiff(weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=4)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    df(x, dx, w, dw, 1.0)
+    scale = float(w @ w)
+    s = float(np.sum(w[np.arange(n) % 3] * np.sin(x)) * scale)
+    outer = 2.0 * s / (1.0 + s * s)
+    sines = np.array([np.sin(x[k::3]).sum() for k in range(3)])
+    expected = outer * (sines * scale + 2.0 * w * (s / scale))
+    np.testing.assert_allclose(dw, expected, rtol=1e-8)
+
+
+def test_threads_is_checked():
+    with pytest.raises(ValueError, match="threads="):
+        ez.autodiff(parallel_squares, ez.Reverse, ez.Duplicated, ez.Active, threads=0)
+    with pytest.raises(TypeError, match="threads="):
+        ez.autodiff(ez.llvm_ir("define double @f(double %x) {\n  ret double %x\n}", "f"),
+                    ez.Reverse, ez.Active, ez.Active, threads=2)  # fmt: skip
+
+
+@needs_libomp
+def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
+    from enzyme_py.frontends import numba as numba_frontend
+
+    x, w = rng.uniform(-1.0, 1.0, 7), rng.uniform(0.5, 1.5, 2)
+    sig = (numba.typeof(x), numba.typeof(w))
+    ir = numba_frontend.specialize(weighted_log, sig, strided=True, threads=2).wrapper.ir()
+    assert "@__kmpc_fork_call(" in ir and "call void @numba_parallel_for(" not in ir
+    serial = numba_frontend.specialize(weighted_log, sig, strided=True).wrapper.ir()
+    assert "__kmpc_fork_call" not in serial

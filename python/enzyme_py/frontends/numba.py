@@ -239,16 +239,17 @@ def specialize(
     signature: tuple[Any, ...],
     numba_optimized: bool = False,
     strided: bool = False,
+    threads: int = 1,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine (once per
     dispatcher, signature and form; see ``_specialize``)."""
-    key = (tuple(signature), numba_optimized, strided)
+    key = (tuple(signature), numba_optimized, strided, threads)
     try:
         known = _specialized.setdefault(dispatcher, {})
     except TypeError:  # not weak-referenceable: no memo
-        return _specialize(dispatcher, signature, numba_optimized, strided)
+        return _specialize(dispatcher, signature, numba_optimized, strided, threads)
     if key not in known:
-        known[key] = _specialize(dispatcher, signature, numba_optimized, strided)
+        known[key] = _specialize(dispatcher, signature, numba_optimized, strided, threads)
     return known[key]
 
 
@@ -257,6 +258,7 @@ def _specialize(
     signature: tuple[Any, ...],
     numba_optimized: bool = False,
     strided: bool = False,
+    threads: int = 1,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
 
@@ -264,14 +266,21 @@ def _specialize(
     ``_ad_compile``); ``numba_optimized=True`` takes the dispatcher's own compile,
     for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
     parameters of layouts other than C take their strides as hidden parameters (any
-    layout passes); without it every array is passed C-contiguous.
+    layout passes); without it every array is passed C-contiguous. ``threads`` above 1,
+    for a ``parallel=True`` dispatcher: its own parallel compile, each prange launch
+    made an OpenMP loop on that many threads (``_numba_openmp``); otherwise the serial
+    twin.
     """
     from numba.core import types
 
     name = dispatcher.py_func.__name__
     names = list(inspect.signature(dispatcher.py_func).parameters)
     refuse_unsigned(dispatcher, signature)
-    if numba_optimized:
+    openmp = threads > 1 and is_parallel(dispatcher)
+    if openmp:
+        compile_if_missing(dispatcher, signature)
+        cres = dispatcher.overloads[tuple(signature)]
+    elif numba_optimized:
         cres = _serial_compile(dispatcher, signature)
     else:
         cres = _ad_compile(dispatcher, signature)
@@ -392,6 +401,11 @@ def _specialize(
 
     _define_runtime_symbols()
     numba_ir = _without_reference_counting(cres.library.get_llvm_str())
+    if openmp:
+        from enzyme_py.frontends import _numba_openmp
+
+        _numba_openmp.load_runtime()
+        numba_ir = _numba_openmp.openmp_ir(numba_ir, threads)
     wrapper_text = "\n".join(lines)
     array_names = [p.param.name for p in params if p.is_array]
     fast_text = (
@@ -462,7 +476,7 @@ def _specialize(
         name,
         on_error,
         alias_safe,
-        ("numba", dispatcher, tuple(signature), numba_optimized, strided),
+        ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
     )
     return NumbaSignature(name, tuple(signature), tuple(params), ret_param, wrapper, results)
 
