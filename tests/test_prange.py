@@ -192,20 +192,18 @@ def test_both_compiles_for_differentiation_are_serial(numba_optimized):
 
 
 # threads= above 1: the prange loops of the derivative run as OpenMP loops (libomp).
-def _have_libomp():
+@pytest.fixture
+def libomp():
+    """LLVM's OpenMP runtime, loaded only by the tests that use it."""
     from enzyme_py.frontends import _numba_openmp
 
     try:
         _numba_openmp.load_runtime()
-    except RuntimeError:
-        return False
-    return True
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
 
 
-needs_libomp = pytest.mark.skipif(not _have_libomp(), reason="LLVM's libomp is not installed")
-
-
-@needs_libomp
+@pytest.mark.usefixtures("libomp")
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_threads_reverse_matches_finite_differences(threads):
     x = rng.uniform(-2.0, 2.0, 301)
@@ -227,7 +225,7 @@ def test_threads_reverse_matches_finite_differences(threads):
     np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
 
 
-@needs_libomp
+@pytest.mark.usefixtures("libomp")
 @pytest.mark.parametrize("threads", [2, 4])
 def test_threads_forward_output_arrays_and_a_time_loop(threads):
     x = rng.uniform(-2.0, 2.0, 50)
@@ -258,7 +256,7 @@ def test_threads_forward_output_arrays_and_a_time_loop(threads):
     np.testing.assert_allclose(du0, central(prange_heat, (u0, target, 7), 0), rtol=1e-6, atol=1e-9)
 
 
-@needs_libomp
+@pytest.mark.usefixtures("libomp")
 def test_threads_race_many_indices_adding_into_few_entries():
     # 200000 indices add into w's 3 adjoint entries from every thread: an unsynchronised
     # add would lose some of them (one lost term is a relative error of about 1/n).
@@ -284,7 +282,7 @@ def test_threads_is_checked():
                     ez.Reverse, ez.Active, ez.Active, threads=2)  # fmt: skip
 
 
-@needs_libomp
+@pytest.mark.usefixtures("libomp")
 def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
     from enzyme_py.frontends import numba as numba_frontend
 
