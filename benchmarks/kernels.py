@@ -11,6 +11,10 @@
 - ``nbody_energy(pos, vel, mass, eps)``: kinetic plus softened pairwise gravitational
   potential energy of bodies in 3-D (``pos``, ``vel``: n x 3).
 - ``scalar_f(x)``: x * x * sin(x), for call overhead.
+- ``rosenbrock_prange``, ``gmm_objective_prange`` (over samples, each with temporaries of
+  its own) and ``heat_loss_prange`` (over cells, every step): the same arithmetic
+  written as users write it for speed, ``parallel=True`` with ``prange`` loops.
+  enzyme_py differentiates them as their serial twins (prange as range).
 """
 
 from __future__ import annotations
@@ -130,6 +134,79 @@ def nbody_energy(pos, vel, mass, eps):
 @numba.njit(cache=False)
 def scalar_f(x):
     return x * x * math.sin(x)
+
+
+@numba.njit(parallel=True, cache=False)
+def rosenbrock_prange(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0] - 1):
+        a = x[i + 1] - x[i] * x[i]
+        b = 1.0 - x[i]
+        s += 100.0 * a * a + b * b
+    return s
+
+
+@numba.njit(parallel=True, cache=False)
+def gmm_objective_prange(alphas, means, icf, x, gamma, m):
+    n, d = x.shape
+    k = alphas.shape[0]
+    sum_qs = np.empty(k)
+    for c in range(k):
+        s = 0.0
+        for j in range(d):
+            s += icf[c, j]
+        sum_qs[c] = s
+    slse = 0.0
+    for i in numba.prange(n):
+        main_term = np.empty(k)
+        xc = np.empty(d)
+        qxc = np.empty(d)
+        for c in range(k):
+            for j in range(d):
+                xc[j] = x[i, j] - means[c, j]
+            for j in range(d):
+                qxc[j] = math.exp(icf[c, j]) * xc[j]
+            idx = d
+            for j in range(d):
+                for r in range(j + 1, d):
+                    qxc[r] += icf[c, idx] * xc[j]
+                    idx += 1
+            sq = 0.0
+            for j in range(d):
+                sq += qxc[j] * qxc[j]
+            main_term[c] = alphas[c] + sum_qs[c] - 0.5 * sq
+        slse += _logsumexp(main_term)
+    const = -n * d * 0.5 * math.log(2.0 * math.pi)
+    prior = 0.0
+    for c in range(k):
+        fro = 0.0
+        for j in range(d):
+            e = math.exp(icf[c, j])
+            fro += e * e
+        for j in range(d, icf.shape[1]):
+            fro += icf[c, j] * icf[c, j]
+        prior += 0.5 * gamma * gamma * fro - m * sum_qs[c]
+    return const + slse - n * _logsumexp(alphas) + prior
+
+
+@numba.njit(parallel=True, cache=False)
+def heat_loss_prange(u0, target, steps):
+    n = u0.shape[0]
+    a = np.empty_like(u0)
+    b = np.empty_like(u0)
+    for i in numba.prange(n):
+        a[i] = u0[i]
+    for _ in range(steps):
+        b[0] = a[0]
+        b[n - 1] = a[n - 1]
+        for i in numba.prange(1, n - 1):
+            b[i] = a[i] + HEAT_R * (a[i - 1] - 2.0 * a[i] + a[i + 1])
+        a, b = b, a
+    s = 0.0
+    for i in numba.prange(n):
+        d = a[i] - target[i]
+        s += d * d
+    return 0.5 * s
 
 
 def rosenbrock_inputs(n: int, seed: int = 0) -> tuple[np.ndarray]:

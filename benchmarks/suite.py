@@ -15,6 +15,10 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
    forward-mode Jacobian-vector product along a random direction in positions and
    velocities.
 5. ``scalar``: f(x) = x * x * sin(x): the cost of one derivative call (call overhead).
+6. ``rosenbrock_prange``, ``gmm_prange``, ``heat_prange``: kernels 1-3 written with
+   ``parallel=True`` and ``prange`` (over i, over samples, over cells), same sizes and
+   contenders (JAX and PyTorch run their one version of the math again). The Numba primal
+   runs on Numba's threads; enzyme_py differentiates its serial twin (prange as range).
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells
 x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contender.
@@ -39,8 +43,8 @@ Contenders, each on the same inputs (built from the same seeds), all in float64:
   estimated to take under ``FD_BUDGET_S`` (so at the --quick sizes; otherwise reported
   as not feasible with the estimate).
 
-Numba and enzyme_py run on one thread; JAX (XLA's CPU client) and PyTorch may use
-every core.
+Numba and enzyme_py run on one thread (the prange kernels' Numba primal on all cores);
+JAX (XLA's CPU client) and PyTorch may use every core.
 
 Method:
 
@@ -174,39 +178,62 @@ def _gmm_params(s: dict[str, int]) -> int:
 
 GRADIENT_CONTENDERS = ("numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences")
 
+_GRADIENT_KERNELS = (
+    Kernel(
+        "rosenbrock",
+        "gradient w.r.t. x",
+        {"n": 1_000_000},
+        {"n": 1000},
+        GRADIENT_CONTENDERS,
+        "enzyme_py_reverse",
+        lambda s: f"Rosenbrock, n={s['n']}",
+        lambda s: 2 * s["n"],
+    ),
+    Kernel(
+        "gmm",
+        "gradient w.r.t. alphas, means, icf",
+        {"d": 10, "k": 25, "n": 10_000},
+        {"d": 3, "k": 4, "n": 50},
+        GRADIENT_CONTENDERS,
+        "enzyme_py_reverse",
+        lambda s: f"ADBench GMM, d={s['d']} k={s['k']} n={s['n']}",
+        lambda s: 2 * _gmm_params(s),
+    ),
+    Kernel(
+        "heat",
+        "gradient of the loss w.r.t. u0",
+        {"cells": 1000, "steps": 1000},
+        {"cells": 32, "steps": 20},
+        GRADIENT_CONTENDERS,
+        "enzyme_py_reverse",
+        lambda s: f"heat equation, {s['cells']} cells x {s['steps']} steps",
+        lambda s: 2 * s["cells"],
+    ),
+)
+
+
+def _prange_twin(base: Kernel) -> Kernel:
+    """The row of ``base`` written with parallel=True and prange (kernels.py)."""
+    title = base.title
+    return Kernel(
+        f"{base.name}_prange",
+        base.derivative,
+        base.full,
+        base.quick,
+        base.contenders,
+        base.enzyme_reference,
+        lambda s: f"{title(s)}, parallel=True prange",
+        base.fd_evaluations,
+    )
+
+
+# A prange row's kernel is its serial row's for inputs, JAX and PyTorch.
+SERIAL_ROW = {f"{k.name}_prange": k.name for k in _GRADIENT_KERNELS}
+
 KERNELS: dict[str, Kernel] = {
     k.name: k
     for k in (
-        Kernel(
-            "rosenbrock",
-            "gradient w.r.t. x",
-            {"n": 1_000_000},
-            {"n": 1000},
-            GRADIENT_CONTENDERS,
-            "enzyme_py_reverse",
-            lambda s: f"Rosenbrock, n={s['n']}",
-            lambda s: 2 * s["n"],
-        ),
-        Kernel(
-            "gmm",
-            "gradient w.r.t. alphas, means, icf",
-            {"d": 10, "k": 25, "n": 10_000},
-            {"d": 3, "k": 4, "n": 50},
-            GRADIENT_CONTENDERS,
-            "enzyme_py_reverse",
-            lambda s: f"ADBench GMM, d={s['d']} k={s['k']} n={s['n']}",
-            lambda s: 2 * _gmm_params(s),
-        ),
-        Kernel(
-            "heat",
-            "gradient of the loss w.r.t. u0",
-            {"cells": 1000, "steps": 1000},
-            {"cells": 32, "steps": 20},
-            GRADIENT_CONTENDERS,
-            "enzyme_py_reverse",
-            lambda s: f"heat equation, {s['cells']} cells x {s['steps']} steps",
-            lambda s: 2 * s["cells"],
-        ),
+        *(row for base in _GRADIENT_KERNELS for row in (base, _prange_twin(base))),
         Kernel(
             "nbody",
             "JVP along a random direction in (pos, vel)",
@@ -298,6 +325,7 @@ class Setup:
 def _inputs(kernel: str, sizes: dict[str, int]) -> dict[str, Any]:
     from benchmarks import kernels
 
+    kernel = SERIAL_ROW.get(kernel, kernel)
     if kernel == "rosenbrock":
         (x,) = kernels.rosenbrock_inputs(sizes["n"])
         return {"args": [x], "diff": [0]}
@@ -323,6 +351,9 @@ FUNCTION_NAMES = {
     "heat": "heat_loss",
     "nbody": "nbody_energy",
     "scalar": "scalar_f",
+    "rosenbrock_prange": "rosenbrock_prange",
+    "gmm_prange": "gmm_objective_prange",
+    "heat_prange": "heat_loss_prange",
 }
 
 
@@ -381,6 +412,7 @@ def _fd_spot(
 
 def _setup_numba(kernel: str, data: dict[str, Any], contender: str) -> Setup:
     f = _numba_function(kernel)
+    kernel = SERIAL_ROW.get(kernel, kernel)
     args = data["args"]
     versions = _numba_versions()
     if contender == "numba_primal":
@@ -426,6 +458,7 @@ def _setup_enzyme(kernel: str, data: dict[str, Any], contender: str) -> Setup:
         "llvm": str(info.get("llvm_version")),
     }
     f = _numba_function(kernel)
+    kernel = SERIAL_ROW.get(kernel, kernel)
     args = data["args"]
     f(*args)  # the Numba primal is compiled before the baseline
     if kernel in ("rosenbrock", "gmm", "heat"):
@@ -474,6 +507,7 @@ def _setup_jax(kernel: str, data: dict[str, Any], contender: str) -> Setup:
     from benchmarks.contenders import jax_kernels
 
     jk = jax_kernels()
+    kernel = SERIAL_ROW.get(kernel, kernel)
     jax = jk.jax
     versions = {"jax": jk.version, "jaxlib": importlib.metadata.version("jaxlib")}
     f = getattr(jk, FUNCTION_NAMES[kernel])
@@ -527,6 +561,7 @@ def _setup_torch(kernel: str, data: dict[str, Any], contender: str) -> Setup:
     from benchmarks.contenders import torch_kernels
 
     tk = torch_kernels()
+    kernel = SERIAL_ROW.get(kernel, kernel)
     torch = tk.torch
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -1042,6 +1077,15 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _numba_threads() -> int | str:
+    try:
+        import numba
+
+        return int(numba.config.NUMBA_NUM_THREADS)
+    except ImportError:
+        return "?"
+
+
 def _load_average() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -1083,7 +1127,8 @@ def environment(
         "usable_cores": usable,
         "versions": versions,
         "threads": (
-            "Numba and enzyme_py: 1 thread; PyTorch: torch.set_num_threads("
+            "Numba and enzyme_py: 1 thread (the prange rows' Numba primal: Numba's "
+            f"{_numba_threads()} threads); PyTorch: torch.set_num_threads("
             f"{cores}); JAX: XLA CPU client defaults (all cores)"
         ),
         "enzyme_py_ad": bool(info.get("autodiff")),
@@ -1281,7 +1326,7 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="enzyme_py against JAX, PyTorch and finite differences on five kernels",
+        description="enzyme_py against JAX, PyTorch and finite differences on its kernels",
         epilog="The method is described in the docstring of benchmarks/suite.py.",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: runs in seconds")

@@ -39,6 +39,7 @@ def autodiff(
     strong_zero: bool = False,
     sig: Any = None,
     check: bool = False,
+    threads: int | None = None,
 ) -> Any:
     """The derivative of ``f`` in ``mode`` with one activity per parameter, then one for
     the return value (none if it returns nothing).
@@ -63,6 +64,11 @@ def autodiff(
         sig: for a Numba dispatcher, the signature to differentiate (a Numba signature
             or its string). Without it, the dispatcher's only compiled signature, or one
             derivative per argument types, made at the first call with those types.
+        threads: for a Numba dispatcher compiled with ``parallel=True``: above 1, its
+            ``prange`` loops run on that many threads in the derivative too, as OpenMP
+            loops that Enzyme differentiates (needs LLVM's ``libomp.so.5``;
+            experimental). Left out or 1: the derivative of its serial twin (prange
+            as range), on one thread.
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the
@@ -77,6 +83,10 @@ def autodiff(
         EnzymeError: Enzyme could not differentiate ``f`` (message from Enzyme).
     """
     width = checked_width(width)  # before anything is built (a fork per build)
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(f"threads= is a positive int (or None); got {threads!r}")
     runtime_activity = checked_flag("runtime_activity", runtime_activity)
     strong_zero, check = checked_flag("strong_zero", strong_zero), checked_flag("check", check)
     options = Options(
@@ -87,13 +97,13 @@ def autodiff(
             raise ActivityError("kernels have no split mode; use ez.Reverse")
         return SplitDerivative(f, tuple(activities), options, sig)
     if isinstance(f, Kernel):
-        if width != 1 or runtime_activity or strong_zero or check or sig is not None:
+        if width != 1 or runtime_activity or strong_zero or check or sig is not None or threads:
             raise ValueError("the derivative of a kernel takes only the mode and activities")
         return f.derivative(mode, *activities)
     if numba_frontend.is_dispatcher(f):
-        return NumbaDerivative(f, check_mode(mode), tuple(activities), options, sig)
-    if sig is not None:
-        raise TypeError("sig= applies to Numba dispatchers only")
+        return NumbaDerivative(f, check_mode(mode), tuple(activities), options, sig, threads or 1)
+    if sig is not None or threads is not None:
+        raise TypeError("sig= and threads= apply to Numba dispatchers only")
     if isinstance(f, NumbaDerivative) and len(f._by_types) != 1:
         # Not yet (or more than once) specialised: the first call's types pick it.
         return _LateDerivative(f, check_mode(mode), tuple(activities), options)

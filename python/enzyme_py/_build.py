@@ -203,10 +203,11 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     parallel = [m for m in missing if m.startswith(_NUMBA_PARALLEL)]
     if parallel:
         hints.append(
-            f"'{fn.display_name}' is compiled with parallel=True (prange): Numba's "
-            f"parallel runtime ({', '.join(parallel[:3])}, ...) cannot be differentiated. "
-            "Drop parallel=True from the function you differentiate; for a gradient on "
-            "all cores, write the loop's body as an ez.offload.kernel."
+            f"'{fn.display_name}' calls a function compiled with parallel=True (prange): "
+            f"Numba's parallel runtime ({', '.join(parallel[:3])}, ...) cannot be "
+            "differentiated. enzyme_py differentiates the parallel=True function you "
+            "give it as its serial twin (prange as range), but not the parallel=True "
+            "functions it calls: drop parallel=True from those."
         )
         missing = [m for m in missing if m not in parallel and not m.startswith("PyEval_")]
     runtime = [m for m in missing if m not in blas and m.startswith(("numba_", "NRT_"))]

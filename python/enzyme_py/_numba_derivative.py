@@ -75,8 +75,12 @@ class NumbaDerivative:
         activities: tuple[Any, ...],
         options: Options,
         sig: Any = None,
+        threads: int = 1,
     ):
         self.dispatcher = dispatcher
+        # Above 1: a parallel=True function's prange loops run on that many OpenMP
+        # threads in the derivative too (frontends/_numba_openmp.py); else serially.
+        self.threads = threads
         self.mode = mode
         self.activities = activities
         self.options = options
@@ -169,7 +173,13 @@ class NumbaDerivative:
         passed = tuple(a for i, a in enumerate(parameters) if i not in spec.functions)
         params, ret = check_activities(spec.wrapper, self.mode, (*passed, *returned))
         try:
-            derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            if self.threads > 1 and numba_frontend.is_parallel(self.dispatcher):
+                parallel = numba_frontend.specialize(
+                    self.dispatcher, signature, strided=True, threads=self.threads
+                )
+                derivative = Derivative(parallel.wrapper, self.mode, params, ret, self.options)
+            else:
+                derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
         except EnzymeError:
             # Numba's fully optimised code can be easier to analyse (types that only
             # show after its optimisation); slower derivatives, but some.
@@ -331,7 +341,7 @@ class NumbaDerivative:
         # Numba dispatchers pickle themselves; the derivative is rebuilt from them.
         return (
             NumbaDerivative,
-            (self.dispatcher, self.mode, self.activities, self.options, self._sig),
+            (self.dispatcher, self.mode, self.activities, self.options, self._sig, self.threads),
         )
 
     def njit(self) -> Any:

@@ -46,6 +46,6 @@ def rebuild_function(origin: tuple[Any, ...]) -> IRFunction:
     if kind == "derivative":  # a derivative, differentiated again
         return origin[1].as_function()
     if kind == "numba":
-        _, dispatcher, signature, numba_optimized, strided = origin
-        return specialize(dispatcher, signature, numba_optimized, strided).wrapper
+        _, dispatcher, signature, numba_optimized, strided, *threads = origin
+        return specialize(dispatcher, signature, numba_optimized, strided, *threads).wrapper
     raise ValueError(f"cannot rebuild a function of origin {kind!r}")

@@ -23,6 +23,7 @@ import ctypes
 import inspect
 import pickle
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,8 +161,7 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock
 
     compile_if_missing(dispatcher, signature)
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
-    clone = numba.njit(**options)(dispatcher.py_func)
+    clone = numba.njit(**_serial_options(dispatcher))(dispatcher.py_func)
     library_class = codegen.CPUCodeLibrary
     full = library_class._optimize_final_module
 
@@ -179,6 +179,46 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
         finally:
             library_class._optimize_final_module = full
     return clone.overloads[tuple(signature)]
+
+
+def is_parallel(dispatcher: Any) -> bool:
+    """True for a dispatcher made with ``parallel=True``."""
+    return bool(dispatcher.targetoptions.get("parallel"))
+
+
+def _serial_options(dispatcher: Any) -> dict[str, Any]:
+    """The dispatcher's options for a private clone: no disk cache, and serial code.
+
+    A ``parallel=True`` function is differentiated as its serial twin: without
+    ``parallel``, Numba compiles ``prange`` as ``range`` and array expressions as
+    loops, the same arithmetic in one thread, which Enzyme differentiates (Numba's
+    parallel runtime, a gufunc launched through ``numba_parallel_for``, it cannot).
+    """
+    return {
+        k: v
+        for k, v in dispatcher.targetoptions.items()
+        if k not in ("cache", "nopython", "parallel")
+    }
+
+
+def _serial_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """Numba's fully optimised compile of ``signature``: the dispatcher's own, or for a
+    ``parallel=True`` dispatcher that of its serial twin (see ``_serial_options``)."""
+    import numba
+
+    compile_if_missing(dispatcher, signature)
+    if not is_parallel(dispatcher):
+        return dispatcher.overloads[tuple(signature)]
+    twin = _serial_twins.get(dispatcher)
+    if twin is None:
+        twin = _serial_twins[dispatcher] = numba.njit(**_serial_options(dispatcher))(
+            dispatcher.py_func
+        )
+    twin.compile(signature)
+    return twin.overloads[tuple(signature)]
+
+
+_serial_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
@@ -203,6 +243,7 @@ def specialize(
     signature: tuple[Any, ...],
     numba_optimized: bool = False,
     strided: bool = False,
+    threads: int = 1,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine (once per
     dispatcher, signature and form; see ``_specialize``).
@@ -212,16 +253,16 @@ def specialize(
     dispatcher, and its compiled IR, alive for good; on the dispatcher the two go
     together (a reference cycle the garbage collector frees).
     """
-    key = (tuple(signature), numba_optimized, strided)
+    key = (tuple(signature), numba_optimized, strided, threads)
     known = getattr(dispatcher, _MEMO, None)
     if known is None:
         known = {}
         try:
             setattr(dispatcher, _MEMO, known)
         except (AttributeError, TypeError):  # no attributes: no memo
-            return _specialize(dispatcher, signature, numba_optimized, strided)
+            return _specialize(dispatcher, signature, numba_optimized, strided, threads)
     if key not in known:
-        known[key] = _specialize(dispatcher, signature, numba_optimized, strided)
+        known[key] = _specialize(dispatcher, signature, numba_optimized, strided, threads)
     return known[key]  # type: ignore[no-any-return]
 
 
@@ -230,6 +271,7 @@ def _specialize(
     signature: tuple[Any, ...],
     numba_optimized: bool = False,
     strided: bool = False,
+    threads: int = 1,
 ) -> NumbaSignature:
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
 
@@ -237,7 +279,10 @@ def _specialize(
     ``_ad_compile``); ``numba_optimized=True`` takes the dispatcher's own compile,
     for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
     parameters of layouts other than C take their strides as hidden parameters (any
-    layout passes); without it every array is passed C-contiguous.
+    layout passes); without it every array is passed C-contiguous. ``threads`` above 1,
+    for a ``parallel=True`` dispatcher: its own parallel compile, each prange launch
+    made an OpenMP loop on that many threads (``_numba_openmp``); otherwise the serial
+    twin.
     """
     from numba.core import types
 
@@ -248,6 +293,7 @@ def _specialize(
     # Enzyme differentiates is compiled only when a derivative is built (see below).
     compile_if_missing(dispatcher, signature)
     cres = dispatcher.overloads[tuple(signature)]
+    openmp = threads > 1 and is_parallel(dispatcher)
     ctx = cres.target_context
     fndesc = cres.fndesc
     fnty = ctx.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
@@ -408,9 +454,19 @@ def _specialize(
         """The module Enzyme differentiates: Numba's IR and the wrapper, with the
         arrays' noalias promise or without it."""
         if not compiled:
-            compiled.append(cres if numba_optimized else _ad_compile(dispatcher, signature))
+            if openmp:  # its own parallel compile, each prange launch an OpenMP loop
+                compiled.append(cres)
+            elif numba_optimized:
+                compiled.append(_serial_compile(dispatcher, signature))
+            else:
+                compiled.append(_ad_compile(dispatcher, signature))
         own = compiled[0]
         numba_ir = _without_reference_counting(own.library.get_llvm_str())
+        if openmp:
+            from enzyme_py.frontends import _numba_openmp
+
+            _numba_openmp.load_runtime()
+            numba_ir = _numba_openmp.openmp_ir(numba_ir, threads)
         wrapper_text = wrapper_lines.replace(_CALLEE, own.fndesc.mangled_name)
         if noalias:
             numba_ir = _with_noalias(numba_ir, own.fndesc.mangled_name, array_names)
@@ -421,7 +477,7 @@ def _specialize(
             raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
         return module
 
-    code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided)
+    code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided, threads)
 
     def module_of(noalias: bool) -> SourceModule:
         if code_key is None:  # not identifiable without its IR: keyed on the IR
@@ -457,7 +513,7 @@ def _specialize(
         name,
         on_error,
         alias_safe,
-        ("numba", dispatcher, tuple(signature), numba_optimized, strided),
+        ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
     )
     return NumbaSignature(
         name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
@@ -474,6 +530,7 @@ def _code_key(
     restype: Any,
     numba_optimized: bool,
     strided: bool,
+    threads: int = 1,
 ) -> str | None:
     """What identifies the module of this specialisation without compiling it: the
     code identity of the function (``_numba_identity``), its types and form; None when
@@ -484,7 +541,10 @@ def _code_key(
     except Unsure as exc:
         log(f"'{dispatcher.py_func.__name__}': derivatives keyed on its IR ({exc})")
         return None
-    return f"numba code {identity} ({types}) numba_optimized={numba_optimized} strided={strided}"
+    return (
+        f"numba code {identity} ({types}) numba_optimized={numba_optimized} "
+        f"strided={strided} threads={threads}"
+    )
 
 
 def _type_identity(numba_type: Any) -> str:

@@ -1,0 +1,294 @@
+"""Numba functions compiled with parallel=True (prange loops, parallel array
+expressions): differentiated as their serial twin (prange runs as range), in reverse
+and forward mode, checked against finite differences."""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit(parallel=True)
+def parallel_squares(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+@numba.njit(parallel=True)
+def prange_rosenbrock(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0] - 1):
+        a = x[i + 1] - x[i] * x[i]
+        b = 1.0 - x[i]
+        s += 100.0 * a * a + b * b
+    return s
+
+
+@numba.njit(parallel=True)
+def weighted_log(x, w):
+    # Serial code around the prange, a reduction that many indices share w's entries in
+    # (its adjoint gathers from every index), and a nonlinear epilogue.
+    scale = 0.0
+    for j in range(w.shape[0]):
+        scale += w[j] * w[j]
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += w[i % w.shape[0]] * math.sin(x[i]) * scale
+    return math.log(1.0 + s * s)
+
+
+@numba.njit(parallel=True)
+def prange_map(x, a, out):
+    for i in numba.prange(x.shape[0]):
+        out[i] = a * x[i] * x[i] + math.exp(-x[i])
+
+
+@numba.njit(parallel=True)
+def prange_heat(u0, target, steps):
+    n = u0.shape[0]
+    a = u0.copy()
+    b = np.empty_like(u0)
+    for _ in range(steps):
+        b[0] = a[0]
+        b[n - 1] = a[n - 1]
+        for i in numba.prange(1, n - 1):
+            b[i] = a[i] + 0.25 * (a[i - 1] - 2.0 * a[i] + a[i + 1])
+        a, b = b, a
+    s = 0.0
+    for i in numba.prange(n):
+        d = a[i] - target[i]
+        s += d * d
+    return 0.5 * s
+
+
+@numba.njit(parallel=True)
+def array_expression(x):
+    return np.sum(np.exp(-x * x) * x)  # parallel=True makes this a parfor too
+
+
+def central(f, args, index, h=1e-6):
+    """Central finite differences of f with respect to args[index] (an array)."""
+    x = args[index]
+    g = np.zeros_like(x)
+    for k in np.ndindex(x.shape):
+        up = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        down = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        up[index][k] += h
+        down[index][k] -= h
+        g[k] = (f(*up) - f(*down)) / (2 * h)
+    return g
+
+
+rng = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("f", [parallel_squares, prange_rosenbrock, array_expression])
+def test_reverse_of_a_prange_reduction_matches_finite_differences(f):
+    x = rng.uniform(-1.0, 1.0, 13)
+    value, g = ez.value_and_grad(f)(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(g, central(f, (x,), 0), rtol=1e-6, atol=1e-8)
+
+
+def test_autodiff_reverse_with_serial_code_around_the_prange():
+    x = rng.uniform(-2.0, 2.0, 40)
+    w = rng.uniform(0.5, 1.5, 3)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    df = ez.autodiff(weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active)
+    (value,) = df(x, dx, w, dw, 1.0)
+    assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
+    np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
+
+
+def test_forward_of_a_prange_function_matches_finite_differences():
+    x = rng.uniform(-2.0, 2.0, 40)
+    w = rng.uniform(0.5, 1.5, 3)
+    tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
+    df = ez.autodiff(weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual)
+    y, dy = df(x, tx, w, tw)
+    h = 1e-6
+    fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
+    assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
+    assert dy == pytest.approx(fd, rel=1e-6)
+
+
+def test_prange_writing_an_output_array_in_both_modes():
+    x = rng.uniform(-1.0, 1.0, 9)
+    out, dout = np.zeros_like(x), rng.normal(size=x.shape)
+    dx = np.zeros_like(x)
+    seed = dout.copy()
+    df = ez.autodiff(prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated)
+    (_, da) = df(x, dx, 1.5, out, dout)
+    np.testing.assert_allclose(out, 1.5 * x * x + np.exp(-x), rtol=1e-12)
+    np.testing.assert_allclose(dx, seed * (3.0 * x - np.exp(-x)), rtol=1e-12)
+    assert da == pytest.approx(float(np.sum(seed * x * x)), rel=1e-12)
+    tx = rng.normal(size=x.shape)
+    fwd = ez.autodiff(prange_map, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    tout = np.zeros_like(x)
+    fwd(x, tx, 1.5, out, tout)
+    np.testing.assert_allclose(tout, tx * (3.0 * x - np.exp(-x)), rtol=1e-12)
+
+
+def test_prange_inside_a_serial_time_loop():
+    u0 = rng.uniform(0.0, 1.0, 12)
+    target = rng.uniform(0.0, 1.0, 12)
+    value, g = ez.value_and_grad(prange_heat)(u0, target, 5)
+    assert value == pytest.approx(prange_heat(u0, target, 5), rel=1e-12)
+    np.testing.assert_allclose(g, central(prange_heat, (u0, target, 5), 0), rtol=1e-6, atol=1e-9)
+
+
+def test_the_dispatcher_stays_parallel_and_keeps_its_types():
+    x = rng.uniform(-1.0, 1.0, 5).astype(np.float32)
+    g = ez.grad(parallel_squares)(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+    assert parallel_squares.targetoptions["parallel"]  # the user's function untouched
+    assert parallel_squares(x) == pytest.approx(float(np.sum(x.astype(np.float64) ** 2)))
+
+
+def test_a_callee_compiled_with_parallel_true_is_refused_with_advice():
+    @numba.njit
+    def calls_parallel(x):
+        return parallel_squares(x) + 1.0
+
+    with pytest.raises(ez.EnzymeError) as info:
+        ez.grad(calls_parallel)(np.ones(3))
+    text = str(info.value)
+    assert "'calls_parallel' calls a function compiled with parallel=True" in text
+    assert "Numba's runtime" not in text and "ctypes" not in text
+
+
+def test_helpers_and_second_order_of_a_prange_function():
+    x = rng.uniform(-1.0, 1.0, 6)
+    t = rng.normal(size=x.shape)
+    y, dy = ez.jvp(parallel_squares, (x,), (t,))
+    assert y == pytest.approx(float(x @ x), rel=1e-12)
+    assert dy == pytest.approx(float(2.0 * x @ t), rel=1e-12)
+    np.testing.assert_allclose(ez.hessian(parallel_squares)(x), 2.0 * np.eye(6), atol=1e-12)
+
+
+@pytest.mark.parametrize("numba_optimized", [False, True])
+def test_both_compiles_for_differentiation_are_serial(numba_optimized):
+    from enzyme_py.frontends import numba as numba_frontend
+
+    x, w = rng.uniform(-1.0, 1.0, 7), rng.uniform(0.5, 1.5, 2)
+    expected = math.log(1.0 + (np.sum(w[np.arange(7) % 2] * np.sin(x)) * (w @ w)) ** 2)
+    assert weighted_log(x, w) == pytest.approx(expected, rel=1e-12)
+    sig = (numba.typeof(x), numba.typeof(w))
+    spec = numba_frontend.specialize(weighted_log, sig, numba_optimized, strided=True)
+    ir = spec.wrapper.ir()
+    assert "numba_parallel_for" not in ir and "do_scheduling" not in ir
+    assert weighted_log.targetoptions["parallel"]  # the dispatcher itself stays parallel
+
+
+# threads= above 1: the prange loops of the derivative run as OpenMP loops (libomp).
+@pytest.fixture
+def libomp():
+    """LLVM's OpenMP runtime, loaded only by the tests that use it."""
+    from enzyme_py.frontends import _numba_openmp
+
+    try:
+        _numba_openmp.load_runtime()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.usefixtures("libomp")
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_threads_reverse_matches_finite_differences(threads):
+    x = rng.uniform(-2.0, 2.0, 301)
+    w = rng.uniform(0.5, 1.5, 3)
+    for f in (parallel_squares, prange_rosenbrock):
+        df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Active, threads=threads)
+        dx = np.zeros_like(x)
+        (value,) = df(x, dx, 1.0)
+        assert value == pytest.approx(f(x), rel=1e-12)
+        fd = central(f, (x,), 0)
+        np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+    df = ez.autodiff(
+        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=threads
+    )
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    (value,) = df(x, dx, w, dw, 1.0)
+    assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
+    np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.usefixtures("libomp")
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_forward_output_arrays_and_a_time_loop(threads):
+    x = rng.uniform(-2.0, 2.0, 50)
+    w = rng.uniform(0.5, 1.5, 3)
+    tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
+    df = ez.autodiff(weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual, threads=threads)
+    y, dy = df(x, tx, w, tw)
+    h = 1e-6
+    fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
+    assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
+    assert dy == pytest.approx(fd, rel=1e-6)
+
+    out, dout, dx = np.zeros_like(x), rng.normal(size=x.shape), np.zeros_like(x)
+    seed = dout.copy()
+    rev = ez.autodiff(
+        prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated, threads=threads
+    )
+    (_, da) = rev(x, dx, 1.5, out, dout)
+    np.testing.assert_allclose(dx, seed * (3.0 * x - np.exp(-x)), rtol=1e-12)
+    assert da == pytest.approx(float(np.sum(seed * x * x)), rel=1e-12)
+
+    u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
+    heat = ez.autodiff(prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active,
+                       threads=threads)  # fmt: skip
+    du0 = np.zeros_like(u0)
+    (value,) = heat(u0, du0, target, 7, 1.0)
+    assert value == pytest.approx(prange_heat(u0, target, 7), rel=1e-12)
+    np.testing.assert_allclose(du0, central(prange_heat, (u0, target, 7), 0), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.usefixtures("libomp")
+def test_threads_race_many_indices_adding_into_few_entries():
+    # 200000 indices add into w's 3 adjoint entries from every thread: an unsynchronised
+    # add would lose some of them (one lost term is a relative error of about 1/n).
+    n = 200_000
+    x = np.linspace(0.1, 3.0, n)
+    w = np.array([0.5, 1.0, 1.5])
+    df = ez.autodiff(weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=4)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    df(x, dx, w, dw, 1.0)
+    scale = float(w @ w)
+    s = float(np.sum(w[np.arange(n) % 3] * np.sin(x)) * scale)
+    outer = 2.0 * s / (1.0 + s * s)
+    sines = np.array([np.sin(x[k::3]).sum() for k in range(3)])
+    expected = outer * (sines * scale + 2.0 * w * (s / scale))
+    np.testing.assert_allclose(dw, expected, rtol=1e-8)
+
+
+def test_threads_is_checked():
+    with pytest.raises(ValueError, match="threads="):
+        ez.autodiff(parallel_squares, ez.Reverse, ez.Duplicated, ez.Active, threads=0)
+    with pytest.raises(TypeError, match="threads="):
+        ez.autodiff(ez.llvm_ir("define double @f(double %x) {\n  ret double %x\n}", "f"),
+                    ez.Reverse, ez.Active, ez.Active, threads=2)  # fmt: skip
+
+
+@pytest.mark.usefixtures("libomp")
+def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
+    from enzyme_py.frontends import numba as numba_frontend
+
+    x, w = rng.uniform(-1.0, 1.0, 7), rng.uniform(0.5, 1.5, 2)
+    sig = (numba.typeof(x), numba.typeof(w))
+    ir = numba_frontend.specialize(weighted_log, sig, strided=True, threads=2).wrapper.ir()
+    assert "@__kmpc_fork_call(" in ir and "call void @numba_parallel_for(" not in ir
+    serial = numba_frontend.specialize(weighted_log, sig, strided=True).wrapper.ir()
+    assert "__kmpc_fork_call" not in serial
