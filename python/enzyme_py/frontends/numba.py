@@ -31,6 +31,7 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._signature import Param
+from enzyme_py.frontends import _numba_runtime
 from enzyme_py.frontends._numba_results import (
     SHAPE_MISMATCH,
     ResultPart,
@@ -353,7 +354,10 @@ def _specialize(
     lines.append("}")
 
     _define_runtime_symbols()
-    numba_ir = _without_reference_counting(cres.library.get_llvm_str())
+    numba_ir = _numba_runtime.prepare(_without_reference_counting(cres.library.get_llvm_str()))
+    numba_ir = _numba_runtime.without_array_owners(
+        numba_ir, fndesc.mangled_name, [p.param.name for p in params if p.is_array]
+    )
     wrapper_text = "\n".join(lines)
     array_names = [p.param.name for p in params if p.is_array]
     fast_text = (
