@@ -458,28 +458,26 @@ def corner_product(x):
     return y[0, 0] * y[1, 1]
 
 
-def test_numba_runtime_call_gives_enzyme_error_with_advice():
-    with pytest.raises(ez.EnzymeError) as info:
-        ez.grad(corner_product)(np.ones(4))
-    text = str(info.value)
-    assert "numba_attempt_nocopy_reshape is a function of Numba's runtime" in text
-    assert "index arrays instead of reshaping them" in text
-    assert "compiled library or ctypes/cffi" not in text
-    # Activities as the user gave them (hidden shape and error parameters left out).
-    assert "with activities Duplicated, ActiveOnly)" in text
+def test_reshape_differentiates():
+    # numba_attempt_nocopy_reshape only computes strides: inactive (_numba_runtime.py).
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(ez.grad(corner_product)(x), [4.0, 0.0, 0.0, 1.0])
+    _, dy = ez.jvp(corner_product, (x,), (np.array([1.0, 0.0, 0.0, 2.0]),))
+    assert dy == 4.0 + 2.0
 
 
 @njit
 def shifted_energy(x):
     t = np.zeros(x.shape[0] + 1)
-    t[1:] = x  # Numba's slice assignment: a variadic C-API call Enzyme cannot handle
+    t[1:] = x  # Numba's slice assignment (its size check raises with run-time values)
     return (t * t).sum()
 
 
 def test_constructs_enzyme_cannot_differentiate_get_advice_that_fits():
-    with pytest.raises(ez.EnzymeError) as info:
-        ez.grad(shifted_energy)(np.ones(3))
-    assert "assigning into a slice (t[1:] = x)" in str(info.value)
+    # Slice assignment differentiates since its exception's arguments do
+    # (_numba_runtime.py); tests/test_numba_runtime_constructs.py has more forms.
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(ez.grad(shifted_energy)(x), 2 * x, rtol=1e-14)
     # parallel=True functions: tests/test_prange.py
 
 

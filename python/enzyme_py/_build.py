@@ -168,7 +168,20 @@ _NUMBA_PARALLEL = (
     "numba_gil_",
 )
 # What Enzyme's assertions say of a call to a variadic function.
-_VARIADIC_CALL = ("nowrite_shadows.size() == todiff->arg_size()", "Number of arg operands")
+_VARIADIC_CALL = (
+    "nowrite_shadows.size() == todiff->arg_size()",
+    "Number of arg operands",
+    "number of arg operands",
+    "@PySys_FormatStdout(",
+)
+
+def _prints(fn: IRFunction) -> bool:
+    """Whether fn's module calls print()'s C-API function (its errors name other things)."""
+    try:
+        return "PySys_FormatStdout" in fn.module.native.names()
+    except Exception:  # a module without the listing: no hint
+        return False
+
 
 _NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
 
@@ -215,10 +228,11 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         are = "is a function" if len(runtime) == 1 else "are functions"
         hints.append(
             f"{', '.join(runtime)} {are} of Numba's runtime, which Numba calls for some "
-            "operations (x.reshape(...): numba_attempt_nocopy_reshape; np.sort, strings, "
-            "exceptions raised with run-time values: NRT_Allocate) and Enzyme cannot see "
-            f"into. In '{fn.display_name}', index arrays instead of reshaping them, sort "
-            "outside it, and give exceptions constant messages only."
+            "operations (np.array of nested lists, np.array([[a, b], [c, d]]), and lists: "
+            "NRT_MemInfo_new_varsize_dtor; np.sort, strings) and Enzyme cannot see into. "
+            f"In '{fn.display_name}', build a matrix with np.empty((n, m)) and element "
+            "assignments (m[0, 1] = b) instead of nested lists, use arrays instead of "
+            "lists, and sort outside it."
         )
     others = [m for m in missing if m not in blas and m not in runtime]
     if others:
@@ -228,7 +242,7 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "its source (C through ez.c, or an @njit function) instead of a compiled "
             "library or ctypes/cffi call."
         )
-    if any(mark in message for mark in _VARIADIC_CALL):
+    if any(mark in message for mark in _VARIADIC_CALL) or _prints(fn):
         hints.append(
             "Numba's code for some operations calls Python's C API through variadic "
             "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "

@@ -75,7 +75,14 @@ def _environment() -> bytes:
         here = Path(__file__).resolve().parent
         sources = [
             (here / name).read_bytes()
-            for name in ("numba.py", "_numba_results.py", "_numba_signatures.py", "ir.py")
+            for name in (
+                "numba.py",
+                "_numba_results.py",
+                "_numba_signatures.py",
+                "_numba_runtime.py",
+                "_numba_openmp.py",
+                "ir.py",
+            )
         ]
         h = hashlib.sha256()
         for part in (

@@ -32,6 +32,7 @@ import numpy as np
 from enzyme_py import _state
 from enzyme_py._log import log
 from enzyme_py._signature import Param
+from enzyme_py.frontends import _numba_runtime
 from enzyme_py.frontends._numba_identity import Unsure, code_identity
 from enzyme_py.frontends._numba_results import (
     SHAPE_MISMATCH,
@@ -461,7 +462,10 @@ def _specialize(
             else:
                 compiled.append(_ad_compile(dispatcher, signature))
         own = compiled[0]
-        numba_ir = _without_reference_counting(own.library.get_llvm_str())
+        numba_ir = _numba_runtime.prepare(_without_reference_counting(own.library.get_llvm_str()))
+        numba_ir = _numba_runtime.without_array_owners(
+            numba_ir, own.fndesc.mangled_name, array_names
+        )
         if openmp:
             from enzyme_py.frontends import _numba_openmp
 

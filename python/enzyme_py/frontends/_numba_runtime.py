@@ -1,0 +1,352 @@
+"""Numba's runtime helpers as Enzyme should see them, in the IR of a function to
+differentiate.
+
+Many of the helpers Numba calls only compute shapes and strides or talk to Python;
+no derivative flows through them, but Enzyme, which cannot see into them, refuses
+them ("No augmented forward pass found for numba_attempt_nocopy_reshape") or aborts
+on their variadic calls (print). Here:
+
+- ``numba_attempt_nocopy_reshape`` (behind ``x.reshape``, ``x.ravel()``, ``np.max``
+  and ``np.min`` of arrays) writes only the new strides: marked ``enzyme_inactive``;
+- the arguments of exceptions raised with run-time values are boxed as Python objects
+  (``PyLong_FromLongLong``, ``PyTuple_Pack``, ...) by a function Numba's runtime calls
+  when it raises: those calls are marked inactive, but only where every Python C-API
+  function the code calls is one that consumes values and never hands one back (an
+  ``objmode`` block, which calls Python and unboxes its results, keeps today's
+  refusal: a derivative through it would silently be zero), and variadic ones go
+  through non-variadic thunks (Enzyme asserts on variadic calls);
+- ``print()`` stays refused: it needs Numba's environment object, which the copy of
+  the code enzyme_py compiles does not have;
+- ``NRT_Allocate`` / ``NRT_Free`` (the buffer of such an exception's arguments)
+  become ``malloc`` / ``free``, which Enzyme knows;
+- an array structure's meminfo and parent pointers, zeroed by a memset (0-d views in
+  ``np.max``) or copied from the parameters (which enzyme_py passes as null), are
+  stored as null: Enzyme cannot type a memset of a structure, nor store an inactive
+  pointer into an active structure;
+- ``math.lgamma`` of a float64 is libm's lgamma for the value plus a term that is
+  exactly zero and whose derivatives are digamma's, trigamma's, ... (Stirling's
+  series, see ``_lgamma_definitions``): Enzyme v0.0.289 aborts on lgamma.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+# Helpers that compute shapes and strides only.
+SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
+# Python C-API functions and Numba helpers that consume values (boxing them, printing
+# them, setting an error) and return nothing a result could be computed from.
+SINKS = (
+    "numba_gil_ensure",
+    "numba_gil_release",
+    "numba_unpickle",
+    "PyObject_Str",
+    "PyObject_Repr",
+    "PyUnicode_AsUTF8",
+    "PyUnicode_FromString",
+    "PySys_FormatStdout",
+    "PySys_WriteStdout",
+    "Py_DecRef",
+    "Py_IncRef",
+    "PyFloat_FromDouble",
+    "PyLong_FromLongLong",
+    "PyLong_FromUnsignedLongLong",
+    "PyLong_FromLong",
+    "PyLong_FromSsize_t",
+    "PyBool_FromLong",
+    "PyComplex_FromDoubles",
+    "PyTuple_Pack",
+    "PyErr_SetString",
+    "PyErr_SetNone",
+    "PyErr_SetObject",
+    "PyErr_Clear",
+    "PyErr_WriteUnraisable",
+    "NRT_adapt_ndarray_to_python_acqref",
+)
+
+_DEFINE = re.compile(r"^define [^\n]*@([\w.$\"-]+)\(.*?^\}$", re.MULTILINE | re.DOTALL)
+_CALLEE = re.compile(r"@((?:Py|_Py|numba_|NRT_)\w+)\(")
+
+
+def _called_runtime(ir: str) -> set[str]:
+    """Python C-API and Numba runtime functions called by the functions that run
+    inside a derivative (not Numba's Python wrappers, cpython.* and cfunc.*)."""
+    called: set[str] = set()
+    for match in _DEFINE.finditer(ir):
+        name = match.group(1).strip('"')
+        if name.startswith(("cpython.", "cfunc.", "_ZN7cpython")):
+            continue
+        called.update(_CALLEE.findall(match.group(0)))
+    return called
+
+
+def _mark_inactive(ir: str, name: str) -> str:
+    pattern = re.compile(rf"^(declare [^\n]*@{re.escape(name)}\([^\n]*)$", re.MULTILINE)
+    return pattern.sub(lambda m: m.group(1) + ' nofree "enzyme_inactive"', ir)
+
+
+def _type_of(argument: str) -> str:
+    """The type of a call argument ("i8* nonnull %x", "[3 x i8]* @s"): up to the first
+    space outside brackets."""
+    depth = 0
+    for i, ch in enumerate(argument):
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return argument[:i]
+    return argument
+
+
+def _split_arguments(text: str) -> list[str]:
+    """A call's arguments, split at the commas outside brackets and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if text[start:].strip():
+        parts.append(text[start:].strip())
+    return parts
+
+
+_VARIADIC_CALL = re.compile(
+    r"call (?P<ret>[^\n(]*?) \((?P<fixed>[^\n)]*?),? ?\.\.\.\) @(?P<name>\w+)\((?P<args>[^\n]*)\)"
+    r"(?P<tail>[^\n)]*)$",
+    re.MULTILINE,
+)
+
+
+def _without_variadic_calls(ir: str, names: set[str]) -> str:
+    """Calls of the variadic functions ``names`` (PySys_FormatStdout, PyTuple_Pack)
+    through non-variadic thunks marked inactive: Enzyme v0.0.289 asserts on a
+    variadic call even when it is inactive ("number of arg operands != function
+    parameters")."""
+    thunks: dict[tuple[str, str, tuple[str, ...]], str] = {}
+
+    def replace(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in names:
+            return m.group(0)
+        ret = m.group("ret").strip()
+        args = _split_arguments(m.group("args"))
+        types = tuple(_type_of(a) for a in args)
+        key = (name, ret, types)
+        thunk = thunks.setdefault(key, f"enzyme_py.{name}.{len(thunks)}")
+        return f"call {ret} @{thunk}({m.group('args')})"
+
+    out = _VARIADIC_CALL.sub(replace, ir)
+    for (name, ret, types), thunk in thunks.items():
+        params = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
+        declare = re.search(rf"^declare [^\n]*@{name}\(([^\n]*)\.\.\.\)", ir, re.MULTILINE)
+        fixed_types = _split_arguments(declare.group(1).rstrip(", ")) if declare else []
+        fnty = f"{ret} ({', '.join([*fixed_types, '...'])})"
+        call = f"call {fnty} @{name}({', '.join(f'{t} %p{i}' for i, t in enumerate(types))})"
+        body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
+        out += (
+            f"\ndefine internal {ret} @{thunk}({params}) noinline nofree "
+            f'"enzyme_inactive" {{\n{body}\n}}\n'
+        )
+    return out
+
+
+def without_array_owners(ir: str, function: str, arrays: list[str]) -> str:
+    """``function`` (Numba's compile of the function differentiated) with its array
+    parameters' meminfo and parent pointers replaced by null, which is what
+    enzyme_py's wrapper passes: a view or reshape copies them into a new array
+    structure, and Enzyme refuses to store those inactive pointers into the active
+    structure ("Mismatched activity")."""
+    start = ir.index(f"define i32 @{function}(")
+    end = ir.index("\n}\n", start)
+    head_end = ir.index("\n", start)
+    body = ir[head_end:end]
+    for name in arrays:
+        body = re.sub(rf"%arg\.{re.escape(name)}\.[01](?![\w.])", "null", body)
+    return ir[:head_end] + body + ir[end:]
+
+
+_ARRAY_HEADER_BITCAST = re.compile(
+    r"^  (%[\w.]+) = bitcast \{ i8\*, i8\*, i64, i64, [^\n]*\* %[\w.]+ to i8\*$", re.MULTILINE
+)
+
+
+def _typed_header_zeroing(ir: str) -> str:
+    """A memset of an array structure's first 16 bytes (its meminfo and parent
+    pointers, zeroed by Numba's code for 0-d views such as np.max's) as two stores of
+    null: Enzyme's type analysis cannot tell what a memset of a structure writes
+    ("Cannot deduce type of memset")."""
+    headers = set(_ARRAY_HEADER_BITCAST.findall(ir))
+    if not headers:
+        return ir
+    count = 0
+
+    def replace(m: re.Match[str]) -> str:
+        nonlocal count
+        ptr = m.group(1)
+        if ptr not in headers:
+            return m.group(0)
+        count += 1
+        v = f"%enzyme_py.header{count}"
+        return (
+            f"  {v} = bitcast i8* {ptr} to i8**\n"
+            f"  store i8* null, i8** {v}, align 8\n"
+            f"  {v}.parent = getelementptr i8*, i8** {v}, i64 1\n"
+            f"  store i8* null, i8** {v}.parent, align 8"
+        )
+
+    return re.sub(
+        r"^  call void @llvm\.memset\.p0i8\.i64\(i8\*[^,\n]* (%[\w.]+), i8 0, i64 16, i1 false\)"
+        r"[^\n]*$",
+        replace,
+        ir,
+        flags=re.MULTILINE,
+    )
+
+
+def _allocations_as_malloc(ir: str) -> str:
+    """NRT_Allocate (a plain allocation: the buffer of an exception's run-time
+    arguments) as malloc, whose derivative Enzyme knows."""
+    if "@NRT_Allocate(" not in ir:
+        return ir
+    has_malloc = re.search(r"^declare [^\n]*@malloc\(", ir, re.MULTILINE) is not None
+    declare = re.compile(r"^declare [^\n]*@NRT_Allocate\([^\n]*$", re.MULTILINE)
+    ir = declare.sub("" if has_malloc else "declare noalias i8* @malloc(i64)", ir)
+    ir = ir.replace("@NRT_Allocate(", "@malloc(")
+    if "@NRT_Free(" in ir:
+        has_free = re.search(r"^declare [^\n]*@free\(", ir, re.MULTILINE) is not None
+        declare = re.compile(r"^declare [^\n]*@NRT_Free\([^\n]*$", re.MULTILINE)
+        ir = declare.sub("" if has_free else "declare void @free(i8*)", ir)
+        ir = ir.replace("@NRT_Free(", "@free(")
+    return ir
+
+
+def _hex(v: float) -> str:
+    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
+
+
+def _lgamma_definitions() -> tuple[str, list[str]]:
+    """IR of enzyme_py.lgamma: libm's lgamma for the value (an inactive call) plus
+    ``S(x) - S_const(x)`` (exactly 0), where S is lgamma as code Enzyme differentiates
+    (reflection below 1/2, the recurrence up to 10, Stirling's series with terms to
+    z^-13: its derivatives are digamma, trigamma, ... to about 1e-15)."""
+    pi = _hex(math.pi)
+    coefficients = [1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156]
+    lines = [
+        "define internal double @enzyme_py.lgamma.positive(double %x) {",
+        "entry:",
+        "  br label %loop",
+        "loop:",
+        "  %z = phi double [ %x, %entry ], [ %z1, %body ]",
+        "  %acc = phi double [ 0.0, %entry ], [ %acc1, %body ]",
+        f"  %lt = fcmp olt double %z, {_hex(10.0)}",
+        "  br i1 %lt, label %body, label %done",
+        "body:",
+        "  %lz = call double @llvm.log.f64(double %z)",
+        "  %acc1 = fsub double %acc, %lz",
+        "  %z1 = fadd double %z, 1.0",
+        "  br label %loop",
+        "done:",
+        "  %w = fdiv double 1.0, %z",
+        "  %w2 = fmul double %w, %w",
+        f"  %t{len(coefficients)} = fadd double 0.0, {_hex(coefficients[-1])}",
+    ]
+    for k in range(len(coefficients) - 1, 0, -1):
+        lines += [
+            f"  %m{k} = fmul double %w2, %t{k + 1}",
+            f"  %t{k} = fadd double %m{k}, {_hex(coefficients[k - 1])}",
+        ]
+    lines += [
+        "  %series = fmul double %w, %t1",
+        "  %logz = call double @llvm.log.f64(double %z)",
+        "  %zh = fsub double %z, 0.5",
+        "  %a = fmul double %zh, %logz",
+        "  %b = fsub double %a, %z",
+        f"  %c = fadd double %b, {_hex(0.5 * math.log(2 * math.pi))}",
+        "  %d = fadd double %c, %series",
+        "  %r = fadd double %acc, %d",
+        "  ret double %r",
+        "}",
+        "define internal double @enzyme_py.lgamma.series(double %x) {",
+        "entry:",
+        "  %small = fcmp olt double %x, 0.5",
+        "  br i1 %small, label %reflect, label %positive",
+        "reflect:",
+        f"  %pix = fmul double %x, {pi}",
+        "  %s = call double @llvm.sin.f64(double %pix)",
+        "  %as = call double @llvm.fabs.f64(double %s)",
+        f"  %q = fdiv double {pi}, %as",
+        "  %lq = call double @llvm.log.f64(double %q)",
+        "  %om = fsub double 1.0, %x",
+        "  %p = call double @enzyme_py.lgamma.positive(double %om)",
+        "  %rr = fsub double %lq, %p",
+        "  ret double %rr",
+        "positive:",
+        "  %v = call double @enzyme_py.lgamma.positive(double %x)",
+        "  ret double %v",
+        "}",
+        "define internal double @enzyme_py.lgamma.const(double %x) noinline nofree "
+        '"enzyme_inactive" {',
+        "  %v = call double @enzyme_py.lgamma.series(double %x)",
+        "  ret double %v",
+        "}",
+        "define internal double @enzyme_py.lgamma(double %x) {",
+        "  %l = call double @lgamma(double %x)",
+        "  %s = call double @enzyme_py.lgamma.series(double %x)",
+        "  %c = call double @enzyme_py.lgamma.const(double %x)",
+        "  %d = fsub double %s, %c",
+        "  %ok = fcmp ord double %d, 0.0",
+        "  %d0 = select i1 %ok, double %d, double 0.0",
+        "  %r = fadd double %l, %d0",
+        "  ret double %r",
+        "}",
+    ]
+    declared = ["llvm.log.f64", "llvm.sin.f64", "llvm.fabs.f64"]
+    return "\n".join(lines) + "\n", declared
+
+
+_LGAMMA_CALL = re.compile(r"(call(?: [a-z]+)* double @)lgamma\(")
+
+
+def _differentiable_lgamma(ir: str) -> str:
+    """Calls of libm's lgamma (math.lgamma of a float64) through enzyme_py.lgamma,
+    whose derivative is digamma (see _lgamma_definitions): Enzyme v0.0.289 aborts on
+    lgamma ("unknown subtype")."""
+    if not _LGAMMA_CALL.search(ir):
+        return ir
+    ir = _LGAMMA_CALL.sub(lambda m: m.group(1) + "enzyme_py.lgamma(", ir)
+    ir = _mark_inactive(ir, "lgamma")
+    text, intrinsics = _lgamma_definitions()
+    for name in intrinsics:
+        if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", ir, re.MULTILINE):
+            text += f"declare double @{name}(double)\n"
+    return ir + "\n" + text
+
+
+def prepare(ir: str) -> str:
+    """Numba's IR with its runtime helpers made differentiable where they carry no
+    derivative (see the module's docstring)."""
+    ir = _differentiable_lgamma(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    called = _called_runtime(ir)
+    for name in SHAPE_ONLY:
+        if name in called:
+            ir = _mark_inactive(ir, name)
+    python = {n for n in called if n.startswith(("Py", "_Py")) or n in SINKS}
+    # print() needs Numba's environment object, which enzyme_py's copy of the code
+    # lacks (its error path would keep the GIL): still refused (_build.py says so).
+    prints = any(n.startswith("PySys_") for n in python)
+    if python and python <= set(SINKS) and not prints:
+        ir = _without_variadic_calls(ir, python)
+        for name in sorted(python):
+            ir = _mark_inactive(ir, name)
+    return ir

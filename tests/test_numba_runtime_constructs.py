@@ -1,0 +1,168 @@
+"""Constructs whose Numba code calls runtime helpers that carry no derivative
+(python/enzyme_py/frontends/_numba_runtime.py): reshape / ravel, np.max / np.min,
+math.lgamma of an active value, exceptions raised with run-time values; and what
+must stay refused (objmode, print). Each against finite differences."""
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+def fd_grad(f, x, h=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += h
+        xm[i] -= h
+        g[i] = (f(xp) - f(xm)) / (2 * h)
+    return g
+
+
+@numba.njit
+def reshaped(x):
+    a = x.reshape((2, 3))
+    return np.sum(a[0] * a[1] * a[1])
+
+
+@numba.njit
+def extremes(x):
+    return np.max(x) * 2.0 - np.min(x) + x.max()
+
+
+@numba.njit
+def lgammas(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.lgamma(x[i]) * x[i]
+    return s
+
+
+@numba.njit
+def raises_with_value(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] < 0.0:
+            raise ValueError("negative value at", i)
+        s += math.sqrt(x[i])
+    return s
+
+
+@pytest.mark.parametrize(
+    "f, x",
+    [
+        (reshaped, np.linspace(0.1, 1.2, 6)),
+        (extremes, np.array([0.4, -1.2, 2.5, 0.3])),
+        (lgammas, np.array([0.3, 1.7, 4.2, -0.6, 12.5])),
+        (raises_with_value, np.array([0.5, 2.0, 3.0])),
+    ],
+)
+def test_gradient_and_tangent(f, x):
+    want = fd_grad(f, x)
+    np.testing.assert_allclose(ez.grad(f)(x), want, rtol=1e-6, atol=1e-8)
+    t = np.linspace(0.5, 1.5, x.size)
+    y, dy = ez.jvp(f, (x,), (t,))
+    assert y == pytest.approx(f(x), rel=1e-15)
+    assert dy == pytest.approx(want @ t, rel=1e-6)
+
+
+def test_lgamma_value_is_libm_and_second_derivative_is_trigamma():
+    x = np.array([0.7, 3.3])
+    y, _ = ez.jvp(lgammas, (x,), (np.ones(2),))
+    assert y == lgammas(x)  # the primal is libm's lgamma, bit for bit
+    h = ez.hessian(lgammas)(x)
+
+    # d2/dx2 [x lgamma(x)] = 2 digamma(x) + x trigamma(x), by differences of digamma.
+    def digamma(v, e=1e-5):
+        return (math.lgamma(v + e) - math.lgamma(v - e)) / (2 * e)
+
+    for i, v in enumerate(x):
+        trigamma = (digamma(v + 1e-4) - digamma(v - 1e-4)) / 2e-4
+        assert h[i, i] == pytest.approx(2 * digamma(v) + v * trigamma, rel=1e-4)
+    assert h[0, 1] == 0.0
+
+
+def test_exception_with_a_run_time_value_is_raised_from_the_derivative():
+    with pytest.raises(ValueError, match="negative value at"):
+        ez.grad(raises_with_value)(np.array([1.0, -2.0]))
+
+
+@numba.njit
+def through_objmode(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    with numba.objmode(t="float64"):
+        t = s * 3.0
+    return t
+
+
+def test_objmode_stays_refused():
+    # Its result comes from Python: a derivative through it would silently be zero.
+    with pytest.raises(ez.EnzymeError, match="objmode"):
+        ez.grad(through_objmode)(np.array([1.0, 2.0]))
+
+
+@numba.njit
+def printing(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    print("s =", s)
+    return s
+
+
+def test_print_is_refused_with_advice():
+    with pytest.raises(ez.EnzymeError, match=r"leave print\(\) out"):
+        ez.grad(printing)(np.array([1.0, 2.0]))
+
+
+@numba.njit
+def column_assigned(x):
+    t = np.zeros((x.shape[0], 2))
+    t[:, 0] = x
+    t[:, 1] = x * x
+    return np.sum(t * t) + t[0, 1] * t[1, 0]
+
+
+@numba.njit
+def strided_assigned(x):
+    t = np.zeros(2 * x.shape[0])
+    t[::2] = x
+    t[1::2] = np.sin(x)
+    s = 0.0
+    for i in range(t.shape[0]):
+        s += (i + 1) * t[i] ** 2
+    return s
+
+
+@numba.njit
+def overlapping_assigned(x):
+    t = x.copy()
+    t[1:] = t[:-1] * 2.0
+    return np.sum(t**3)
+
+
+@numba.njit
+def scalar_assigned(x):
+    t = np.zeros(4)
+    t[1:3] = x[0] * x[1]
+    return np.sum(t * np.arange(4.0))
+
+
+@pytest.mark.parametrize(
+    "f", [column_assigned, strided_assigned, overlapping_assigned, scalar_assigned]
+)
+def test_slice_assignment(f):
+    # Numba's size check raises with run-time values; with those differentiable,
+    # slice assignment is plain loops to Enzyme.
+    x = np.array([0.3, 1.1, -0.7])
+    want = fd_grad(f, x)
+    np.testing.assert_allclose(ez.grad(f)(x), want, rtol=1e-6, atol=1e-8)
+    _, dy = ez.jvp(f, (x,), (np.ones(3),))
+    assert dy == pytest.approx(want.sum(), rel=1e-6)
