@@ -37,6 +37,22 @@ int strip_scoped_noalias(LLVMModuleRef mod);
 // for >=, <, <= (ordered: false for NaN either way). Returns how many.
 int compare_without_fabs(LLVMModuleRef mod);
 
+// Numba's functions that only make an exception with run-time values (the
+// shape mismatch of a slice assignment: ol_raise_with_shape_context) are kept
+// out of line, marked enzyme_inactive and nofree, and lose the pointer to the
+// function that would unwrap the values (which calls the variadic PyTuple_Pack,
+// where Enzyme asserts): the exception keeps its class and constant arguments.
+// Everywhere, NRT_Allocate / NRT_Free (the scratch copy of an assignment's
+// source that may overlap its destination) become malloc / free, whose shadows
+// Enzyme makes. Returns how many helpers were changed.
+int keep_exception_helpers_inactive(LLVMModuleRef mod);
+
+// Direct calls of Numba's BLAS helpers for real kinds (numba_xxdot,
+// numba_xxgemv, numba_xxgemm, numba_xxnrm2: np.dot, @, np.linalg.norm) become
+// calls of loops with BLAS's semantics (src/numba_blas.c), which Enzyme
+// differentiates in every mode. Returns how many calls.
+int define_numba_blas(LLVMModuleRef mod);
+
 // The pass pipeline simplify_for_enzyme runs (no vectorisation, and no unrolling
 // but of loops of constant length, which leave Enzyme nothing to cache, such as
 // Numba's x ** 2: partial unrolling would make it cache more). GVN without load

@@ -167,6 +167,9 @@ _NUMBA_PARALLEL = (
     "numba_parallel",
     "numba_gil_",
 )
+# Numba's LAPACK wrappers (numba/np/linalg.py); its BLAS ones (numba_xxdot, numba_xxgemv,
+# numba_xxgemm, numba_xxnrm2) get loop bodies on real arrays (src/rewrites.cpp).
+_NUMBA_LAPACK = ("numba_xxgetrf", "numba_xxpotrf", "numba_xgesv", "numba_ez_")
 # What Enzyme's assertions say of a call to a variadic function.
 _VARIADIC_CALL = (
     "nowrite_shadows.size() == todiff->arg_size()",
@@ -206,13 +209,27 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
     hints = []
     missing = sorted(set(_NO_RULE.findall(message)))
-    blas = [m for m in missing if m.startswith("numba_xx") or "blas" in m]
+    lapack = [m for m in missing if m.startswith(_NUMBA_LAPACK)]
+    if lapack:
+        hints.append(
+            f"'{fn.display_name}' calls LAPACK through Numba's helper library "
+            f"({', '.join(lapack)}: np.linalg.solve, inv, det, cholesky, eig, svd, qr, "
+            "lstsq, a matrix norm), for which enzyme_py has no derivative yet. Write that "
+            "step as loops in the @njit function (an LU or Cholesky factorisation and "
+            "triangular solves differentiate), or compute it outside the function and "
+            "pass the result in as a Const argument. np.dot and @ on float arrays "
+            "differentiate."
+        )
+    blas = [m for m in missing if m not in lapack and (m.startswith("numba_xx") or "blas" in m)]
     if blas:
         hints.append(
-            f"'{fn.display_name}' calls BLAS/LAPACK through Numba's helper library "
-            f"({', '.join(blas)}: np.dot, @, np.linalg on arrays), which Enzyme cannot "
-            "see into. Write the product as loops in the @njit function."
+            f"'{fn.display_name}' calls BLAS through Numba's helper library "
+            f"({', '.join(blas)}: np.dot or @ on complex arrays, np.linalg.norm), which "
+            "Enzyme cannot see into (np.dot and @ on float64 and float32 arrays "
+            "differentiate). Use real arrays, or write the product as loops in the "
+            "@njit function."
         )
+    blas += lapack
     parallel = [m for m in missing if m.startswith(_NUMBA_PARALLEL)]
     if parallel:
         hints.append(
@@ -246,9 +263,10 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         hints.append(
             "Numba's code for some operations calls Python's C API through variadic "
             "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "
-            "differentiate through: assigning into a slice (t[1:] = x), np.diff, print() "
-            f"and objmode blocks. In '{fn.display_name}', write such assignments as loops "
-            "over indices, and leave print() out."
+            "differentiate through: print(), objmode blocks and exceptions raised with "
+            f"values known at run time. In '{fn.display_name}', leave print() out and "
+            "give exceptions constant messages (slice and fancy-index assignments "
+            "differentiate)."
         )
     if "Mismatched activity" in message:
         hints.append(
