@@ -178,12 +178,18 @@ _VARIADIC_CALL = (
     "@PySys_FormatStdout(",
 )
 
+def _called(fn: IRFunction) -> list[str]:
+    """The functions fn's module defines or declares (Enzyme's errors often name
+    another value than the call that stops it)."""
+    try:
+        return list(fn.module.native.names())
+    except Exception:  # a module without the listing: no hints from it
+        return []
+
+
 def _prints(fn: IRFunction) -> bool:
     """Whether fn's module calls print()'s C-API function (its errors name other things)."""
-    try:
-        return "PySys_FormatStdout" in fn.module.native.names()
-    except Exception:  # a module without the listing: no hint
-        return False
+    return "PySys_FormatStdout" in _called(fn)
 
 
 _NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
@@ -209,7 +215,7 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
     hints = []
     missing = sorted(set(_NO_RULE.findall(message)))
-    lapack = [m for m in missing if m.startswith(_NUMBA_LAPACK)]
+    lapack = sorted({m for m in (*missing, *_called(fn)) if m.startswith(_NUMBA_LAPACK)})
     if lapack:
         hints.append(
             f"'{fn.display_name}' calls LAPACK through Numba's helper library "
