@@ -89,6 +89,24 @@ std::string type_tree_string(int kind, int pointee) {
   return result;
 }
 
+// Runs `call(entry, slots' data)` without the GIL: the slots are a 1-D buffer of 8-byte
+// items; an allocation inside that failed is a MemoryError (OutOfMemory).
+template <typename Call>
+void invoke_on_slots(uint64_t entry, py::buffer &slots, Call call) {
+  py::buffer_info info = slots.request(/*writable=*/true);
+  if (info.itemsize != 8 || info.ndim != 1) {
+    throw std::invalid_argument("slots must be a 1-D buffer of 8-byte items");
+  }
+  auto fn = reinterpret_cast<void (*)(void *)>(entry);
+  void *data = info.ptr;
+  size_t failed_bytes = 0;
+  {
+    py::gil_scoped_release release;
+    failed_bytes = call(fn, data);
+  }
+  if (failed_bytes) throw OutOfMemory(failed_bytes);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -299,18 +317,9 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "invoke",
       [](uint64_t entry, py::buffer slots) {
-        py::buffer_info info = slots.request(/*writable=*/true);
-        if (info.itemsize != 8 || info.ndim != 1) {
-          throw std::invalid_argument("slots must be a 1-D buffer of 8-byte items");
-        }
-        auto fn = reinterpret_cast<void (*)(void *)>(entry);
-        void *data = info.ptr;
-        size_t failed_bytes = 0;
-        {
-          py::gil_scoped_release release;
-          failed_bytes = call_entry(fn, data);
-        }
-        if (failed_bytes) throw OutOfMemory(failed_bytes);
+        invoke_on_slots(entry, slots, [](void (*fn)(void *), void *data) {
+          return call_entry(fn, data);
+        });
       },
       py::arg("entry"), py::arg("slots"),
       "Call a derivative's entry point on its argument slots, without the GIL.");
@@ -324,18 +333,9 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "invoke_split",
       [](uint64_t entry, py::buffer slots, SplitTape &split, bool forward) {
-        py::buffer_info info = slots.request(/*writable=*/true);
-        if (info.itemsize != 8 || info.ndim != 1) {
-          throw std::invalid_argument("slots must be a 1-D buffer of 8-byte items");
-        }
-        auto fn = reinterpret_cast<void (*)(void *)>(entry);
-        void *data = info.ptr;
-        size_t failed_bytes = 0;
-        {
-          py::gil_scoped_release release;
-          failed_bytes = call_entry_split(fn, data, split, forward);
-        }
-        if (failed_bytes) throw OutOfMemory(failed_bytes);
+        invoke_on_slots(entry, slots, [&split, forward](void (*fn)(void *), void *data) {
+          return call_entry_split(fn, data, split, forward);
+        });
       },
       py::arg("entry"), py::arg("slots"), py::arg("tape"), py::arg("forward"),
       "invoke for split mode: the augmented forward pass (forward) allocating into\n"

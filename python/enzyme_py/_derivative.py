@@ -288,16 +288,26 @@ class Derivative:
         filled = _convention.fill_slots(self.plan, args, self._compiled.in_slots)
         if self.may_overlap and _convention.overlapping(filled.arrays):
             return self.alias_safe_twin()._call_checked(args)
+        reader = self._run(
+            filled, len(self.plan.in_codes), lambda: _state.native.invoke(self.entry, filled.slots)
+        )
+        return _convention.read_results(self.plan.result, reader)
+
+    def _run(
+        self, filled: _convention.FilledSlots, inputs: int, invoke: Callable[[], None]
+    ) -> _convention.SlotReader:
+        """``invoke`` the entry point on ``filled``'s slots; the function's own error, or
+        a MemoryError for the tape, raised; the shadows given as stand-ins copied back;
+        a reader of the output slots (after the ``inputs`` input slots)."""
         try:
-            _state.native.invoke(self.entry, filled.slots)
+            invoke()
         except _state.native.OutOfMemory as exc:
             self._raise_out_of_memory(exc)
         errors = filled.errors
         if errors[0] != 0:
             self._raise_callee_error(int(errors[0]), int(errors[1]))
         filled.copy_back()
-        reader = _convention.SlotReader(filled.slots, self.out_codes, len(self.plan.in_codes))
-        return _convention.read_results(self.plan.result, reader)
+        return _convention.SlotReader(filled.slots, self.out_codes, inputs)
 
     def call_split(self, args: tuple[Any, ...], tape: Any, address: int = 0) -> Any:
         """A call of a half of split mode (``options.split``): the augmented forward
@@ -315,15 +325,11 @@ class Derivative:
         filled = _convention.fill_slots(self.plan, args, codes)
         if split == 2:
             filled.slots[len(codes) - 1] = address
-        try:
-            _state.native.invoke_split(self.entry, filled.slots, tape, split == 1)
-        except _state.native.OutOfMemory as exc:
-            self._raise_out_of_memory(exc)
-        errors = filled.errors
-        if errors[0] != 0:
-            self._raise_callee_error(int(errors[0]), int(errors[1]))
-        filled.copy_back()
-        reader = _convention.SlotReader(filled.slots, self.out_codes, len(codes))
+        reader = self._run(
+            filled,
+            len(codes),
+            lambda: _state.native.invoke_split(self.entry, filled.slots, tape, split == 1),
+        )
         if split == 1:
             address = int(reader.take())
             (primal,) = _convention.read_results(self.plan.result, reader)
