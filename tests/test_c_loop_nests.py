@@ -397,3 +397,12 @@ def test_inlined_restrict_helper_in_a_loop(restrict):
     _, dy = fwd(n, steps, layers, w, tangent, state.copy(), np.zeros_like(state), x,
                 np.zeros_like(x))  # fmt: skip
     assert dy == pytest.approx(float(want @ tangent), rel=1e-6)
+
+
+def test_a_pointer_both_const_and_active_gets_advice_for_c():
+    m = ez.cpp(RESTRICT_LOOP)
+    D, C = ez.Duplicated, ez.Const
+    # x Const: `in` is x (Const) in the first layer and the state (active) after it
+    with pytest.raises(ez.EnzymeError, match=r"make both Duplicated") as info:
+        ez.autodiff(m.loss, ez.Reverse, C, C, C, D, D, C, ez.Active)
+    assert "np.arange" not in str(info.value)  # no Numba advice on C code

@@ -507,6 +507,37 @@ def test_mixed_activity_and_record_arrays_get_advice():
         ez.grad(first_fields)(x, records)
 
 
+@njit
+def _scatter_doubled(out, x, idx):
+    for i in range(idx.size):
+        out[idx[i]] = 2.0 * x[i]
+
+
+@njit
+def reversed_energy(x):
+    idx = np.arange(x.size)[::-1].copy()  # an index array made inside the function
+    u = np.zeros(x.size)
+    _scatter_doubled(u, x, idx)
+    return np.sum(u * x)
+
+
+@njit
+def reversed_energy_given(x, idx):
+    u = np.zeros(x.size)
+    _scatter_doubled(u, x, idx)
+    return np.sum(u * x)
+
+
+def test_an_index_array_made_inside_gets_advice_and_passed_in_works():
+    x = np.linspace(0.5, 2.0, 5)
+    with pytest.raises(ez.EnzymeError, match="make index arrays outside the function") as info:
+        ez.grad(reversed_energy)(x)
+    assert "Duplicated (a zero shadow" not in str(info.value)  # the C advice is not given
+    # d/dx sum_i 2 x_i x_(n-1-i) = 4 x reversed
+    idx = np.arange(x.size)[::-1].copy()
+    np.testing.assert_allclose(ez.grad(reversed_energy_given)(x, idx), 4 * x[::-1], rtol=1e-14)
+
+
 def test_lapack_call_gives_enzyme_error_with_advice():
     # BLAS (np.dot, @) differentiates: tests/test_numba_blas.py.
     a = np.eye(3) + 0.1

@@ -275,12 +275,28 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "differentiate)."
         )
     if "Mismatched activity" in message:
-        hints.append(
+        unsure = (
             f"Enzyme could not tell whether some memory of '{fn.display_name}' holds "
-            "values that need derivatives; integer arrays mixed into float arithmetic "
-            "(x * np.arange(n)) do this. Use float arrays there (np.arange(0.0, n)), or "
-            "pass runtime_activity=True to ez.autodiff (decided when it runs, a little slower)."
+            "values that need derivatives"
         )
+        if fn.origin and fn.origin[0] == "numba":
+            hints.append(
+                f"{unsure}. Integer arrays made inside the function (np.arange(n), "
+                "np.argsort(x), np.empty(n, np.int64) filled in a loop) do this, and so do "
+                "integer arrays mixed into float arithmetic (x * np.arange(n)): make index "
+                "arrays outside the function and pass them in (Const parameters), and use "
+                "float arrays in float arithmetic (np.arange(0.0, n)). runtime_activity=True "
+                "(ez.autodiff) helps in some of these cases (decided when it runs, a little "
+                "slower)."
+            )
+        else:
+            hints.append(
+                f"{unsure}. A pointer that points into a Const array on one path and into a "
+                "differentiated one on another (a layer's input that is x for the first "
+                "layer and the state after it) does this: make both Duplicated (a zero "
+                "shadow for the one you do not differentiate), or pass "
+                "runtime_activity=True to ez.autodiff (decided when it runs, a little slower)."
+            )
     if "key.returnUsed" in message:
         hints.append(
             "A custom derivative rule is attached to a function whose result is used, and "
