@@ -67,10 +67,15 @@ class Compiled:
 # The memory cache: every derivative still in use (weakly), and the most recently
 # asked for, whether in use or not (an LRU of strong references, so that a loop making
 # the same derivative again finds it here). A derivative nobody uses beyond those is
-# dropped with its artifact, and its code is removed from the JIT (at the next request,
-# under the lock), unless its address went where no reference follows it (``pin``:
-# ``df.njit()`` compiles it into Numba code); pinned code stays and serves again.
+# dropped with its artifact. Its code may be removed from the JIT (at the next request,
+# under the lock) only with UNLOAD_CODE, and never where its address went where no
+# reference follows it (``pin``: ``df.njit()`` compiles it into Numba code).
 RECENT = 256
+# Off: with code removed, the whole test suite crashed (a segfault calling a Numba
+# derivative's entry, after some 500 tests; not when its test file ran alone). Until
+# the cause is found, dropped code stays loaded and serves again when asked (about
+# 13 KB per distinct derivative).
+UNLOAD_CODE = False
 _loaded: weakref.WeakValueDictionary[str, Compiled] = weakref.WeakValueDictionary()
 _recent: OrderedDict[str, Compiled] = OrderedDict()
 _entries: dict[str, int] = {}  # key -> entry point, for all code loaded in the JIT
@@ -86,7 +91,11 @@ def pin(compiled: Compiled) -> None:
 
 
 def _release_unused() -> None:
-    """Remove the code of collected derivatives from the JIT (under ``_lock``)."""
+    """Remove the code of collected derivatives from the JIT (under ``_lock``), if
+    UNLOAD_CODE."""
+    if not UNLOAD_CODE:
+        _unused.clear()
+        return
     while _unused:
         key = _unused.pop()
         if key in _pinned or key in _loaded or key not in _entries:
@@ -96,6 +105,8 @@ def _release_unused() -> None:
         name = _entry_names.pop(key, None)
         if unload is not None and name is not None:
             unload(name)
+
+
 _environment: list[str] = []
 
 
