@@ -19,6 +19,7 @@ from enzyme_py._split import SplitDerivative
 from enzyme_py.core import (
     Activity,
     ActivityError,
+    EnzymeError,
     Mode,
     ReverseSplit,
     checked_flag,
@@ -28,6 +29,12 @@ from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.offload import Kernel
 
 __all__ = ["autodiff"]
+
+# Split mode's tapes crashed the interpreter in the full suite (a segfault in the
+# augmented forward pass under the PyTorch bridge, and in later plain calls): off until
+# understood. ez.vjp and the bridges then recompute (their fallback when split mode is
+# refused).
+SPLIT_MODE = False
 
 
 def autodiff(
@@ -95,6 +102,12 @@ def autodiff(
     if mode is ReverseSplit:
         if isinstance(f, Kernel):
             raise ActivityError("kernels have no split mode; use ez.Reverse")
+        if not SPLIT_MODE:
+            raise EnzymeError(
+                "split mode (ez.ReverseSplit) is switched off in this release: its tapes "
+                "crashed the interpreter in the full test suite. Use ez.Reverse (ez.vjp "
+                "and the bridges compute the primal again in their reverse pass)."
+            )
         return SplitDerivative(f, tuple(activities), options, sig)
     if isinstance(f, Kernel):
         if width != 1 or runtime_activity or strong_zero or check or sig is not None or threads:
