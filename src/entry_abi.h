@@ -3,6 +3,8 @@
 // parameter order, and each value it returns one slot after those; aggregates
 // (structs, arrays) are flattened. A slot code names the type of each slot.
 //
+// This is the one C++ statement of that convention (the slot codes, EntryBuilder,
+// add_entry_point); the fast caller (caller.h) fills and reads slots by these codes.
 // Python states the same convention in python/enzyme_py/_convention.py (SlotCode,
 // StepKind, ResultShape): the letters below are shared with it.
 #pragma once
