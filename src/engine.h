@@ -1,5 +1,8 @@
 // The differentiation engine: one LLVM context, the Enzyme logic that lives
-// in it, and the host JIT that runs what Enzyme makes.
+// in it, and the host JIT that runs what Enzyme makes. What it is given and what
+// it makes: SourceModule (source_module.h), DerivativeRequest, Artifact; how:
+// error capture (enzyme_hooks.h), type trees (type_trees.h), the entry point
+// (entry_abi.h), isolated builds (isolation.h).
 #pragma once
 
 #include <cstdint>
@@ -9,10 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <llvm-c/Core.h>
-
 #include "enzyme_capi.h"
 #include "jit.h"
+#include "source_module.h"
 
 namespace enzyme_py {
 
@@ -35,38 +37,8 @@ struct BuildInterrupted : std::runtime_error {
   BuildInterrupted() : std::runtime_error("build interrupted") {}
 };
 
-// An LLVM IR module given by a frontend; derivatives are built on clones.
-class SourceModule {
- public:
-  SourceModule(LLVMContextRef ctx, const std::string &ir_text);
-  // Takes ownership of `mod`.
-  explicit SourceModule(LLVMModuleRef mod) : mod_(mod) {}
-  ~SourceModule();
-  SourceModule(const SourceModule &) = delete;
-  SourceModule &operator=(const SourceModule &) = delete;
-
-  LLVMModuleRef get() const { return mod_; }
-  std::string ir() const;
-
-  // A custom derivative rule for Enzyme: the function `target` (defined or
-  // declared here) gets its derivative from `rule` of `rule_module`.
-  // kind: "enzyme_augment" / "enzyme_gradient" (reverse) or
-  // "enzyme_derivative" (forward).
-  struct Rule {
-    std::string target, kind, rule;
-    const SourceModule *rule_module;
-  };
-  // A new module: this one, each rule's module linked in, the rules attached
-  // as the function metadata Enzyme reads. Throws std::invalid_argument.
-  std::unique_ptr<SourceModule> with_rules(const std::vector<Rule> &rules) const;
-
- private:
-  LLVMModuleRef mod_ = nullptr;
-};
-
-// Slot kinds of the uniform entry point `void entry(uint64_t *slots)`: each
-// scalar value (or pointer) occupies one 8-byte slot, aggregates are flattened.
-// Codes: 'd' double, 'f' float, 'q' i64, 'i' i32, 'h' i16, 'b' i8, '?' i1, 'p' pointer.
+// One derivative asked of Enzyme (Python: _native.BuildRequest, made by _build.py).
+// Its entry point follows the calling convention of entry_abi.h.
 struct DerivativeRequest {
   std::string function;
   bool forward = false;                      // else combined reverse

@@ -3,6 +3,8 @@
 // parameter order, and each value it returns one slot after those; aggregates
 // (structs, arrays) are flattened. A slot code names the type of each slot.
 //
+// This is the one C++ statement of that convention (the slot codes, EntryBuilder,
+// add_entry_point); the fast caller (caller.h) fills and reads slots by these codes.
 // Python states the same convention in python/enzyme_py/_convention.py (SlotCode,
 // StepKind, ResultShape): the letters below are shared with it.
 #pragma once
@@ -49,5 +51,15 @@ class EntryBuilder {
   LLVMValueRef slots_;
   uint64_t next_ = 0;
 };
+
+// Adds the entry point `void entry_name(i8* slots)` to `mod`: it loads each parameter
+// of `derivative` from the slots, calls it, and stores its result into the slots after
+// them; appends the codes of the input slots to `in_slots` and of the output slots to
+// `out_slots`. Every other definition of `mod` becomes internal: only the entry stays
+// visible (the rest may be inlined and dropped, and the objects of several
+// derivatives never clash in the JIT). Throws std::runtime_error for a parameter or
+// result without a slot code.
+void add_entry_point(LLVMModuleRef mod, LLVMValueRef derivative, const std::string &entry_name,
+                     std::string &in_slots, std::string &out_slots);
 
 }  // namespace enzyme_py

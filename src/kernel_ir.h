@@ -11,18 +11,9 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
 
-namespace enzyme_py {
+#include "llvm_util.h"  // ModuleOwner
 
-// Owns a module parsed for analysis or code generation.
-struct ModuleOwner {
-  LLVMModuleRef mod = nullptr;
-  ModuleOwner() = default;
-  ModuleOwner(const ModuleOwner &) = delete;
-  ModuleOwner &operator=(const ModuleOwner &) = delete;
-  ~ModuleOwner() {
-    if (mod) LLVMDisposeModule(mod);
-  }
-};
+namespace enzyme_py {
 
 // Parses `ir_text` into `owner`; throws std::runtime_error with LLVM's message.
 void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &owner);

@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from enzyme_py import _cache, _log, _state
 from enzyme_py._info import ENZYME_VERSION
@@ -21,6 +21,9 @@ from enzyme_py._signature import Param
 from enzyme_py._version import __version__
 from enzyme_py.core import EnzymeError
 from enzyme_py.frontends import IRFunction
+
+if TYPE_CHECKING:
+    from enzyme_py._native import BuildArtifact
 
 PASSES = "default<O2>"
 # For a derivative that Enzyme differentiates again: O2's cleanup without its
@@ -135,27 +138,28 @@ def _environment_parts() -> list[str]:
     return _environment
 
 
-def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> dict[str, Any]:
-    return dict(
-        _state.native.build(
-            fn.module.native,
-            fn.name,
-            request.forward,
-            list(request.args),
-            request.ret,
-            request.return_primal,
-            request.width,
-            [p.enzyme_pointee for p in fn.params],
-            request.runtime_activity,
-            request.strong_zero,
-            PASSES,
-            f"__enzyme_py_entry_{key[:32]}",
-            isolated(),
-            mincut,
-            request.atomic_add,
-            request.primal_only,
-            request.split,
-        )
+def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> BuildArtifact:
+    native = _state.native
+    return native.build(
+        fn.module.native,
+        native.BuildRequest(
+            function=fn.name,
+            entry_name=f"__enzyme_py_entry_{key[:32]}",
+            forward=request.forward,
+            args=list(request.args),
+            ret=request.ret,
+            return_primal=request.return_primal,
+            width=request.width,
+            pointee=[p.enzyme_pointee for p in fn.params],
+            runtime_activity=request.runtime_activity,
+            strong_zero=request.strong_zero,
+            passes=PASSES,
+            mincut=mincut,
+            atomic_add=request.atomic_add,
+            primal_only=request.primal_only,
+            split=request.split,
+        ),
+        isolate=isolated(),
     )
 
 
@@ -421,7 +425,7 @@ def _build_artifact(
         )
     else:
         _cache.store(key, artifact)
-    interrupt = built.get("interrupt")
+    interrupt = built.interrupt
     if interrupt is not None:
         # Ctrl-C came as the build finished: its result is kept (on disk), then the
         # interrupt goes on.

@@ -31,9 +31,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from enzyme_py._log import log
+
+if TYPE_CHECKING:
+    from enzyme_py._native import BuildArtifact
 
 # Version 2: a digest over the whole entry (version 1 entries are misses).
 _MAGIC = b"ENZYME_PY_OBJ2\n"
@@ -64,8 +67,9 @@ class Artifact:
     optimized_ir: str
 
     @classmethod
-    def from_native(cls, built: dict[str, Any]) -> Artifact:
-        return cls(**{name: built[name] for name in cls.__dataclass_fields__})
+    def from_native(cls, built: BuildArtifact) -> Artifact:
+        """The fields of ``_native.build``'s result (the same names)."""
+        return cls(**{name: getattr(built, name) for name in cls.__dataclass_fields__})
 
 
 def disk_cache_enabled() -> bool:

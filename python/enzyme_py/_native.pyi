@@ -1,7 +1,7 @@
-# The typed seam to enzyme_py's C++ core (src/module.cpp, src/caller.cpp). Only
-# enzyme_py._state imports the module; everything else reaches it as _state.native.
-# tests/test_native_stub.py checks that this file and the built module name the same
-# things.
+# The typed seam to enzyme_py's C++ core (src/module.cpp: one register_* function per
+# concern, src/register.h). Only enzyme_py._state imports the module; everything else
+# reaches it as _state.native. tests/test_native_stub.py checks that this file and the
+# built module name the same things, with the same parameters in order.
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -27,16 +27,6 @@ class FunctionInfo(TypedDict):
     param_names: list[str]
     ret: str
     linkage: int
-
-class BuiltDerivative(TypedDict, total=False):
-    object: bytes
-    entry_name: str
-    in_slots: str
-    out_slots: str
-    enzyme_ir: str
-    derivative_module: str
-    optimized_ir: str
-    interrupt: BaseException  # present when an interrupt came as the build finished
 
 class OffloadDevice(TypedDict):
     name: str
@@ -68,25 +58,65 @@ class Module:
     def functions(self) -> list[FunctionInfo]: ...
     def names(self) -> list[str]: ...
 
-def build(
-    module: Module,
-    function: str,
-    forward: bool,
-    args: Sequence[int],
-    ret: int,
-    return_primal: bool,
-    width: int,
-    pointee: Sequence[int],
-    runtime_activity: bool,
-    strong_zero: bool,
-    passes: str,
-    entry_name: str,
-    isolate: bool,
-    mincut: bool = False,
-    atomic_add: bool = False,
-    primal_only: bool = False,
-    split: int = 0,  # 0 combined; 1 the augmented forward half, 2 its reverse half
-) -> BuiltDerivative: ...
+class BuildRequest:
+    """One derivative asked of Enzyme (src/engine.h, DerivativeRequest)."""
+
+    function: str
+    entry_name: str
+    forward: bool
+    args: list[int]  # CDIFFE_TYPE per parameter
+    ret: int  # CDIFFE_TYPE of the return value
+    return_primal: bool
+    width: int
+    pointee: list[int]  # CConcreteType per parameter (DT_Unknown if not a pointer)
+    runtime_activity: bool
+    strong_zero: bool
+    passes: str
+    mincut: bool  # honoured by isolated builds only
+    atomic_add: bool
+    primal_only: bool
+    split: int  # 0 combined; 1 the augmented forward half, 2 its reverse half
+    def __init__(
+        self,
+        *,
+        function: str,
+        entry_name: str,
+        forward: bool = False,
+        args: Sequence[int] = ...,
+        ret: int = 2,
+        return_primal: bool = True,
+        width: int = 1,
+        pointee: Sequence[int] = ...,
+        runtime_activity: bool = False,
+        strong_zero: bool = False,
+        passes: str = "default<O2>",
+        mincut: bool = False,
+        atomic_add: bool = False,
+        primal_only: bool = False,
+        split: int = 0,
+    ) -> None: ...
+
+class BuildArtifact:
+    """What build made (src/engine.h, Artifact); read-only."""
+
+    @property
+    def object(self) -> bytes: ...
+    @property
+    def entry_name(self) -> str: ...
+    @property
+    def in_slots(self) -> str: ...
+    @property
+    def out_slots(self) -> str: ...
+    @property
+    def enzyme_ir(self) -> str: ...
+    @property
+    def derivative_module(self) -> str: ...
+    @property
+    def optimized_ir(self) -> str: ...
+    @property
+    def interrupt(self) -> BaseException | None: ...  # came as an isolated build finished
+
+def build(module: Module, request: BuildRequest, isolate: bool) -> BuildArtifact: ...
 def load_object(object: bytes, entry_name: str) -> int: ...
 def unload_object(entry_name: str) -> bool: ...
 def loaded_objects() -> int: ...

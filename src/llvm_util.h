@@ -1,0 +1,34 @@
+// Small LLVM C API utilities shared by the engine, the module bindings, kernels and
+// PTX: the one owner of a module, and LLVM objects printed to text.
+#pragma once
+
+#include <string>
+
+#include <llvm-c/Core.h>
+
+namespace enzyme_py {
+
+// Owns a module (disposed with it) until `release` hands it on.
+struct ModuleOwner {
+  LLVMModuleRef mod = nullptr;
+  ModuleOwner() = default;
+  explicit ModuleOwner(LLVMModuleRef m) : mod(m) {}
+  ModuleOwner(const ModuleOwner &) = delete;
+  ModuleOwner &operator=(const ModuleOwner &) = delete;
+  ~ModuleOwner() {
+    if (mod) LLVMDisposeModule(mod);
+  }
+  // The module, no longer owned here (a linker or a SourceModule takes it).
+  LLVMModuleRef release() {
+    LLVMModuleRef m = mod;
+    mod = nullptr;
+    return m;
+  }
+};
+
+// Text of a value, a whole module, a type (as LLVM prints them).
+std::string print_value(LLVMValueRef value);
+std::string print_module(LLVMModuleRef mod);
+std::string print_type(LLVMTypeRef type);
+
+}  // namespace enzyme_py

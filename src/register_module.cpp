@@ -1,0 +1,112 @@
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit.h"
+#include "llvm_util.h"
+#include "register.h"
+#include "rewrites.h"
+#include "source_module.h"
+
+namespace py = pybind11;
+
+namespace enzyme_py {
+namespace {
+
+py::list module_functions(const SourceModule &source) {
+  py::list out;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(source.get()); fn;
+       fn = LLVMGetNextFunction(fn)) {
+    if (LLVMIsDeclaration(fn)) continue;
+    size_t length = 0;
+    const char *name = LLVMGetValueName2(fn, &length);
+    py::list params, names;
+    for (unsigned i = 0, n = LLVMCountParams(fn); i < n; ++i) {
+      LLVMValueRef p = LLVMGetParam(fn, i);
+      params.append(print_type(LLVMTypeOf(p)));
+      size_t plen = 0;
+      const char *pname = LLVMGetValueName2(p, &plen);
+      names.append(std::string(pname, plen));
+    }
+    py::dict entry;
+    entry["name"] = std::string(name, length);
+    entry["params"] = params;
+    entry["param_names"] = names;
+    entry["ret"] = print_type(LLVMGetReturnType(LLVMGlobalGetValueType(fn)));
+    entry["linkage"] = static_cast<int>(LLVMGetLinkage(fn));
+    out.append(entry);
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_module(py::module_ &m) {
+  py::class_<SourceModule>(m, "Module")
+      .def(py::init([](const std::string &text) {
+             return std::make_unique<SourceModule>(the_engine().context(), text);
+           }),
+           py::arg("ir_text"))
+      .def("ir", &SourceModule::ir)
+      .def(
+          "with_rules",
+          [](const SourceModule &self, const std::vector<py::tuple> &rules) {
+            std::vector<SourceModule::Rule> list;
+            for (const auto &r : rules) {
+              list.push_back({r[0].cast<std::string>(), r[1].cast<std::string>(),
+                              r[2].cast<std::string>(), r[3].cast<const SourceModule *>()});
+            }
+            return self.with_rules(list);
+          },
+          py::arg("rules"),
+          "A new module with each (target, kind, rule, rule_module) linked in and\n"
+          "attached as Enzyme's custom-derivative metadata.")
+      .def(
+          "optimize",
+          [](SourceModule &self, const std::string &passes) {
+            const HostJit &jit = the_engine().jit();
+            jit.prepare(self.get());
+            jit.optimize(self.get(), passes);
+          },
+          py::arg("passes"), "Run an LLVM pass pipeline on the module in place.")
+      .def(
+          "simplify_for_enzyme",
+          [](SourceModule &self) { simplify_for_enzyme(self.get(), the_engine().jit()); },
+          "Prepare Numba code for Enzyme in place: temporaries made provably distinct,\n"
+          "linked-in callees inlined, loops simplified (see rewrites.h).")
+      .def(
+          "make_adds_plain",
+          [](SourceModule &self, const std::string &function,
+             const std::vector<unsigned> &params) {
+            return make_adds_plain(self.get(), function, params);
+          },
+          py::arg("function"), py::arg("params"),
+          "Atomic float adds of `function` into memory based on the parameters\n"
+          "`params` made plain, in place (see rewrites.h); returns how many.")
+      .def(
+          "reaches_recursion",
+          [](const SourceModule &self, const std::string &function) {
+            return reaches_recursion(self.get(), function);
+          },
+          py::arg("function"),
+          "Whether `function` reaches recursion through direct calls (see rewrites.h).")
+      .def("functions", &module_functions)
+      .def(
+          "names",
+          [](const SourceModule &self) {
+            // Every function, defined or declared.
+            py::list out;
+            for (LLVMValueRef fn = LLVMGetFirstFunction(self.get()); fn;
+                 fn = LLVMGetNextFunction(fn)) {
+              size_t len = 0;
+              const char *name = LLVMGetValueName2(fn, &len);
+              out.append(std::string(name, len));
+            }
+            return out;
+          },
+          "Names of every function of the module, declarations included.");
+}
+
+}  // namespace enzyme_py
