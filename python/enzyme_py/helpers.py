@@ -70,9 +70,6 @@ _EXPORTED = (
 # What grad / value_and_grad return (kept here under its old name for old pickles).
 _Gradient = Gradient
 
-# Until the bridge imports them from _transforms (the next commit).
-_activity, _Derivatives, _reverse_call = tf.activity_of, tf.Derivatives, tf.reverse_call
-
 
 def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments in ``argnums``.
