@@ -274,3 +274,16 @@ def test_second_derivatives_pickle():
     again = pickle.loads(pickle.dumps(made))
     assert repr(again) == repr(made)
     assert again(0.5, 0.7) == pytest.approx(mixed_hessian(0.5, 0.7)[1, 0], rel=1e-12)
+
+
+def test_helpers_of_raw_derivatives(m):
+    # ez.grad of a reverse derivative (reverse over reverse, by forward over reverse)
+    # and of a forward derivative (Enzyme's reverse over forward).
+    x = 0.7
+    for f in (m.cube_sin, cube_sin):
+        df = ez.autodiff(f, ez.Reverse, ez.Active, ez.ActiveOnly)
+        assert ez.grad(df)(x, 1.0) == pytest.approx(d2(x), rel=1e-12)
+        fwd = ez.autodiff(f, ez.Forward, ez.Dual, ez.DualOnly)
+        assert ez.grad(fwd)(x, 1.0) == pytest.approx(d2(x), rel=1e-12)
+        primal, dx = ez.autodiff(fwd, ez.Reverse, ez.Active, ez.Const, ez.ActiveOnly)(x, 1.0, 2.0)
+        assert primal is None and dx == pytest.approx(2.0 * d2(x), rel=1e-12)
