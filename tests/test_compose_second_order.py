@@ -24,6 +24,11 @@ C_SOURCE = r"""
 #include <math.h>
 double cube_sin(double x) { return x * x * x * sin(x); }
 double mixed(double x, double y) { return x * x * y + sin(x * y); }
+double weighted_squares(const double *x, const double *w, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += w[i] * x[i] * x[i];
+    return s;
+}
 double scaled_cubes(const double *x, double k, int n) {
     double s = 0.0;
     for (int i = 0; i < n; ++i) s += k * k * x[i] * x[i] * x[i];
@@ -287,3 +292,48 @@ def test_helpers_of_raw_derivatives(m):
         assert ez.grad(fwd)(x, 1.0) == pytest.approx(d2(x), rel=1e-12)
         primal, dx = ez.autodiff(fwd, ez.Reverse, ez.Active, ez.Const, ez.ActiveOnly)(x, 1.0, 2.0)
         assert primal is None and dx == pytest.approx(2.0 * d2(x), rel=1e-12)
+
+
+@njit
+def weighted_squares(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * x[i] * x[i]
+    return s
+
+
+@pytest.mark.parametrize("lang", ["numba", "c"])
+def test_hvp_takes_the_tangent_of_a_read_only_array_outside_argnums(m, lang):
+    # Regression: the tangent u of w (an array f only reads, not in argnums) was
+    # dropped, silently giving 2 w v instead of 2 w v + 2 x u.
+    f, extra = (weighted_squares, ()) if lang == "numba" else (m.weighted_squares, (3,))
+    w, v, u = np.array([2.0, 3.0, 0.5]), np.array([1.0, -1.0, 0.5]), np.array([0.3, 0.2, -1.0])
+    nones = (None,) * len(extra)
+    expected = 2 * w * v + 2 * X * u
+    np.testing.assert_allclose(ez.hvp(f, (X, w, *extra), (v, u, *nones))[1], expected)
+    np.testing.assert_allclose(ez.jvp(ez.grad(f), (X, w, *extra), (v, u, *nones))[1], expected)
+    fd = fd_gradient(
+        lambda t: float(np.dot(ez.grad(f)(X + t[0] * v, w + t[0] * u, *extra), [1, 0, 0])),
+        np.zeros(1),
+    )
+    assert expected[0] == pytest.approx(fd[0], rel=1e-6)
+
+
+@pytest.mark.parametrize("lang", ["numba", "c"])
+def test_reverse_over_reverse_with_arrays_and_scalars(m, lang):
+    # The reverse derivative adds into dx and returns dk: the outer seeds are the
+    # shadow of dx (c_x) and the seed of dk (c_k); the adjoints are H (c_x, c_k).
+    f, extra = (scaled_cubes, ()) if lang == "numba" else (m.scaled_cubes, (3,))
+    consts = (ez.Const,) * len(extra)
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Active, *consts, ez.ActiveOnly)
+    ddf = ez.autodiff(
+        df, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, *consts, ez.Const, ez.ActiveOnly
+    )
+    cx, ck = np.array([1.0, 0.5, -2.0]), 0.7
+    sx, dx, sdx = np.zeros(3), np.zeros(3), cx.copy()
+    primal, dk = ddf(X, sx, dx, sdx, K, *extra, 1.0, ck)
+    assert primal is None
+    np.testing.assert_allclose(sx, 6 * K * K * X * cx + 6 * K * X**2 * ck, rtol=1e-12)
+    assert dk == pytest.approx(np.sum(6 * K * X**2 * cx) + 2 * np.sum(X**3) * ck, rel=1e-12)
+    np.testing.assert_allclose(dx, 3 * K * K * X**2, rtol=1e-12)  # df's own output
+    np.testing.assert_array_equal(sdx, cx)  # the shadow's shadow: its own adjoint
