@@ -337,3 +337,17 @@ def test_reverse_over_reverse_with_arrays_and_scalars(m, lang):
     assert dk == pytest.approx(np.sum(6 * K * X**2 * cx) + 2 * np.sum(X**3) * ck, rel=1e-12)
     np.testing.assert_allclose(dx, 3 * K * K * X**2, rtol=1e-12)  # df's own output
     np.testing.assert_array_equal(sdx, cx)  # the shadow's shadow: its own adjoint
+
+
+def test_second_derivatives_are_not_differentiated_again(m):
+    df = ez.autodiff(m.cube_sin, ez.Reverse, ez.Active, ez.ActiveOnly)
+    ddf = ez.autodiff(df, ez.Reverse, ez.Active, ez.Const, ez.ActiveOnly)
+    with pytest.raises(ez.ActivityError, match="ez.Forward"):
+        ez.autodiff(ddf, ez.Reverse, ez.Active, ez.Const, ez.Const, ez.ActiveOnly)
+    with pytest.raises(TypeError, match="third derivatives"):
+        ez.grad(ddf)(0.5, 1.0, 1.0)
+    made = ez.autodiff(ez.grad(cube_sin), ez.Forward, ez.Dual, ez.Dual)
+    with pytest.raises(TypeError, match="third derivatives"):
+        ez.autodiff(made, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    with pytest.raises(TypeError, match="third derivatives"):
+        ez.vjp(made, 0.5, 1.0)

@@ -296,6 +296,12 @@ class AutodiffOfGradient:
     returns ``(gradient or None, *adjoints of Active parameters)``.
     """
 
+    helper_result = True
+    order = 2
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
     def __init__(self, g: Gradient, mode: Any, activities: Sequence[Any], options: dict):
         used = [
             k

@@ -52,8 +52,10 @@ __all__ = ["ReverseOverReverse", "returns_adjoints"]
 _DUP = (Duplicated, DuplicatedOnly)
 
 
-def _inner_activities(inner: Any) -> tuple[list[Activity], Activity | None]:
-    """The activities of the visible parameters of inner's function, and its return's."""
+def _inner_activities(inner: Any) -> tuple[list[Activity], Activity | None] | None:
+    """The activities of the visible parameters of inner's function and its return's;
+    None where that cannot be told before a call (a Numba derivative whose
+    activities leave out parameters with defaults, or may: one per parameter)."""
     if isinstance(inner, Derivative):
         acts = [
             a
@@ -62,19 +64,33 @@ def _inner_activities(inner: Any) -> tuple[list[Activity], Activity | None]:
         ]
         return acts, inner.return_activity
     n = inner._n_params  # a NumbaDerivative: its activities as given
-    if len(inner.activities) == n:
-        return list(inner.activities), None
+    if len(inner.activities) != n + 1:
+        return None
     return list(inner.activities[:n]), inner.activities[n]
 
 
 def returns_adjoints(inner: Any) -> bool:
-    """Whether reverse derivative ``inner`` returns adjoints (or its primal) by value."""
-    acts, ret = _inner_activities(inner)
+    """Whether reverse derivative ``inner`` returns adjoints (or its primal) by value:
+    the derivatives this module differentiates (the others go to Enzyme)."""
+    found = _inner_activities(inner)
+    if found is None:
+        return False
+    acts, ret = found
     return ret is Active or any(a is Active for a in acts)
 
 
 class ReverseOverReverse:
     """See the module's docstring."""
+
+    helper_result = True
+    order = 2  # not differentiated again: third derivatives
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        raise ActivityError(
+            f"{self!r} is a second derivative computed by forward over reverse, not "
+            "differentiated again: for a third derivative, differentiate "
+            "ez.autodiff(df, ez.Forward, ...) (forward over reverse) instead"
+        )
 
     def __init__(
         self, inner: Any, activities: Sequence[Any], options: Options, autodiff: Callable[..., Any]
@@ -91,7 +107,9 @@ class ReverseOverReverse:
                 "mode are not supported; differentiate it in ez.Forward mode"
             )
         self.inner, self._autodiff = inner, autodiff
-        acts, ret = _inner_activities(inner)
+        found = _inner_activities(inner)
+        assert found is not None  # autodiff checked returns_adjoints(inner)
+        acts, ret = found
         if ret not in (Active, ActiveOnly):
             raise ActivityError(
                 f"reverse over reverse of {inner!r}: its function must be scalar-valued "
