@@ -56,7 +56,15 @@ from enzyme_py.core import (
     Reverse,
 )
 
-__all__ = ["Gradient", "GradientOfGradient", "NotComposable", "Pullback", "is_result", "refuse"]
+__all__ = [
+    "Gradient",
+    "GradientOfGradient",
+    "NotComposable",
+    "Pullback",
+    "hvp",
+    "is_result",
+    "refuse",
+]
 
 _DUP = (Duplicated, DuplicatedOnly)
 
@@ -390,3 +398,41 @@ class AutodiffOfGradient:
                 extra[i] += products[i]
         primal = grads[a] if self.ret in (Active, Duplicated) else None
         return (primal, *adjoints)
+
+
+def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """JAX's ``jax.jvp(jax.grad(f), primals, tangents)``: ``(gradient, H v)`` of scalar-
+    valued ``f`` with respect to argument 0 (a float array), and its directional
+    derivative along ``tangents`` (one per primal: an array like a float array, a float
+    for a float scalar, or None for zero), by one forward-over-reverse call. Tangents
+    of other arguments add their mixed second derivatives, as in JAX. Omitted defaults
+    are filled in; ``f`` runs on copies of the primals.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def f(x):
+    ...     return x[0] ** 3 + x[0] * x[1]
+    >>> ez.hvp(f, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+    (array([5., 1.]), array([6., 1.]))
+    """
+    if is_result(f):
+        refuse("hvp", f)
+    if len(primals) != len(tangents):
+        raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
+    args = tf.fresh(tf.with_defaults(f, primals, f"hvp({tf.name_of(f)})"))
+    tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    if not args or not tf.is_float_array(args[0]):
+        got = type(args[0]).__name__ if args else "no arguments"
+        raise TypeError(
+            f"hvp differentiates argument 0 of {tf.name_of(f)}, which must be a float "
+            f"array; got {got}"
+        )
+    given = {i: tf.as_tangent(t, args[i], i) for i, t in enumerate(tangents) if t is not None}
+    for i in given:
+        if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
+            raise TypeError(
+                f"hvp: argument {i} of {tf.name_of(f)} is not a float array or scalar; "
+                "its tangent must be None"
+            )
+    gradient, hv = tf.hessian_vector(tf.derivatives_of(f), args, (0,), given)
+    return gradient[0], hv[0]
