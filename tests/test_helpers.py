@@ -198,18 +198,18 @@ def test_grad_of_ir_scalar_function():
 
 
 def test_one_shot_helpers_reuse_their_derivatives(rosen_fn):
-    from enzyme_py import helpers
+    from enzyme_py import _transforms
 
     f, args = rosen_fn
     v = np.linspace(-1, 1, len(X))
     tangents = (v,) + (None,) * (len(args) - 1)
     first = ez.jvp(f, args, tangents)
     ez.vjp(f, *args)[1](1.0)
-    made = dict(helpers._derivatives_of(f)._made)
+    made = dict(_transforms.derivatives_of(f)._made)
     assert made, "the helpers keep what they built with f"
     assert ez.jvp(f, args, tangents) == first
     ez.vjp(f, *args)[1](2.0)
-    assert helpers._derivatives_of(f)._made == made, "the second calls built nothing"
+    assert _transforms.derivatives_of(f)._made == made, "the second calls built nothing"
 
 
 @numba.njit

@@ -216,7 +216,15 @@ def test_jacobian_and_hessian_results_pickle():
     np.testing.assert_allclose(pickle.loads(pickle.dumps(ez.hessian(dist)))(X, Y), 2 * np.eye(4))
 
 
-@pytest.mark.parametrize("module", ["enzyme_py.helpers", "enzyme_py._jacobians"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "enzyme_py.helpers",
+        "enzyme_py._jacobians",
+        "enzyme_py._compose",
+        "enzyme_py._reverse_over_reverse",
+    ],
+)
 def test_docstring_examples_run(module):
     import importlib
 

@@ -15,12 +15,14 @@ from enzyme_py._check import check_first_call
 from enzyme_py._derivative import Derivative, Options, resolve_function
 from enzyme_py._numba_derivative import NumbaDerivative
 from enzyme_py._numba_results import ArrayResultCall
+from enzyme_py._reverse_over_reverse import ReverseOverReverse, returns_adjoints
 from enzyme_py._split import SplitDerivative
 from enzyme_py.core import (
     Activity,
     ActivityError,
     EnzymeError,
     Mode,
+    Reverse,
     ReverseSplit,
     checked_flag,
     checked_width,
@@ -109,6 +111,21 @@ def autodiff(
                 "and the bridges compute the primal again in their reverse pass)."
             )
         return SplitDerivative(f, tuple(activities), options, sig)
+    composed = getattr(type(f), "__enzyme_autodiff__", None)
+    if composed is not None:  # a helper's result (ez.grad(g), ...): see _compose
+        return composed(
+            f, mode, *activities, width=width, runtime_activity=runtime_activity,
+            strong_zero=strong_zero, sig=sig, check=check, threads=threads,
+        )  # fmt: skip
+    if (
+        mode is Reverse
+        and isinstance(f, (Derivative, NumbaDerivative))
+        and f.mode is Reverse
+        and returns_adjoints(f)
+    ):
+        # Enzyme cannot take the adjoints it returns as an Active return: forward over
+        # reverse gives the same second derivative.
+        return ReverseOverReverse(f, tuple(activities), options, autodiff)
     if isinstance(f, Kernel):
         if width != 1 or runtime_activity or strong_zero or check or sig is not None or threads:
             raise ValueError("the derivative of a kernel takes only the mode and activities")

@@ -11,24 +11,19 @@ from typing import Any
 import numpy as np
 
 from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._api import autodiff
-from enzyme_py._derivative import Derivative
 from enzyme_py._split import SplitCall
+from enzyme_py._transforms import Derivatives, hessian_vector, reverse_call
 from enzyme_py.core import (
-    Active,
     ActiveOnly,
     Activity,
     ActivityError,
     Const,
     Dual,
     DualOnly,
-    Duplicated,
     EnzymeError,
     Forward,
-    Reverse,
 )
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.helpers import _activity, _Derivatives, _reverse_call
 
 # Tangents per batched forward-mode call (Enzyme's width); a last, shorter batch is
 # padded with zero tangents so that one derivative serves every batch.
@@ -64,7 +59,7 @@ class HostKernel:
 
     def __init__(self, f: Any):
         self.f = f
-        self.derivatives = _Derivatives(f)
+        self.derivatives = Derivatives(f)
         self._writes: dict[tuple[Any, ...], bool] = {}
 
     def arguments(self, values: Sequence[Any]) -> list[Any]:
@@ -97,7 +92,7 @@ class HostKernel:
 
     def gradient(self, values: Sequence[Any], nums: tuple[int, ...], seed: float) -> tuple:
         """seed times the gradient of f with respect to each argument in nums."""
-        _, found = _reverse_call(self.derivatives, self.arguments(values), nums, ActiveOnly, seed)
+        _, found = reverse_call(self.derivatives, self.arguments(values), nums, ActiveOnly, seed)
         return tuple(found)
 
     def tangent(self, values: Sequence[Any], tangents: dict[int, Any]) -> Any:
@@ -149,40 +144,12 @@ class HostKernel:
     ) -> dict[int, Any]:
         """seed * H v for each argument in nums: H is f's Hessian over them, v the
         tangents (zero for an argument of nums that has none)."""
-        values = self.arguments(values)
-        acts = [_activity(v, i, Reverse) if i in nums else Const for i, v in enumerate(values)]
-        reverse: Any = self.derivatives.get(Reverse, acts, ActiveOnly)
-        if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
-            reverse_args: list[Any] = []
-            for v, act in zip(values, acts, strict=True):
-                reverse_args += [v, np.zeros_like(v)] if act is Duplicated else [v]
-            reverse = reverse.for_arguments((*reverse_args, seed))
-        # The reverse derivative's parameters: each argument (and its shadow), the seed.
-        fwd_acts: list[Activity] = []
-        call: list[Any] = []
-        products: dict[int, Any] = {}
-        for i, (v, act) in enumerate(zip(values, acts, strict=True)):
-            call.append(v)
-            t = tangents.get(i)
-            if act is Active:
-                fwd_acts.append(Dual)
-                call.append(0.0 if t is None else float(t))
-            elif act is Duplicated:
-                fwd_acts += [Dual, Dual]  # the shadow's tangent is where H v lands
-                products[i] = np.zeros_like(v)
-                direction = np.zeros_like(v) if t is None else np.array(t, dtype=v.dtype)
-                call += [direction, np.zeros_like(v), products[i]]
-            else:
-                fwd_acts.append(Const)
-        fwd_acts.append(Const)
-        call.append(seed)
-        # Adjoints of Active scalars are the reverse derivative's return value.
-        returns = [DualOnly] if any(a is Active for a in acts) else []
-        result = autodiff(reverse, Forward, *fwd_acts, *returns)(*call)
-        scalars = iter(np.atleast_1d(result) if returns else ())
-        for i, act in enumerate(acts):
-            if act is Active:
-                products[i] = next(scalars)
+        given = {
+            i: np.array(t, dtype=values[i].dtype) if isinstance(values[i], np.ndarray) else float(t)
+            for i, t in tangents.items()
+            if t is not None
+        }
+        _, products = hessian_vector(self.derivatives, self.arguments(values), nums, given, seed)
         return products
 
 

@@ -10,9 +10,9 @@ import numpy as np
 
 from enzyme_py._check import GradCheck, dtype_of, fd_settings, rel
 from enzyme_py._derivative import resolve_function
+from enzyme_py._transforms import Derivatives, positions, reverse_call
 from enzyme_py.core import Active, Const, Dual, Forward
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.helpers import _argnums, _Derivatives, _reverse_call
 
 __all__ = ["check_grad"]
 
@@ -61,8 +61,8 @@ def check_grad(
     if argnums is None:
         nums = tuple(i for i, a in enumerate(args) if _differentiable(a))
     else:
-        nums = _argnums(argnums, len(args))
-    derivatives = _Derivatives(f)
+        nums = positions(argnums, len(args))
+    derivatives = Derivatives(f)
     primal = derivatives.get(Forward, [Const] * len(args), Const)
     step, tolerance, _ = fd_settings([dtype_of(args[i]) for i in nums] + _declared_dtypes(f))
     eps = step if eps is None else eps
@@ -71,7 +71,7 @@ def check_grad(
     def value(call_args: list[Any]) -> float:
         return float(primal(*[a.copy() if isinstance(a, np.ndarray) else a for a in call_args]))
 
-    _, grads = _reverse_call(
+    _, grads = reverse_call(
         derivatives, [a.copy() if isinstance(a, np.ndarray) else a for a in args], nums, Active
     )
     rng = np.random.default_rng(seed)

@@ -1,5 +1,5 @@
 """Jacobians and Hessians by batched derivatives: ``jacobian``, ``jacfwd``, ``jacrev``,
-``hessian`` and ``hvp`` (names and conventions as in JAX).
+``hessian`` (names and conventions as in JAX; ``hvp`` is in ``_compose``).
 
 Each batch of columns (or rows) runs ``f`` on fresh copies of the arguments taken when
 the result was called: a function that overwrites an argument would otherwise give
@@ -14,31 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._api import autodiff
-from enzyme_py._derivative import Derivative
-from enzyme_py._helper_base import (
-    _BATCH,
-    Argnums,
-    _acts,
-    _argnums,
-    _bind,
-    _Derivatives,
-    _derivatives_of,
-    _fresh,
-    _interleave,
-    _is_float_array,
-    _is_float_scalar,
-    _name,
-    _returns_arrays,
-    _returns_nothing,
-    _reverse_call,
-    _shadow_like,
-    _shadows,
-    _single,
-    _tangent,
-    _with_defaults,
-)
+from enzyme_py._compose import Gradient, is_result, refuse
+from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -51,7 +30,7 @@ from enzyme_py.core import (
     Reverse,
 )
 
-__all__ = ["hessian", "hvp", "jacfwd", "jacobian", "jacrev"]
+__all__ = ["hessian", "jacfwd", "jacobian", "jacrev"]
 
 
 def _batches(n: int, size: int) -> list[tuple[int, int]]:
@@ -63,7 +42,7 @@ def _unit(a: Any, width: int, start: int, stop: int) -> Any:
     element), one per lane."""
     if not isinstance(a, np.ndarray):
         return 1.0 if width == 1 else [1.0] * width
-    seeds = _shadow_like(a, width)
+    seeds = tf.shadow_like(a, width)
     seeds.reshape(width, -1)[np.arange(width), np.arange(start, stop)] = 1.0
     return seeds
 
@@ -83,7 +62,7 @@ def _batched(run: Callable[[int], None], recursive: bool = False) -> None:
         run(1)
         return
     try:
-        run(_BATCH)
+        run(tf.BATCH)
     except RecursionBatchRefused:
         run(1)
 
@@ -91,14 +70,19 @@ def _batched(run: Callable[[int], None], recursive: bool = False) -> None:
 class _Jacobian:
     """What ``jacobian`` / ``jacfwd`` / ``jacrev`` return (picklable when f is)."""
 
+    helper_result = True
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
     def __init__(self, f: Any, argnums: Argnums, output: int | None, how: str):
         if output is not None and (
             isinstance(output, (bool, np.bool_)) or not isinstance(output, (int, np.integer))
         ):
             raise TypeError(f"output must be an argument position (an int); got {output!r}")
         self.f, self.argnums, self.output, self.how = f, argnums, output, how
-        self._derivatives = _Derivatives(f)
-        self.__name__ = f"{how}({_name(f)})"
+        self._derivatives = tf.Derivatives(f)
+        self.__name__ = f"{how}({tf.name_of(f)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Jacobian, (self.f, self.argnums, self.output, self.how))
@@ -107,23 +91,23 @@ class _Jacobian:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}, output={self.output!r}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _bind(self.f, args, kwargs, self.__name__)
-        nums = _argnums(self.argnums, len(args))
+        args = tf.bind(self.f, args, kwargs, self.__name__)
+        nums = tf.positions(self.argnums, len(args))
         for i in nums:
-            if not (_is_float_array(args[i]) or _is_float_scalar(args[i])):
+            if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
                 raise TypeError(
                     f"{self.__name__}: argument {i} is {type(args[i]).__name__}"
                     + (f" of {args[i].dtype}" if isinstance(args[i], np.ndarray) else "")
                     + "; only float scalars and float arrays can be differentiated "
                     "(pass a float, or leave it out of argnums)"
                 )
-        if self.output is None and _returns_arrays(self.f, args):
+        if self.output is None and tf.returns_arrays(self.f, args):
             blocks = self._array_result_blocks(args, nums)
         elif self.output is None:
             if self.how == "jacfwd":
                 blocks = [self._forward_gradient(args, i) for i in nums]
             else:
-                grads = _reverse_call(self._derivatives, _fresh(args), nums, ActiveOnly)[1]
+                grads = tf.reverse_call(self._derivatives, tf.fresh(args), nums, ActiveOnly)[1]
                 blocks = list(grads)
         else:
             j = self._check_output(args, nums)
@@ -135,16 +119,16 @@ class _Jacobian:
                 if forward
                 else self._reverse_outputs(args, nums, j)
             )
-        return blocks[0] if _single(self.argnums) else tuple(blocks)
+        return blocks[0] if tf.single(self.argnums) else tuple(blocks)
 
     def _array_result_blocks(self, args: Sequence[Any], nums: tuple[int, ...]) -> list[Any]:
         """d f(args) / d x_i of a function returning an array, shaped
         ``result.shape + x_i.shape``: columns by batched forward mode, or rows by
         batched reverse mode (jacrev; jacobian when x_i has more elements)."""
-        found = self.f(*_fresh(args))  # the result's shape (on copies: no side effect)
+        found = self.f(*tf.fresh(args))  # the result's shape (on copies: no side effect)
         if isinstance(found, tuple):
             raise TypeError(
-                f"{self.__name__}: {_name(self.f)} returns a tuple; the Jacobian of a tuple "
+                f"{self.__name__}: {tf.name_of(self.f)} returns a tuple; the Jacobian of a tuple "
                 "result is not supported: differentiate a function returning one array "
                 "(or use ez.jvp / ez.vjp, which take tuples)"
             )
@@ -155,29 +139,29 @@ class _Jacobian:
             x = args[i]
             block = np.empty((out.size, _size(x)), dtype=np.result_type(out.dtype, np.float32))
             reverse = self.how == "jacrev" or (self.how == "jacobian" and _size(x) > out.size)
-            acts = _acts(args, (i,), Reverse if reverse else Forward, writes)
+            acts = tf.activities_for(args, (i,), Reverse if reverse else Forward, writes)
 
             def columns(
                 batch: int, i: int = i, x: Any = x, block: Any = block, acts: Any = acts
             ) -> None:
                 for start, stop in _batches(_size(x), batch):
                     width = stop - start
-                    call = _fresh(args)
-                    tangents: dict[int, Any] = _shadows(call, acts, width)
+                    call = tf.fresh(args)
+                    tangents: dict[int, Any] = tf.zero_shadows(call, acts, width)
                     tangents[i] = _unit(x, width, start, stop)
                     dy = self._derivatives.get(Forward, acts, DualOnly, width)(
-                        *_interleave(call, acts, tangents)
+                        *tf.interleave(call, acts, tangents)
                     )
                     block[:, start:stop] = _lanes(dy, width).T
 
             def rows(batch: int, i: int = i, block: Any = block, acts: Any = acts) -> None:
                 for start, stop in _batches(out.size, batch):
                     width = stop - start
-                    call = _fresh(args)
-                    shadows = _shadows(call, acts, width)
+                    call = tf.fresh(args)
+                    shadows = tf.zero_shadows(call, acts, width)
                     seeds = _unit(out.astype(block.dtype), width, start, stop)
                     _, *adjoints = self._derivatives.get(Reverse, acts, DuplicatedOnly, width)(
-                        *_interleave(call, acts, shadows), seeds
+                        *tf.interleave(call, acts, shadows), seeds
                     )
                     block[start:stop] = _lanes(shadows[i] if i in shadows else adjoints[0], width)
 
@@ -186,9 +170,9 @@ class _Jacobian:
         return blocks
 
     def _check_output(self, args: Sequence[Any], nums: tuple[int, ...]) -> int:
-        (j,) = _argnums(self.output, len(args)) if self.output is not None else (0,)
+        (j,) = tf.positions(self.output, len(args)) if self.output is not None else (0,)
         out = args[j]
-        if not _is_float_array(out):
+        if not tf.is_float_array(out):
             raise TypeError(
                 f"{self.__name__}: output={j} names argument {j}, a "
                 f"{type(out).__name__}; the output must be the float array f writes into"
@@ -207,22 +191,22 @@ class _Jacobian:
         return j
 
     def _ret(self, args: Sequence[Any]) -> Activity | None:
-        return None if _returns_nothing(self.f, args) else Const
+        return None if tf.returns_nothing(self.f, args) else Const
 
     def _forward_gradient(self, args: Sequence[Any], i: int) -> Any:
         """The gradient of scalar-valued f with respect to argument i, by forward mode."""
         x = args[i]
         row = np.empty(_size(x), dtype=x.dtype if isinstance(x, np.ndarray) else np.float64)
-        acts = _acts(args, (i,), Forward, self._derivatives.may_write(args))
+        acts = tf.activities_for(args, (i,), Forward, self._derivatives.may_write(args))
 
         def run(batch: int) -> None:
             for start, stop in _batches(row.size, batch):
                 width = stop - start
-                call = _fresh(args)
-                tangents: dict[int, Any] = _shadows(call, acts, width)
+                call = tf.fresh(args)
+                tangents: dict[int, Any] = tf.zero_shadows(call, acts, width)
                 tangents[i] = _unit(x, width, start, stop)
                 df = self._derivatives.get(Forward, acts, Dual, width)
-                _, dy = df(*_interleave(call, acts, tangents))
+                _, dy = df(*tf.interleave(call, acts, tangents))
                 row[start:stop] = np.asarray(dy, dtype=np.float64).reshape(-1)
 
         _batched(run)
@@ -235,18 +219,18 @@ class _Jacobian:
         for i in nums:
             x = args[i]
             block = np.empty((out.size, _size(x)), dtype=out.dtype)
-            acts = _acts(args, (i, j), Forward, self._derivatives.may_write(args))
+            acts = tf.activities_for(args, (i, j), Forward, self._derivatives.may_write(args))
 
             def run(
                 batch: int, i: int = i, x: Any = x, block: np.ndarray = block, acts: Any = acts
             ) -> None:
                 for start, stop in _batches(_size(x), batch):
                     width = stop - start
-                    call = _fresh(args)
-                    tangents: dict[int, Any] = _shadows(call, acts, width)
+                    call = tf.fresh(args)
+                    tangents: dict[int, Any] = tf.zero_shadows(call, acts, width)
                     tangents[i] = _unit(x, width, start, stop)
                     self._derivatives.get(Forward, acts, ret, width)(
-                        *_interleave(call, acts, tangents)
+                        *tf.interleave(call, acts, tangents)
                     )
                     block[:, start:stop] = _lanes(tangents[j], width).T
 
@@ -257,17 +241,17 @@ class _Jacobian:
     def _reverse_outputs(self, args: Sequence[Any], nums: tuple[int, ...], j: int) -> list[Any]:
         """Rows of d out / d x_i for every i in nums by batched reverse mode."""
         out, ret = args[j], self._ret(args)
-        acts = _acts(args, (*nums, j), Reverse, self._derivatives.may_write(args))
+        acts = tf.activities_for(args, (*nums, j), Reverse, self._derivatives.may_write(args))
         rows = [np.empty((out.size, _size(args[i])), dtype=out.dtype) for i in nums]
 
         def run(batch: int) -> None:
             for start, stop in _batches(out.size, batch):
                 width = stop - start
-                call = _fresh(args)
-                shadows = _shadows(call, acts, width)
+                call = tf.fresh(args)
+                shadows = tf.zero_shadows(call, acts, width)
                 shadows[j] = _unit(out, width, start, stop)
                 df = self._derivatives.get(Reverse, acts, ret, width)
-                _, *adjoints = df(*_interleave(call, acts, shadows))
+                _, *adjoints = df(*tf.interleave(call, acts, shadows))
                 # Adjoints of Active scalars come in parameter order.
                 active = dict(
                     zip([k for k, a in enumerate(acts) if a is Active], adjoints, strict=True)
@@ -300,6 +284,8 @@ def jacobian(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callabl
     >>> ez.jacobian(two, argnums=(0, 1), output=2)(2.0, 3.0, np.zeros(2))
     (array([3., 1.]), array([2., 6.]))
     """
+    if is_result(f):
+        return _of_gradient(f, argnums, output, "jacobian")
     return _Jacobian(f, argnums, output, "jacobian")
 
 
@@ -337,46 +323,90 @@ def jacrev(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[
 
 
 def _of_gradient(f: Any, argnums: Argnums, output: int | None, how: str) -> Any:
-    """``jacfwd`` / ``jacrev`` of ``grad(g, argnums)`` with the same argnums (JAX's
-    idioms for the Hessian): ``hessian(g, argnums)``, by forward over reverse mode.
-    None when ``f`` is not a gradient."""
-    from enzyme_py.helpers import _Gradient
-
-    if not isinstance(f, _Gradient) or output is not None:
+    """``jacfwd`` / ``jacrev`` of ``grad(g, A)`` with respect to ``B`` (JAX's idioms
+    for the Hessian): the blocks ``H[a][b]`` of ``hessian(g, A and B)``, shaped
+    ``x_a.shape + x_b.shape``, nested as JAX nests them (outputs, then inputs), by
+    forward over reverse mode. None when ``f`` is not a helper's result."""
+    if not is_result(f):
         return None
-    if f.with_value or f.argnums != argnums:
-        raise TypeError(
-            f"{how} of {f.__name__} (argnums={f.argnums!r}) composes with the same argnums "
-            f"only (it is then ez.hessian(f, argnums)); got argnums={argnums!r}"
-        )
-    return hessian(f.f, argnums)
+    if not isinstance(f, Gradient) or f.with_value or output is not None:
+        refuse(how + (f" (output={output})" if output is not None else ""), f)
+    return _Blocks(f, argnums, how)
 
 
-def _forward_over_reverse_acts(args: Sequence[Any], acts: Sequence[Activity]) -> list[Activity]:
-    """Forward activities for the parameters of a reverse derivative (each value, its
-    shadow, the seed): every shadowed array and its shadow Dual, the rest Const."""
-    fwd: list[Activity] = []
-    for act in acts:
-        fwd += [Dual, Dual] if act.shadow else [Const]
-    return [*fwd, Const]
+class _Blocks:
+    """What ``jacfwd(grad(g, A), B)`` returns: blocks of ``hessian(g, A + B)``."""
 
+    helper_result = True
 
-def _reverse_derivative(derivatives: _Derivatives, args: Sequence[Any], acts: Any) -> Derivative:
-    """The reverse derivative of f (ActiveOnly), specialised for these arguments."""
-    reverse = derivatives.get(Reverse, acts, ActiveOnly)
-    if not isinstance(reverse, Derivative):  # a Numba derivative: its specialisation
-        call = [*_interleave(args, acts, _shadows(args, acts)), 1.0]
-        reverse = reverse.for_arguments(tuple(call))
-    return reverse
+    def __init__(self, inner: Gradient, argnums: Argnums, how: str):
+        self.inner, self.argnums = inner, argnums
+        self.__name__ = f"{how}({inner.__name__})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Blocks, (self.inner, self.argnums, self.__name__.split("(")[0]))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        g = self.inner.f
+        args = tf.bind(g, args, kwargs, self.__name__)
+        rows = tf.positions(self.inner.argnums, len(args))
+        cols = tf.positions(self.argnums, len(args))
+        union = tuple(sorted({*rows, *cols}))
+        at = {i: k for k, i in enumerate(union)}
+        if all(tf.is_float_array(args[i]) for i in union):
+            h = _Hessian(g, union)(*args)
+        else:  # float scalars among them: one column at a time
+            h = self._columns(args, union)
+        pick = [[h[at[i]][at[m]] for m in cols] for i in rows]
+        inner = [r[0] if tf.single(self.argnums) else tuple(r) for r in pick]
+        return inner[0] if tf.single(self.inner.argnums) else tuple(inner)
+
+    def _columns(self, args: Sequence[Any], union: tuple[int, ...]) -> list[list[Any]]:
+        """The blocks of the Hessian over ``union`` (float arrays and scalars), one
+        Hessian-vector product per column."""
+        for i in union:
+            if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
+                raise TypeError(
+                    f"{self.__name__}: argument {i} is {type(args[i]).__name__}; only float "
+                    "scalars and float arrays can be differentiated"
+                )
+        derivatives = self.inner._derivatives
+        cols: dict[int, list[dict[int, Any]]] = {}
+        for m in union:
+            cols[m] = []
+            for e in range(_size(args[m])):
+                t = _unit(args[m], 1, e, e + 1)
+                _, hv = tf.hessian_vector(derivatives, tf.fresh(args), union, {m: t})
+                cols[m].append(hv)
+        blocks: list[list[Any]] = []
+        for i in union:
+            row = []
+            for m in union:
+                column = [np.asarray(hv[i], dtype=np.float64).reshape(-1) for hv in cols[m]]
+                block = np.stack(column, axis=-1).reshape(np.shape(args[i]) + np.shape(args[m]))
+                row.append(block if block.ndim else float(block))
+            blocks.append(row)
+        return blocks
 
 
 class _Hessian:
     """What ``hessian`` returns (picklable when f is)."""
 
+    helper_result = True
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
     def __init__(self, f: Any, argnums: Argnums):
         self.f, self.argnums = f, argnums
-        self._derivatives = _Derivatives(f)
-        self.__name__ = f"hessian({_name(f)})"
+        self._derivatives = tf.Derivatives(f)
+        self.__name__ = f"hessian({tf.name_of(f)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Hessian, (self.f, self.argnums))
@@ -385,18 +415,19 @@ class _Hessian:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _bind(self.f, args, kwargs, self.__name__)
-        nums = _argnums(self.argnums, len(args))
+        args = tf.bind(self.f, args, kwargs, self.__name__)
+        nums = tf.positions(self.argnums, len(args))
         for i in nums:
-            if not _is_float_array(args[i]):
+            if not tf.is_float_array(args[i]):
                 raise TypeError(
                     f"{self.__name__} needs argument {i} to be a float array; got "
                     f"{type(args[i]).__name__} (a float scalar: pass it as a 1-element array)"
                 )
-        acts = _acts(args, nums, Reverse, self._derivatives.may_write(args))
-        reverse = _reverse_derivative(self._derivatives, args, acts)
-        fwd_acts = _forward_over_reverse_acts(args, acts)
-        fn = reverse.function
+        fn = tf.reverse_derivative(
+            self._derivatives,
+            args,
+            tf.activities_for(args, nums, Reverse, self._derivatives.may_write(args)),
+        ).function
         # Enzyme batches derivatives of recursion wrongly: one column at a time then.
         recursive = bool(fn.module.native.reaches_recursion(fn.name))
         blocks = {
@@ -410,24 +441,16 @@ class _Hessian:
             def run(batch: int, m: int = m) -> None:
                 for start, stop in _batches(args[m].size, batch):
                     width = stop - start
-                    fwd = autodiff(reverse, Forward, *fwd_acts, width=width)  # engine-cached
-                    call: list[Any] = []
-                    hv: dict[int, np.ndarray] = {}
-                    for k, (a, act) in enumerate(zip(_fresh(args), acts, strict=True)):
-                        call.append(a)
-                        if act.shadow:
-                            seed = (
-                                _unit(a, width, start, stop) if k == m else _shadow_like(a, width)
-                            )
-                            hv[k] = _shadow_like(a, width)
-                            call += [seed, np.zeros_like(a), hv[k]]
-                    fwd(*call, 1.0)
+                    seeds = {m: _unit(args[m], width, start, stop)}
+                    _, hv = tf.hessian_vector(
+                        self._derivatives, tf.fresh(args), nums, seeds, 1.0, width
+                    )
                     for i in nums:
                         blocks[i, m][:, start:stop] = _lanes(hv[i], width).T
 
             _batched(run, recursive)
         shaped = {(i, m): b.reshape(*args[i].shape, *args[m].shape) for (i, m), b in blocks.items()}
-        if _single(self.argnums):
+        if tf.single(self.argnums):
             return shaped[nums[0], nums[0]]
         return tuple(tuple(shaped[i, m] for m in nums) for i in nums)
 
@@ -451,52 +474,6 @@ def hessian(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
            [0., 0.]]), array([[2.],
            [6.]]), array([[4.]]))
     """
+    if is_result(f):
+        refuse("hessian", f)
     return _Hessian(f, argnums)
-
-
-def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """JAX's ``jax.jvp(jax.grad(f), primals, tangents)``: ``(gradient, H v)`` of scalar-
-    valued ``f`` with respect to argument 0 (a float array), and its directional
-    derivative along ``tangents`` (one per primal: an array like a float array, a float
-    for a float scalar, or None for zero), by one forward-over-reverse call. Tangents
-    of other arguments add their mixed second derivatives, as in JAX. Omitted defaults
-    are filled in; ``f`` runs on copies of the primals.
-
-    >>> import numba, numpy as np, enzyme_py as ez
-    >>> @numba.njit
-    ... def f(x):
-    ...     return x[0] ** 3 + x[0] * x[1]
-    >>> ez.hvp(f, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
-    (array([5., 1.]), array([6., 1.]))
-    """
-    if len(primals) != len(tangents):
-        raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
-    args = _fresh(_with_defaults(f, primals, f"hvp({_name(f)})"))
-    tangents = (*tangents, *([None] * (len(args) - len(tangents))))
-    if not args or not _is_float_array(args[0]):
-        got = type(args[0]).__name__ if args else "no arguments"
-        raise TypeError(
-            f"hvp differentiates argument 0 of {_name(f)}, which must be a float array; got {got}"
-        )
-    derivatives = _derivatives_of(f)
-    acts = _acts(args, (0,), Reverse, derivatives.may_write(args))
-    reverse = _reverse_derivative(derivatives, args, acts)
-    fwd_acts: list[Activity] = []
-    call: list[Any] = []
-    gradient = hv = None
-    for i, (a, act, t) in enumerate(zip(args, acts, tangents, strict=True)):
-        call.append(a)
-        if act.shadow:
-            tangent = np.zeros_like(a) if t is None else _tangent(t, a, i)
-            shadow, d_shadow = np.zeros_like(a), np.zeros_like(a)
-            call += [tangent, shadow, d_shadow]
-            fwd_acts += [Dual, Dual]
-            if i == 0:
-                gradient, hv = shadow, d_shadow
-        elif t is not None and _is_float_scalar(a):
-            call.append(_tangent(t, a, i))
-            fwd_acts.append(Dual)
-        else:
-            fwd_acts.append(Const)
-    autodiff(reverse, Forward, *fwd_acts, Const)(*call, 1.0)
-    return gradient, hv

@@ -185,18 +185,18 @@ class SplitCall:
     callers then recompute with the combined reverse pass)."""
 
     def __init__(self, derivatives: Any, args: Any, nums: tuple[int, ...]):
-        from enzyme_py._helper_base import _acts, _interleave, _shadows
+        from enzyme_py._transforms import activities_for, interleave, zero_shadows
         from enzyme_py.core import Active, EnzymeError
 
         key = tuple(_kind(a) for a in args), nums
         refused = _refused.get(derivatives)
         if refused is not None and key in refused:
             raise ActivityError("split mode was refused for these arguments before")
-        acts = _acts(args, nums, Reverse, derivatives.may_write(args))
+        acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
         try:
             split = derivatives.get(ReverseSplit, acts, Active)
-            self._shadows = _shadows(args, acts)
-            self._call = _interleave(args, acts, self._shadows)
+            self._shadows = zero_shadows(args, acts)
+            self._call = interleave(args, acts, self._shadows)
             self.value, self._tape = split.forward(*self._call)
         except (ActivityError, EnzymeError):
             _refused.setdefault(derivatives, set()).add(key)

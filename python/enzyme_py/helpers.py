@@ -24,30 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _transforms as tf
+from enzyme_py._compose import Gradient, GradientOfGradient, Pullback, hvp, is_result, refuse
 from enzyme_py._convention import real_number as _real_number
-from enzyme_py._helper_base import (
-    _BATCH,
-    Argnums,
-    _activity,
-    _argnums,
-    _bind,
-    _Derivatives,
-    _derivatives_of,
-    _fresh,
-    _interleave,
-    _is_float_array,
-    _is_float_scalar,
-    _name,
-    _returns_arrays,
-    _returns_nothing,
-    _reverse_call,
-    _shadows,
-    _single,
-    _tangent,
-    _with_defaults,
-)
-from enzyme_py._jacobians import hessian, hvp, jacfwd, jacobian, jacrev
+from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
 from enzyme_py._split import SplitCall
+from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -75,31 +57,18 @@ __all__ = [
 ]
 
 # Private names other modules (torch.py, jax.py, _check.py) import from here.
-_EXPORTED = (_BATCH, _activity, _argnums, _Derivatives, _is_float_scalar, _reverse_call)
+_EXPORTED = (
+    tf.BATCH,
+    tf.activity_of,
+    tf.positions,
+    tf.Derivatives,
+    tf.is_float_scalar,
+    tf.reverse_call,
+)
 
 
-class _Gradient:
-    """What ``grad`` / ``value_and_grad`` return: picklable (as f and argnums, its
-    derivatives made again in the new process) when f is."""
-
-    def __init__(self, f: Any, argnums: Argnums, with_value: bool):
-        self.f, self.argnums, self.with_value = f, argnums, with_value
-        self._derivatives = _Derivatives(f)
-        self.__name__ = ("value_and_grad" if with_value else "grad") + f"({_name(f)})"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _bind(self.f, args, kwargs, self.__name__)
-        nums = _argnums(self.argnums, len(args))
-        ret = Active if self.with_value else ActiveOnly
-        value, grads = _reverse_call(self._derivatives, args, nums, ret)
-        found = grads[0] if _single(self.argnums) else grads
-        return (value, found) if self.with_value else found
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Gradient, (self.f, self.argnums, self.with_value))
-
-    def __repr__(self) -> str:
-        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+# What grad / value_and_grad return (kept here under its old name for old pickles).
+_Gradient = Gradient
 
 
 def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
@@ -119,8 +88,17 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     array([ 2., -4.])
     >>> ez.grad(dist, argnums=(0, 1))(x, y=y, p=2.0)
     (array([ 2., -4.]), array([-2.,  4.]))
+
+    A gradient is differentiated again where JAX's is (forward over reverse): with
+    respect to a float scalar argument ``a``, ``ez.grad(ez.grad(f, a), b)`` is the
+    second derivative ``d/dx_b (df/dx_a)``, shaped like argument b; ``ez.vjp``,
+    ``ez.jvp``, ``ez.jacfwd``, ``ez.jacrev`` and ``ez.autodiff`` of ``ez.grad(f)`` work
+    too (for the Hessian of an array argument: ``ez.hessian``, ``ez.hvp``).
+
+    >>> ez.grad(ez.grad(dist, 2), 0)(x, y, 2.0)   # d/dx (d/dp |x - y|^p): [1, -2 - 4 ln 2]
+    array([ 1.        , -4.77258872])
     """
-    return _Gradient(f, argnums, with_value=False)
+    return _gradient(f, argnums, with_value=False)
 
 
 def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
@@ -133,7 +111,15 @@ def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     >>> ez.value_and_grad(energy, argnums=(0, 1))(np.array([1.0, 2.0]), 3.0)
     (15.0, (array([ 6., 12.]), 5.0))
     """
-    return _Gradient(f, argnums, with_value=True)
+    return _gradient(f, argnums, with_value=True)
+
+
+def _gradient(f: Any, argnums: Argnums, with_value: bool) -> Any:
+    if isinstance(f, Gradient):  # grad(grad(f, a), b): a second derivative
+        return GradientOfGradient(f, argnums, with_value)
+    if is_result(f):
+        refuse("value_and_grad" if with_value else "grad", f)
+    return Gradient(f, argnums, with_value)
 
 
 def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
@@ -168,39 +154,33 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
-    if isinstance(f, _Gradient):
-        # JAX's Hessian-vector product idiom: one forward-over-reverse call.
-        if f.with_value or f.argnums not in (0, (0,)):
-            raise TypeError(
-                f"jvp of {f.__name__} with argnums={f.argnums!r}: only jvp(grad(f), ...) "
-                "with argnums=0 composes (it is ez.hvp(f, primals, tangents)); use "
-                "ez.hvp, or ez.hessian(f, argnums) for the blocks"
-            )
-        gradient, hv = hvp(f.f, primals, tangents)
-        return (gradient, hv) if f.argnums == 0 else ((gradient,), (hv,))
-    args = _with_defaults(f, primals, f"jvp({_name(f)})")
+    if isinstance(f, Gradient):  # JAX's Hessian-vector product idiom: forward over reverse
+        return f.jvp(primals, tangents)
+    if is_result(f):
+        refuse("jvp", f)
+    args = tf.with_defaults(f, primals, f"jvp({tf.name_of(f)})")
     tangents = (*tangents, *([None] * (len(args) - len(tangents))))
-    derivatives = _derivatives_of(f)
+    derivatives = tf.derivatives_of(f)
     writes = derivatives.may_write(args)
     acts: list[Activity] = []
     given: dict[int, Any] = {}
     for i, (p, t) in enumerate(zip(args, tangents, strict=True)):
-        if _is_float_array(p) and (t is not None or writes[i]):
+        if tf.is_float_array(p) and (t is not None or writes[i]):
             acts.append(Dual)  # a zero tangent for an output or scratch array
-            given[i] = np.zeros_like(p) if t is None else _tangent(t, p, i)
-        elif t is not None and (isinstance(p, np.ndarray) or _is_float_scalar(p)):
-            acts.append(_activity(p, i, Forward))
-            given[i] = _tangent(t, p, i)
+            given[i] = np.zeros_like(p) if t is None else tf.as_tangent(t, p, i)
+        elif t is not None and (isinstance(p, np.ndarray) or tf.is_float_scalar(p)):
+            acts.append(tf.activity_of(p, i, Forward))
+            given[i] = tf.as_tangent(t, p, i)
         else:
             acts.append(Const)
-    nothing = _returns_nothing(f, args)
+    nothing = tf.returns_nothing(f, args)
     df = derivatives.get(Forward, acts, None if nothing else Dual)
-    result = df(*_interleave(args, acts, given))
+    result = df(*tf.interleave(args, acts, given))
     if not nothing:
         y, dy = result
         return y, dy
     return None, tuple(
-        (given[i] if i in given else np.zeros_like(p)) if _is_float_array(p) else None
+        (given[i] if i in given else np.zeros_like(p)) if tf.is_float_array(p) else None
         for i, p in enumerate(args[: len(primals)])
     )
 
@@ -233,14 +213,19 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
     n = len(primals)
-    args = _with_defaults(f, primals, f"vjp({_name(f)})")
-    derivatives = _derivatives_of(f)
-    nums = tuple(i for i in range(n) if _is_float_array(args[i]) or _is_float_scalar(args[i]))
+    if isinstance(f, Gradient):  # its pullback is H c: forward over reverse
+        point = tf.fresh(tf.with_defaults(f.f, primals, f"vjp({f.__name__})"))
+        return f(*primals), Pullback(f.pullback(point, n), f.__name__)
+    if is_result(f):
+        refuse("vjp", f)
+    args = tf.with_defaults(f, primals, f"vjp({tf.name_of(f)})")
+    derivatives = tf.derivatives_of(f)
+    nums = tuple(i for i in range(n) if tf.is_float_array(args[i]) or tf.is_float_scalar(args[i]))
     # The point vjp_fn differentiates at: the arrays as they are now, before f runs
     # (it may overwrite them) and whatever the caller does with them later.
-    at = tuple(_fresh(args))
-    nothing = _returns_nothing(f, args)
-    arrays = not nothing and _returns_arrays(f, args)
+    at = tuple(tf.fresh(args))
+    nothing = tf.returns_nothing(f, args)
+    arrays = not nothing and tf.returns_arrays(f, args)
     split = None
     if not nothing and not arrays:
         # Split mode: the augmented forward pass runs once, on the copies, and keeps its
@@ -266,19 +251,19 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         if nothing:
             return _pullback_of_outputs(derivatives, at, nums, n, cotangent)
         if arrays:  # the cotangent is shaped like the result (a tuple for a tuple)
-            _, grads = _reverse_call(derivatives, _fresh(at), nums, DuplicatedOnly, cotangent)
+            _, grads = tf.reverse_call(derivatives, tf.fresh(at), nums, DuplicatedOnly, cotangent)
             pullback = dict(zip(nums, grads, strict=True))
             return tuple(pullback.get(i) for i in range(n))
         seed = _real_number(cotangent, "the cotangent given to vjp_fn", "a float scalar")
-        _, grads = _reverse_call(derivatives, _fresh(at), nums, ActiveOnly, seed)
+        _, grads = tf.reverse_call(derivatives, tf.fresh(at), nums, ActiveOnly, seed)
         pullback = dict(zip(nums, grads, strict=True))
         return tuple(pullback.get(i) for i in range(n))
 
-    return value, vjp_fn
+    return value, Pullback(vjp_fn, tf.name_of(f))
 
 
 def _pullback_of_outputs(
-    derivatives: _Derivatives,
+    derivatives: tf.Derivatives,
     at: Sequence[Any],
     nums: tuple[int, ...],
     n: int,
@@ -296,12 +281,12 @@ def _pullback_of_outputs(
                 else type(cotangent).__name__
             )
         )
-    args = _fresh(at)
+    args = tf.fresh(at)
     acts = [
         (Duplicated if isinstance(a, np.ndarray) else Active) if i in nums else Const
         for i, a in enumerate(args)
     ]
-    shadows = _shadows(args, acts)
+    shadows = tf.zero_shadows(args, acts)
     for i, c in enumerate(cotangent):
         if c is not None:
             if i not in shadows:
@@ -309,7 +294,7 @@ def _pullback_of_outputs(
                     f"cotangent {i} given to vjp_fn: argument {i} is not a float array, "
                     "so it takes None"
                 )
-            seed = _tangent(c, args[i], i)
+            seed = tf.as_tangent(c, args[i], i)
             if seed.shape != args[i].shape:
                 raise ValueError(
                     f"cotangent {i} given to vjp_fn has shape {seed.shape}; its array "
@@ -317,7 +302,7 @@ def _pullback_of_outputs(
                 )
             shadows[i] += seed
     df = derivatives.get(Reverse, acts, None)
-    _, *adjoints = df(*_interleave(args, acts, shadows))
+    _, *adjoints = df(*tf.interleave(args, acts, shadows))
     active = iter(adjoints)
     grads = {i: shadows[i] if i in shadows else next(active) for i in nums}
     return tuple(grads.get(i) for i in range(n))

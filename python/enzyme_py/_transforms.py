@@ -1,5 +1,10 @@
-"""What the JAX-named helpers share: activities from values, derivatives made once,
-binding of keyword and default arguments, fresh copies and shadows.
+"""The transforms' shared machinery, which the JAX-named helpers (``helpers``,
+``_jacobians``, ``_compose``), the bridges (``_bridge``: PyTorch, JAX) and the gradient
+check import: activities inferred per argument from its value, the per-function memo
+of derivatives (``Derivatives``), binding of keyword and default arguments, fresh
+copies and shadows, reverse calls (``reverse_call``) and the one Hessian-vector
+product (``hessian_vector``: forward over reverse) behind ``ez.hessian``, ``ez.hvp``,
+the compositions of ``ez.grad`` and the bridges' second derivatives.
 
 Two rules keep the helpers from silently wrong numbers:
 
@@ -25,8 +30,18 @@ import numpy as np
 from enzyme_py import _state
 from enzyme_py._api import autodiff
 from enzyme_py._convention import real_number as _real_number
-from enzyme_py._derivative import resolve_function
-from enzyme_py.core import Active, Activity, Const, Dual, Duplicated, Mode, Reverse
+from enzyme_py._derivative import Derivative, resolve_function
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Activity,
+    Const,
+    Dual,
+    Duplicated,
+    Forward,
+    Mode,
+    Reverse,
+)
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.frontends._numba_signatures import argument_kind
@@ -34,10 +49,10 @@ from enzyme_py.frontends._numba_signatures import argument_kind
 Argnums = int | Sequence[int]
 
 # Columns (or rows) of a Jacobian or Hessian computed per batched call.
-_BATCH = 8
+BATCH = 8
 
 
-def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
+def positions(argnums: Argnums, n: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
     for a in nums:
         if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
@@ -50,20 +65,20 @@ def _argnums(argnums: Argnums, n: int) -> tuple[int, ...]:
     return positions
 
 
-def _single(argnums: Argnums) -> bool:
+def single(argnums: Argnums) -> bool:
     """Whether argnums is one position (results unwrapped) rather than a sequence."""
     return isinstance(argnums, (int, np.integer))
 
 
-def _is_float_scalar(value: Any) -> bool:
+def is_float_scalar(value: Any) -> bool:
     return isinstance(value, (float, np.floating)) and not isinstance(value, bool)
 
 
-def _is_float_array(value: Any) -> bool:
+def is_float_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype.kind == "f"
 
 
-def _activity(value: Any, i: int, mode: Mode) -> Activity:
+def activity_of(value: Any, i: int, mode: Mode) -> Activity:
     """The activity that differentiates argument i, from its value."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind != "f":
@@ -72,7 +87,7 @@ def _activity(value: Any, i: int, mode: Mode) -> Activity:
                 "differentiated (leave it out of argnums)"
             )
         return Duplicated if mode is Reverse else Dual
-    if _is_float_scalar(value):
+    if is_float_scalar(value):
         return Active if mode is Reverse else Dual
     raise TypeError(
         f"argument {i} is {type(value).__name__}; only float scalars and float arrays can "
@@ -80,21 +95,21 @@ def _activity(value: Any, i: int, mode: Mode) -> Activity:
     )
 
 
-def _acts(
+def activities_for(
     args: Sequence[Any], nums: Sequence[int], mode: Mode, writes: Sequence[bool]
 ) -> list[Activity]:
     """Activities for a call: argnums differentiated, every other float array that f
     may write (``writes[i]``) with a (zero) shadow of its own, the rest Const."""
     shadowed = Duplicated if mode is Reverse else Dual
     return [
-        _activity(a, i, mode)
+        activity_of(a, i, mode)
         if i in nums
-        else (shadowed if _is_float_array(a) and writes[i] else Const)
+        else (shadowed if is_float_array(a) and writes[i] else Const)
         for i, a in enumerate(args)
     ]
 
 
-def _may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
+def may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
     """Per argument, whether f may write its memory: False only where LLVM infers the
     parameter readonly; True wherever that cannot be told."""
     unknown = (True,) * len(args)
@@ -113,7 +128,7 @@ def _may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
     return tuple(not flags[i] for i, _ in visible)
 
 
-class _Derivatives:
+class Derivatives:
     """``autodiff(f, mode, *activities, ret, width=...)``, made once per combination."""
 
     def __init__(self, f: Any):
@@ -122,11 +137,11 @@ class _Derivatives:
         self._writes: dict[tuple[Any, ...], tuple[bool, ...]] = {}
 
     def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
-        """Per argument, whether f may write it (see _may_write), once per kinds."""
+        """Per argument, whether f may write it (see may_write), once per kinds."""
         key = tuple(map(argument_kind, args))
         found = self._writes.get(key)
         if found is None:
-            found = self._writes[key] = _may_write(self.f, args)
+            found = self._writes[key] = may_write(self.f, args)
         return found
 
     def get(
@@ -140,31 +155,31 @@ class _Derivatives:
         return df
 
 
-_shared: weakref.WeakKeyDictionary[Any, _Derivatives] = weakref.WeakKeyDictionary()
+_shared: weakref.WeakKeyDictionary[Any, Derivatives] = weakref.WeakKeyDictionary()
 
 
-def _derivatives_of(f: Any) -> _Derivatives:
+def derivatives_of(f: Any) -> Derivatives:
     """The derivatives of ``f`` made so far by the one-shot helpers (jvp, vjp): kept
     with ``f`` so that a loop calling ``ez.jvp(f, ...)`` builds and plans them once."""
     try:
         found = _shared.get(f)
         if found is None:
-            found = _shared[f] = _Derivatives(f)
+            found = _shared[f] = Derivatives(f)
         return found
     except TypeError:  # not weak-referenceable
-        return _Derivatives(f)
+        return Derivatives(f)
 
 
-def _fresh(args: Sequence[Any]) -> list[Any]:
+def fresh(args: Sequence[Any]) -> list[Any]:
     """Copies of the array arguments (f may overwrite them), the rest as given."""
     return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
 
 
-def _shadow_like(a: np.ndarray, width: int = 1) -> np.ndarray:
+def shadow_like(a: np.ndarray, width: int = 1) -> np.ndarray:
     return np.zeros(a.shape if width == 1 else (width, *a.shape), dtype=a.dtype)
 
 
-def _name(f: Any) -> str:
+def name_of(f: Any) -> str:
     return str(getattr(f, "__name__", None) or getattr(f, "display_name", None) or "f")
 
 
@@ -207,7 +222,7 @@ def _signature_of(f: Any) -> tuple[inspect.Signature | None, int]:
     return found
 
 
-def _bind(f: Any, args: Sequence[Any], kwargs: dict[str, Any], who: str) -> tuple[Any, ...]:
+def bind(f: Any, args: Sequence[Any], kwargs: dict[str, Any], who: str) -> tuple[Any, ...]:
     """The arguments of a call of ``who`` (a helper's result for f) by position:
     keywords bound to their parameters and omitted defaults filled in, so that the
     derivative sees positional arguments only."""
@@ -217,29 +232,29 @@ def _bind(f: Any, args: Sequence[Any], kwargs: dict[str, Any], who: str) -> tupl
     if sig is None:
         if kwargs:
             raise TypeError(
-                f"{who} got keyword arguments ({', '.join(kwargs)}) but {_name(f)} has no "
+                f"{who} got keyword arguments ({', '.join(kwargs)}) but {name_of(f)} has no "
                 "parameter names to bind them to: pass them by position"
             )
         return tuple(args)
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as exc:
-        raise TypeError(f"{who}: {exc}; {_name(f)} takes {sig}") from None
+        raise TypeError(f"{who}: {exc}; {name_of(f)} takes {sig}") from None
     bound.apply_defaults()
     if bound.kwargs:
         raise TypeError(
-            f"{who}: {_name(f)} has keyword-only parameters or **kwargs "
+            f"{who}: {name_of(f)} has keyword-only parameters or **kwargs "
             f"({', '.join(bound.kwargs)}), which enzyme_py cannot pass: make them positional"
         )
     return tuple(bound.args)
 
 
-def _with_defaults(f: Any, args: Sequence[Any], who: str) -> tuple[Any, ...]:
+def with_defaults(f: Any, args: Sequence[Any], who: str) -> tuple[Any, ...]:
     """args, followed by the defaults of the parameters they omit."""
-    return _bind(f, args, {}, who)
+    return bind(f, args, {}, who)
 
 
-def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
+def returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     """Whether f returns no value (from its compiled signature)."""
     if numba_frontend.is_dispatcher(f):
         types = tuple(f.typeof_pyval(a) for a in args)
@@ -247,7 +262,7 @@ def _returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     return resolve_function(f).ret is None
 
 
-def _returns_arrays(f: Any, args: Sequence[Any]) -> bool:
+def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
     """Whether f returns an array or a tuple (a Numba function; see _numba_results)."""
     if not numba_frontend.is_dispatcher(f):
         return False
@@ -255,19 +270,19 @@ def _returns_arrays(f: Any, args: Sequence[Any]) -> bool:
     return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
 
 
-def _shadows(
+def zero_shadows(
     args: Sequence[Any], acts: Sequence[Activity], width: int = 1
 ) -> dict[int, np.ndarray]:
     """Zero shadows for the array arguments that take one (separate ones for one array
     passed twice: each argument's own derivative, as JAX's argnums mean)."""
     return {
-        i: _shadow_like(a, width)
+        i: shadow_like(a, width)
         for i, (a, act) in enumerate(zip(args, acts, strict=True))
         if act.shadow and isinstance(a, np.ndarray)
     }
 
 
-def _interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, Any]) -> list[Any]:
+def interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, Any]) -> list[Any]:
     """The derivative's arguments: each value, followed by extra[i] if it has one."""
     call: list[Any] = []
     for i, a in enumerate(args):
@@ -277,24 +292,24 @@ def _interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, 
     return call
 
 
-def _reverse_call(
-    derivatives: _Derivatives,
+def reverse_call(
+    derivatives: Derivatives,
     args: Sequence[Any],
     nums: tuple[int, ...],
     ret: Activity,
     seed: float = 1.0,
 ) -> tuple[Any, tuple[Any, ...]]:
     """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
-    acts = _acts(args, nums, Reverse, derivatives.may_write(args))
+    acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
     df = derivatives.get(Reverse, acts, ret)
-    shadows = _shadows(args, acts)
-    primal, *adjoints = df(*_interleave(args, acts, shadows), seed)
+    shadows = zero_shadows(args, acts)
+    primal, *adjoints = df(*interleave(args, acts, shadows), seed)
     active = iter(adjoints)
     grads = {i: next(active) for i, act in enumerate(acts) if act is Active}
     return primal, tuple(shadows[i] if i in shadows else grads[i] for i in nums)
 
 
-def _tangent(t: Any, p: Any, i: int) -> Any:
+def as_tangent(t: Any, p: Any, i: int) -> Any:
     """The tangent ``t`` of primal ``p`` (argument i) in p's dtype, if it holds real numbers
     (no silent conversion of strings, None or complex numbers)."""
     where = f"the tangent of argument {i}"
@@ -307,3 +322,61 @@ def _tangent(t: Any, p: Any, i: int) -> Any:
             + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
         )
     return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent
+
+
+def reverse_derivative(derivatives: Derivatives, args: Sequence[Any], acts: Any) -> Derivative:
+    """The reverse derivative of f (ActiveOnly) for these activities, specialised for
+    these arguments (a Numba derivative's specialisation for their types)."""
+    reverse = derivatives.get(Reverse, acts, ActiveOnly)
+    if not isinstance(reverse, Derivative):
+        reverse = reverse.for_arguments((*interleave(args, acts, zero_shadows(args, acts)), 1.0))
+    return reverse
+
+
+def hessian_vector(
+    derivatives: Derivatives,
+    args: Sequence[Any],
+    nums: tuple[int, ...],
+    tangents: dict[int, Any],
+    seed: float = 1.0,
+    width: int = 1,
+) -> tuple[dict[int, Any], dict[int, Any]]:
+    """``(gradient, products)`` by one forward-over-reverse call: per argument i of
+    ``nums``, ``seed`` times the gradient of scalar-valued f with respect to it, and
+    ``seed`` times its directional derivative along ``tangents`` (position -> tangent,
+    in the argument's dtype; with ``width`` k, k lanes each: ``(k, *shape)``):
+    ``(H v)_i``, with the mixed derivatives of every argument given a tangent, as
+    ``jax.jvp(jax.grad(f, nums), ...)``. Float arrays and float scalars (width 1 for
+    scalars); f runs on ``args`` as given (pass copies if it may overwrite them)."""
+    active = tuple(i for i in range(len(args)) if i in nums or i in tangents)
+    acts = activities_for(args, active, Reverse, derivatives.may_write(args))
+    if width != 1 and any(a is Active for a in acts):
+        raise ValueError("hessian_vector: float scalars take width 1")
+    reverse = reverse_derivative(derivatives, args, acts)
+    fwd_acts: list[Activity] = []
+    call: list[Any] = []
+    gradient: dict[int, Any] = {}
+    products: dict[int, Any] = {}
+    for i, (a, act) in enumerate(zip(args, acts, strict=True)):
+        call.append(a)
+        t = tangents.get(i)
+        if act is Active:  # its adjoint is in the reverse derivative's return value
+            fwd_acts.append(Dual)
+            call.append(0.0 if t is None else float(t))
+        elif act.shadow:  # the shadow's tangent is where H v lands
+            fwd_acts += [Dual, Dual]
+            gradient[i], products[i] = np.zeros_like(a), shadow_like(a, width)
+            call += [shadow_like(a, width) if t is None else t, gradient[i], products[i]]
+        else:
+            fwd_acts.append(Const)
+    scalars = [i for i, act in enumerate(acts) if act is Active]
+    fwd = autodiff(reverse, Forward, *fwd_acts, Const, *([Dual] if scalars else []), width=width)
+    result = fwd(*call, seed)
+    if scalars:
+        values, dvalues = result
+        for i, g, hv in zip(scalars, np.atleast_1d(values), np.atleast_1d(dvalues), strict=True):
+            gradient[i], products[i] = float(g), float(hv)
+    return (
+        {i: gradient[i] for i in nums},
+        {i: products[i] for i in nums},
+    )

@@ -1,0 +1,438 @@
+"""Helpers' results differentiated again, as JAX composes its transforms.
+
+``grad(f, a)`` (and ``value_and_grad``) is what the other transforms take: each
+composition is one forward-over-reverse call of ``f`` (``hessian_vector``), because
+the Hessian is symmetric: ``grad(grad(f, a), b)`` is column ``a`` of the Hessian read
+at ``b``, ``vjp(grad(f, a))``'s pullback of ``c`` is ``H c`` (tangent ``c`` at ``a``),
+``jvp(grad(f, a))`` is ``H v``. The results are those of reverse over reverse (JAX's
+``grad(grad(f))``) wherever ``f`` is twice differentiable.
+
+What does not compose raises a ``TypeError`` (``NotComposable``) that says what to
+write instead: third derivatives, ``grad`` of a function whose value is an array or a
+pair, a Jacobian, Hessian or pullback differentiated again.
+
+>>> import math, numba, numpy as np, enzyme_py as ez
+>>> @numba.njit
+... def f(x, k):
+...     return k * k * np.sum(x ** 3)
+>>> x = np.array([1.0, 2.0])
+>>> ez.grad(ez.grad(f, 1), 0)(x, 1.5)          # d/dx (df/dk) = 6 k x^2
+array([ 9., 36.])
+>>> g, vjp_fn = ez.vjp(ez.grad(f), x, 1.5)      # g = 3 k^2 x^2
+>>> vjp_fn(np.array([1.0, 0.0]))                # (6 k^2 x c, 6 k x^2 . c)
+(array([13.5,  0. ]), 9.0)
+>>> @numba.njit
+... def cube(x):
+...     return x ** 3
+>>> ez.grad(ez.grad(cube))(2.0)                 # 6 x
+12.0
+>>> ez.autodiff(ez.grad(cube), ez.Forward, ez.Dual, ez.Dual)(2.0, 1.0)
+(12.0, 12.0)
+>>> ez.grad(ez.grad(f))(x, 1.5)
+Traceback (most recent call last):
+    ...
+enzyme_py._compose.NotComposable: grad(grad(f)): argument 0 is an array (2,), ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from enzyme_py import _transforms as tf
+from enzyme_py._convention import real_number
+from enzyme_py._transforms import Argnums
+from enzyme_py.core import (
+    Active,
+    ActiveOnly,
+    Const,
+    Dual,
+    DualOnly,
+    Duplicated,
+    DuplicatedOnly,
+    Forward,
+    Reverse,
+)
+
+__all__ = [
+    "Gradient",
+    "GradientOfGradient",
+    "NotComposable",
+    "Pullback",
+    "hvp",
+    "is_result",
+    "refuse",
+]
+
+_DUP = (Duplicated, DuplicatedOnly)
+
+
+class NotComposable(TypeError):
+    """A composition of transforms that enzyme_py does not compute; the message says
+    what to write instead."""
+
+
+SECOND = (
+    "the second derivatives are ez.hessian(f, argnums) (the blocks), ez.hvp(f, primals, "
+    "tangents) (H v) and ez.grad(ez.grad(f, a), b) for a float scalar argument a"
+)
+
+
+def refuse(outer: str, inner: Any) -> NoReturn:
+    """Raise NotComposable for ``outer`` applied to helper result ``inner``."""
+    name = getattr(inner, "__name__", type(inner).__name__)
+    third = getattr(inner, "order", 0) == 2 or (
+        isinstance(inner, Gradient) and outer in ("hessian", "hvp")
+    )
+    if third:
+        raise NotComposable(
+            f"{outer} of {name}: third derivatives do not compose through the helpers; "
+            "differentiate a derivative with ez.autodiff (e.g. ez.autodiff(df, ez.Forward, "
+            "...) of a second derivative df) instead"
+        )
+    raise NotComposable(
+        f"{outer} of {name}: a Jacobian, Hessian or vjp pullback is not differentiated "
+        f"again by the helpers; {SECOND}"
+    )
+
+
+class Gradient:
+    """What ``grad`` / ``value_and_grad`` return: picklable (as f and argnums, its
+    derivatives made again in the new process) when f is. Differentiable again by
+    ``grad``, ``value_and_grad``, ``jvp``, ``vjp``, ``jacfwd``, ``jacrev`` and
+    ``ez.autodiff`` (see this module's docstring)."""
+
+    order = 1
+
+    def __init__(self, f: Any, argnums: Argnums, with_value: bool):
+        self.f, self.argnums, self.with_value = f, argnums, with_value
+        self._derivatives = tf.Derivatives(f)
+        self.__name__ = ("value_and_grad" if with_value else "grad") + f"({tf.name_of(f)})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = tf.bind(self.f, args, kwargs, self.__name__)
+        nums = tf.positions(self.argnums, len(args))
+        ret = Active if self.with_value else ActiveOnly
+        value, grads = tf.reverse_call(self._derivatives, args, nums, ret)
+        found = grads[0] if tf.single(self.argnums) else grads
+        return (value, found) if self.with_value else found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Gradient, (self.f, self.argnums, self.with_value))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        return AutodiffOfGradient(self, mode, activities, options)
+
+    # --- the compositions, each one forward-over-reverse call ------------------
+    def _floats(self, args: Sequence[Any], nums: Sequence[int], who: str) -> None:
+        for i in nums:
+            if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
+                raise TypeError(
+                    f"{who}: argument {i} is {type(args[i]).__name__}; only float scalars "
+                    "and float arrays can be differentiated (leave it out of argnums)"
+                )
+
+    def jvp(self, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+        """``jvp(grad(f, A), primals, tangents)``: (the gradient, H v), as JAX's; for
+        value_and_grad ``((value, gradient), (its tangent, H v))``."""
+        who = f"jvp({self.__name__})"
+        args = tf.fresh(tf.with_defaults(self.f, primals, who))
+        nums = tf.positions(self.argnums, len(args))
+        self._floats(args, nums, who)
+        given = _given_tangents(args, tangents, who)
+        everything = tuple(sorted(set(nums) | set(given)))
+        grads, products = tf.hessian_vector(self._derivatives, args, everything, given)
+        g, hv = _pick(grads, nums, self.argnums), _pick(products, nums, self.argnums)
+        if not self.with_value:
+            return g, hv
+        value = self._derivatives.get(Forward, [Const] * len(args), Const)(*tf.fresh(args))
+        dvalue = sum(float(np.sum(np.asarray(grads[i]) * given[i])) for i in given)
+        return (value, g), (dvalue, hv)
+
+    def pullback(self, at: Sequence[Any], n: int) -> Callable[[Any], tuple[Any, ...]]:
+        """vjp_fn of ``vjp(grad(f, A), *primals)``: the cotangent c (shaped like the
+        gradient; for value_and_grad a pair ``(c_value, c_gradient)``) gives, per
+        primal, ``c_value * grad f + H c`` (None for the non-float primals)."""
+        nums = tf.positions(self.argnums, len(at))
+        floats = tuple(i for i in range(n) if tf.is_float_array(at[i]) or tf.is_float_scalar(at[i]))
+
+        def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+            c_value = 0.0
+            if self.with_value:
+                if not isinstance(cotangent, (tuple, list)) or len(cotangent) != 2:
+                    raise TypeError(
+                        f"the pullback of {self.__name__} takes a pair (cotangent of the "
+                        "value, cotangent of the gradient)"
+                    )
+                c_value = real_number(cotangent[0], "the value's cotangent", "a float")
+                cotangent = cotangent[1]
+            if tf.single(self.argnums):
+                cotangent = (cotangent,)
+            if not isinstance(cotangent, (tuple, list)) or len(cotangent) != len(nums):
+                raise TypeError(
+                    f"the pullback of {self.__name__} takes one cotangent per argnum "
+                    f"({len(nums)}), shaped like its gradient"
+                )
+            given = {}
+            for i, c in zip(nums, cotangent, strict=True):
+                given[i] = tf.as_tangent(c, at[i], i)
+                if np.shape(given[i]) != np.shape(at[i]):
+                    raise ValueError(
+                        f"the cotangent of the gradient of argument {i} has shape "
+                        f"{np.shape(given[i])}; the gradient has shape {np.shape(at[i])}"
+                    )
+            grads, products = tf.hessian_vector(self._derivatives, tf.fresh(at), floats, given)
+            found = {
+                i: (products[i] + c_value * grads[i]) if c_value else products[i] for i in floats
+            }
+            return tuple(found.get(i) for i in range(n))
+
+        return vjp_fn
+
+
+class GradientOfGradient:
+    """``grad(grad(f, a), b)`` / ``value_and_grad(grad(f, a), b)`` for a float scalar
+    argument a: ``d/dx_b (df/dx_a)``, shaped like x_b, by one forward-over-reverse
+    call with tangent 1 at a (picklable when f is)."""
+
+    order = 2
+
+    def __init__(self, inner: Gradient, argnums: Argnums, with_value: bool):
+        self.inner, self.argnums, self.with_value = inner, argnums, with_value
+        outer = "value_and_grad" if with_value else "grad"
+        self.__name__ = f"{outer}({inner.__name__})"
+        if inner.with_value or not tf.single(inner.argnums):
+            raise NotComposable(
+                f"{self.__name__}: {inner.__name__} returns "
+                + ("a pair (value, gradient)" if inner.with_value else "a tuple of gradients")
+                + f"; ez.grad needs a scalar-valued function. Write {outer}(ez.grad(f, a), "
+                f"b) for one float scalar argument a; {SECOND}"
+            )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GradientOfGradient, (self.inner, self.argnums, self.with_value))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        f = self.inner.f
+        values = tf.fresh(tf.bind(f, args, kwargs, self.__name__))
+        (a,) = tf.positions(self.inner.argnums, len(values))
+        if not tf.is_float_scalar(values[a]):
+            raise NotComposable(
+                f"{self.__name__}: argument {a} is "
+                + (
+                    f"an array {np.shape(values[a])}"
+                    if isinstance(values[a], np.ndarray)
+                    else type(values[a]).__name__
+                )
+                + f", so {self.inner.__name__} returns an array (or is not defined); ez.grad "
+                f"needs a scalar-valued function. {SECOND[0].upper()}{SECOND[1:]} (also "
+                "ez.jacfwd(ez.grad(f)))"
+            )
+        nums = tf.positions(self.argnums, len(values))
+        self.inner._floats(values, nums, self.__name__)
+        grads, products = tf.hessian_vector(
+            self.inner._derivatives, values, tuple(sorted({a, *nums})), {a: 1.0}
+        )
+        found = _pick(products, nums, self.argnums)
+        return (grads[a], found) if self.with_value else found
+
+
+class Pullback:
+    """vjp's ``vjp_fn``: a function of the cotangent, not differentiated again."""
+
+    def __init__(self, fn: Callable[[Any], tuple[Any, ...]], of: str):
+        self._fn, self.__name__ = fn, f"vjp_fn of {of}"
+
+    def __call__(self, cotangent: Any) -> tuple[Any, ...]:
+        return self._fn(cotangent)
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
+
+def is_result(f: Any) -> bool:
+    """Whether f is a helper's result (grad, vjp_fn, jacobian, hessian, ...)."""
+    return isinstance(f, (Gradient, GradientOfGradient, Pullback)) or bool(
+        getattr(type(f), "helper_result", False)
+    )
+
+
+def _given_tangents(args: Sequence[Any], tangents: Sequence[Any], who: str) -> dict[int, Any]:
+    """The tangents given (None: none), one per primal, in their primals' dtypes."""
+    if len(tangents) > len(args):
+        raise ValueError(f"{who} got {len(tangents)} tangents for {len(args)} arguments")
+    given = {}
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
+            raise TypeError(
+                f"{who}: argument {i} is not a float array or scalar: its tangent is None"
+            )
+        given[i] = tf.as_tangent(t, args[i], i)
+    return given
+
+
+def _pick(found: dict[int, Any], nums: tuple[int, ...], argnums: Argnums) -> Any:
+    return found[nums[0]] if tf.single(argnums) else tuple(found[i] for i in nums)
+
+
+class AutodiffOfGradient:
+    """``ez.autodiff(grad(f, a), mode, *activities)``: the derivative of the function
+    ``x -> grad(f, a)(x)`` with autodiff's calling conventions, made at the first call
+    (from the arguments' types) by forward over reverse.
+
+    Forward: ``x`` for Const, ``x, dx`` for Dual(Only); the return Dual gives
+    ``(gradient, its tangent H v)``, DualOnly the tangent, Const the gradient.
+    Reverse: ``x`` for Const/Active, ``x, dx`` for Duplicated(Only) (the adjoint is added
+    into ``dx``), then the seed: a float for a float scalar a (return Active or
+    ActiveOnly), an array like x_a for an array (return Duplicated or DuplicatedOnly);
+    returns ``(gradient or None, *adjoints of Active parameters)``.
+    """
+
+    helper_result = True
+    order = 2
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        refuse("ez.autodiff", self)
+
+    def __init__(self, g: Gradient, mode: Any, activities: Sequence[Any], options: dict):
+        used = [
+            k
+            for k, v in options.items()
+            if not (v is None or v is False or (k == "width" and v == 1))
+        ]
+        if used:
+            raise NotComposable(
+                f"ez.autodiff of {g.__name__} takes only the mode and activities; got "
+                + "=, ".join(used)
+                + "="
+            )
+        if g.with_value or not tf.single(g.argnums):
+            raise NotComposable(
+                f"ez.autodiff of {g.__name__}: it returns a pair or a tuple; differentiate "
+                "ez.grad(f, a) for one argument a, or use ez.jvp / ez.vjp of it"
+            )
+        if (mode is not Forward and mode is not Reverse) or not activities:
+            raise NotComposable(
+                f"ez.autodiff of {g.__name__} takes ez.Forward or ez.Reverse and one activity "
+                "per parameter of f, then one for the gradient it returns"
+            )
+        self.g, self.mode = g, mode
+        self.params, self.ret = tuple(activities[:-1]), activities[-1]
+        allowed = (Const, Dual, DualOnly) if mode is Forward else (Const, Active, *_DUP)
+        returns = allowed if mode is Forward else (*allowed, ActiveOnly)
+        for k, act in enumerate(activities):
+            fits = returns if k == len(activities) - 1 else allowed
+            if act not in fits:
+                what = "the return" if k == len(activities) - 1 else f"parameter {k}"
+                raise NotComposable(
+                    f"ez.autodiff of {g.__name__} in {mode.name} mode: {what} takes "
+                    f"{', '.join(a.name for a in fits)}; got {act!r}"
+                )
+
+    def __repr__(self) -> str:
+        acts = ", ".join(a.name for a in (*self.params, self.ret))
+        return f"<enzyme_py {self.mode.name}({acts}) derivative of {self.g.__name__}>"
+
+    def __call__(self, *call: Any) -> Any:
+        values: list[Any] = []
+        extra: dict[int, Any] = {}
+        pos = 0
+        for i, act in enumerate(self.params):
+            if pos >= len(call):
+                raise TypeError(f"{self!r} got too few arguments")
+            values.append(call[pos])
+            if act.shadow:
+                if pos + 1 >= len(call):
+                    raise TypeError(f"{self!r}: argument {i} needs its shadow after it")
+                extra[i] = call[pos + 1]
+            pos += 2 if act.shadow else 1
+        rest = call[pos:]
+        (a,) = tf.positions(self.g.argnums, len(values))
+        if self.mode is Forward:
+            if rest:
+                raise TypeError(f"{self!r} got {len(rest)} arguments too many")
+            tangents = [extra.get(i) for i in range(len(values))]
+            g, hv = self.g.jvp(values, tangents)
+            return {Dual: (g, hv), DualOnly: hv, Const: g}[self.ret]
+        seeded = self.ret is not Const
+        if len(rest) != (1 if seeded else 0):
+            raise TypeError(f"{self!r} takes the seed after the arguments (and nothing else)")
+        scalar = tf.is_float_scalar(values[a])
+        wanted = (Active, ActiveOnly) if scalar else _DUP
+        if self.ret not in (*wanted, Const):
+            raise NotComposable(
+                f"{self!r}: argument {a} is {'a float scalar' if scalar else 'an array'}, "
+                f"so the gradient's return activity is {' or '.join(w.name for w in wanted)}"
+            )
+        args = tf.fresh(tf.with_defaults(self.g.f, values, repr(self)))
+        for i, act in enumerate(self.params):
+            kind = "a float scalar" if act is Active else "a float array" if act.shadow else ""
+            if kind and not (tf.is_float_scalar if act is Active else tf.is_float_array)(args[i]):
+                raise TypeError(f"{self!r}: argument {i} is {act.name}, so it must be {kind}")
+        active = tuple(i for i, act in enumerate(self.params) if act is not Const)
+        seed = {a: tf.as_tangent(rest[0], args[a], a)} if seeded else {}
+        grads, products = tf.hessian_vector(
+            self.g._derivatives, args, tuple(sorted({a, *active})), seed
+        )
+        adjoints = []
+        for i, act in enumerate(self.params):
+            if act is Active:
+                adjoints.append(products[i])
+            elif act.shadow:
+                extra[i] += products[i]
+        primal = grads[a] if self.ret in (Active, Duplicated) else None
+        return (primal, *adjoints)
+
+
+def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """JAX's ``jax.jvp(jax.grad(f), primals, tangents)``: ``(gradient, H v)`` of scalar-
+    valued ``f`` with respect to argument 0 (a float array), and its directional
+    derivative along ``tangents`` (one per primal: an array like a float array, a float
+    for a float scalar, or None for zero), by one forward-over-reverse call. Tangents
+    of other arguments add their mixed second derivatives, as in JAX. Omitted defaults
+    are filled in; ``f`` runs on copies of the primals.
+
+    >>> import numba, numpy as np, enzyme_py as ez
+    >>> @numba.njit
+    ... def f(x):
+    ...     return x[0] ** 3 + x[0] * x[1]
+    >>> ez.hvp(f, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+    (array([5., 1.]), array([6., 1.]))
+    """
+    if is_result(f):
+        refuse("hvp", f)
+    if len(primals) != len(tangents):
+        raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
+    args = tf.fresh(tf.with_defaults(f, primals, f"hvp({tf.name_of(f)})"))
+    tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    if not args or not tf.is_float_array(args[0]):
+        got = type(args[0]).__name__ if args else "no arguments"
+        raise TypeError(
+            f"hvp differentiates argument 0 of {tf.name_of(f)}, which must be a float "
+            f"array; got {got}"
+        )
+    given = {i: tf.as_tangent(t, args[i], i) for i, t in enumerate(tangents) if t is not None}
+    for i in given:
+        if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
+            raise TypeError(
+                f"hvp: argument {i} of {tf.name_of(f)} is not a float array or scalar; "
+                "its tangent must be None"
+            )
+    gradient, hv = tf.hessian_vector(tf.derivatives_of(f), args, (0,), given)
+    return gradient[0], hv[0]
