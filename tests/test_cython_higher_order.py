@@ -1,5 +1,6 @@
 """Higher order through Cython memoryviews of any layout (ez.cython): ez.hessian,
-ez.jacfwd / ez.jacrev of ez.grad, ez.hvp, forward over reverse by hand (width 1 and width k) on
+ez.jacobian / jacfwd / jacrev of ez.grad, ez.hvp, forward over reverse by hand (width 1
+and width k) on
 ``double[:]``, ``double[:, :]``, fused ``floating[:, :]`` and Fortran-contiguous
 ``double[::1, :]`` parameters given strided, reversed, transposed and Fortran-ordered
 arrays. A strided array's shadow is indexed with the array's strides, so a reverse
@@ -136,7 +137,7 @@ def test_hessian_of_a_strided_1d_view(m, layout):
     both = np.block([[blocks[0][0], blocks[0][1]], [blocks[1][0], blocks[1][1]]])
     np.testing.assert_allclose(both, full, rtol=1e-5, atol=1e-6)
     # jacfwd / jacrev of the gradient are the Hessian; hvp is one product with it.
-    for jac in (ez.jacfwd, ez.jacrev):
+    for jac in (ez.jacobian, ez.jacfwd, ez.jacrev):
         np.testing.assert_allclose(jac(ez.grad(m.wsum))(x, w), h, rtol=1e-13, atol=1e-13)
     v = np.linspace(1.0, -1.0, n)
     g, hv = ez.hvp(m.wsum, (x, w), (v, None))
