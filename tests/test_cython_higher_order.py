@@ -248,3 +248,26 @@ def test_overlapping_arrays_in_a_second_derivative(m):
     w0 = z.copy()
     h = fd_hessian(lambda v: wsum_np(v, w0), z.copy())
     np.testing.assert_allclose(tdx, h @ t, rtol=1e-6, atol=1e-7)
+
+
+def test_second_derivatives_called_from_numba_and_cython(m):
+    numba = pytest.importorskip("numba")
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    with pytest.raises(ValueError, match=r"cython_declaration.*strided views \(dx\)"):
+        fwd.cython_declaration()
+    call = fwd.njit()  # C-contiguous arrays there: dx needs x's shape only
+
+    @numba.njit
+    def run(x, t, dx, tdx, w):
+        call(x, t, dx, tdx, w, 1.0)
+
+    x, w, t = np.linspace(0.1, 1.0, 5), np.linspace(1.0, 2.0, 5), np.ones(5)
+    dx, tdx = np.zeros(5), np.zeros(5)
+    run(x, t, dx, tdx, w)
+    ex, etdx = np.zeros(5), np.zeros(5)
+    fwd(x, t, ex, etdx, w, 1.0)
+    np.testing.assert_allclose(dx, ex, rtol=1e-15)
+    np.testing.assert_allclose(tdx, etdx, rtol=1e-15)
+    with pytest.raises(ValueError, match=r"'dx' is indexed as its array: it needs its shape"):
+        run(x, t, np.zeros(4), tdx, w)
