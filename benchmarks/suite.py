@@ -41,7 +41,13 @@ Contenders, each on the same inputs (built from the same seeds), all in float64:
   1e-6 * max(1, |x_i|); 1e-6 along the direction for the JVP): 2 primal evaluations
   for the JVP and for kernel 5; 2 per input for a gradient, run only when that is
   estimated to take under ``FD_BUDGET_S`` (so at the --quick sizes; otherwise reported
-  as not feasible with the estimate).
+  as not feasible with the estimate);
+- the Cython row (kernels 1 and 3): the same kernels written in Cython (``ez.cython``,
+  ``const double[::1]`` memoryviews) and in C (``ez.c``), those of
+  ``benchmarks/cython_gradients.py``: ``cython_primal`` / ``c_primal`` (the function
+  called through enzyme_py; the module's compile is in its first call) and
+  ``enzyme_py_cython`` / ``enzyme_py_c`` (``ez.grad``), each gradient also given as a
+  ratio to its own primal (``over_own_primal``). Skipped without Cython.
 
 Numba and enzyme_py run on one thread (the prange kernels' Numba primal on all cores);
 JAX (XLA's CPU client) and PyTorch may use every core.
@@ -155,8 +161,16 @@ CONTENDERS: dict[str, Contender] = {
         Contender("jax", "jax", "JAX jit"),
         Contender("torch", "torch", "PyTorch autograd"),
         Contender("finite_differences", "numba", "central differences"),
+        # The Cython row (kernels 1 and 3): benchmarks/cython_gradients.py's kernels.
+        Contender("cython_primal", "enzyme_py", "Cython primal (ez.cython)"),
+        Contender("enzyme_py_cython", "enzyme_py", "enzyme_py on Cython (ez.cython)"),
+        Contender("c_primal", "enzyme_py", "C primal (ez.c)"),
+        Contender("enzyme_py_c", "enzyme_py", "enzyme_py on C (ez.c)"),
     )
 }
+# The Cython row's contenders; each derivative's own primal (its ratio's reference).
+COMPILED_CONTENDERS = ("cython_primal", "enzyme_py_cython", "c_primal", "enzyme_py_c")
+OWN_PRIMAL = {"enzyme_py_cython": "cython_primal", "enzyme_py_c": "c_primal"}
 
 
 @dataclass(frozen=True)
@@ -184,7 +198,7 @@ _GRADIENT_KERNELS = (
         "gradient w.r.t. x",
         {"n": 1_000_000},
         {"n": 1000},
-        GRADIENT_CONTENDERS,
+        (*GRADIENT_CONTENDERS, *COMPILED_CONTENDERS),
         "enzyme_py_reverse",
         lambda s: f"Rosenbrock, n={s['n']}",
         lambda s: 2 * s["n"],
@@ -204,7 +218,7 @@ _GRADIENT_KERNELS = (
         "gradient of the loss w.r.t. u0",
         {"cells": 1000, "steps": 1000},
         {"cells": 32, "steps": 20},
-        GRADIENT_CONTENDERS,
+        (*GRADIENT_CONTENDERS, *COMPILED_CONTENDERS),
         "enzyme_py_reverse",
         lambda s: f"heat equation, {s['cells']} cells x {s['steps']} steps",
         lambda s: 2 * s["cells"],
@@ -220,7 +234,7 @@ def _prange_twin(base: Kernel) -> Kernel:
         base.derivative,
         base.full,
         base.quick,
-        base.contenders,
+        tuple(c for c in base.contenders if c not in COMPILED_CONTENDERS),
         base.enzyme_reference,
         lambda s: f"{title(s)}, parallel=True prange",
         base.fd_evaluations,
@@ -457,6 +471,8 @@ def _setup_enzyme(kernel: str, data: dict[str, Any], contender: str) -> Setup:
         "enzyme": str(info.get("enzyme_version")),
         "llvm": str(info.get("llvm_version")),
     }
+    if contender in COMPILED_CONTENDERS:
+        return _setup_compiled(kernel, data, contender, versions)
     f = _numba_function(kernel)
     kernel = SERIAL_ROW.get(kernel, kernel)
     args = data["args"]
@@ -501,6 +517,48 @@ def _setup_enzyme(kernel: str, data: dict[str, Any], contender: str) -> Setup:
             make=make_scalar, derivative=_second, value=lambda r: float(r[0]), versions=versions
         )
     raise ValueError(kernel)
+
+
+def _setup_compiled(
+    kernel: str, data: dict[str, Any], contender: str, versions: dict[str, str]
+) -> Setup:
+    """The Cython row: the kernel written in Cython (ez.cython) or in C (ez.c), as in
+    benchmarks/cython_gradients.py; its primal (the function itself, called through
+    enzyme_py; compiling the module is in its first call) or ``ez.grad`` of it (the
+    module compiled before the baseline)."""
+    import enzyme_py as ez
+    from benchmarks import cython_gradients
+
+    args = list(data["args"])
+    if contender in ("cython_primal", "enzyme_py_cython"):
+        import Cython  # an ImportError: skipped
+
+        versions = versions | {"cython": str(Cython.__version__)}
+
+        def module() -> Any:
+            return ez.cython(cython_gradients.CYTHON_SOURCE)
+    else:
+        n = args[0].shape[0]  # C takes the lengths too
+        args = [args[0], n] if kernel == "rosenbrock" else [args[0], args[1], n, args[2]]
+
+        def module() -> Any:
+            return ez.c(cython_gradients.C_SOURCE)
+
+    name = FUNCTION_NAMES[kernel]
+    if contender in OWN_PRIMAL.values():
+
+        def make_primal() -> Callable[[], Any]:
+            f = module()[name]
+            return lambda: f(*args)
+
+        return Setup(make=make_primal, versions=versions)
+    f = module()[name]
+
+    def make_grad() -> Callable[[], Any]:
+        g = ez.grad(f, argnums=tuple(data["diff"]))
+        return lambda: g(*args)
+
+    return Setup(make=make_grad, derivative=_flat, versions=versions)
 
 
 def _setup_jax(kernel: str, data: dict[str, Any], contender: str) -> Setup:
@@ -940,7 +998,8 @@ def run_contender(
             }
     entry["label"] = contender.label
     entry["library"] = contender.library
-    entry["role"] = "primal" if name == "numba_primal" else "derivative"
+    primal = name == "numba_primal" or name in OWN_PRIMAL.values()
+    entry["role"] = "primal" if primal else "derivative"
     return entry
 
 
@@ -1058,6 +1117,10 @@ def add_ratios(kernel: Kernel, result: dict[str, Any]) -> None:
             continue
         entry["over_primal"] = t / primal_time if primal_time else None
         entry["enzyme_py_over_this"] = enzyme_time / t if enzyme_time else None
+    for name, own in OWN_PRIMAL.items():  # the Cython row: gradient / its own primal
+        t, p = (entries.get(n, {}) for n in (name, own))
+        if t.get("status") == "ok" and p.get("status") == "ok":
+            t["over_own_primal"] = t["time_s"] / p["time_s"]
 
 
 def _cpu_model() -> str:
@@ -1197,8 +1260,10 @@ def markdown(results: dict[str, Any]) -> str:
         f"end (the suite's own children included): {_fmt_load(load['end'])}",
         "",
         "Times are medians of at least 5 samples after warm-up, per derivative (or primal) "
-        "call. `/ primal`: time / Numba primal time. `enzyme_py / this`: enzyme_py's time "
-        "(reverse; forward for the JVP) / this contender's (< 1: enzyme_py is faster). "
+        "call. `/ primal`: time / Numba primal time (the Cython and C rows: `(r own)`, "
+        "gradient time / the same kernel's Cython or C primal time). `enzyme_py / this`: "
+        "enzyme_py's time (reverse; forward for the JVP) / this contender's (< 1: "
+        "enzyme_py is faster). "
         "`first call`: the first call in a fresh process (tracing, compiling). "
         "`peak MiB`: ru_maxrss growth of the contender's own process over its baseline "
         "(first call included) / of the timed calls alone (steady). `error`: "
@@ -1234,7 +1299,8 @@ def markdown(results: dict[str, Any]) -> str:
                 title,
                 label,
                 _fmt_time(e["time_s"]),
-                _fmt_ratio(e.get("over_primal")),
+                _fmt_ratio(e.get("over_primal"))
+                + (f" ({_fmt_ratio(e['over_own_primal'])} own)" if "over_own_primal" in e else ""),
                 _fmt_ratio(e.get("enzyme_py_over_this")),
                 _fmt_time(e.get("first_call_s")),
                 peak,
@@ -1289,7 +1355,7 @@ def chart(results: dict[str, Any], path: Path) -> str | None:
     except ImportError as exc:
         return f"matplotlib is not importable: {exc}"
     kernels = list(results["kernels"].values())
-    names = [n for n in CONTENDERS if n != "numba_primal"]
+    names = [n for n in CONTENDERS if n != "numba_primal" and n not in OWN_PRIMAL.values()]
     present = [
         n
         for n in names

@@ -63,7 +63,8 @@ def descend(double[::1] x, double[::1] g, const double[::1] target, double lr, i
 
 
 def build(folder, name, source):
-    """Cythonize and compile ``source`` as module ``name`` in ``folder``; import it."""
+    """Cythonize and compile ``source`` as module ``name`` in ``folder``; import it.
+    (tests/test_cython_declaration.py builds its modules with this function too.)"""
     from Cython.Build import cythonize
     from setuptools import Distribution, Extension
 
@@ -84,29 +85,37 @@ def build(folder, name, source):
     return module
 
 
-m = ez.cython(LOSS)
-dloss = ez.autodiff(m.loss, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
-declaration = dloss.cython_declaration("dloss")
-print(declaration.splitlines()[0])
+def main():
+    m = ez.cython(LOSS)
+    dloss = ez.autodiff(m.loss, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    declaration = dloss.cython_declaration("dloss")
+    print(declaration.splitlines()[0])
 
-n, lr, steps = 50, 0.05, 300
-target = np.cos(np.linspace(0.0, 3.0, n))
-with tempfile.TemporaryDirectory(prefix="enzyme_py_optimizer_") as folder:
-    with open(os.path.join(folder, "dloss.pxi"), "w") as f:
-        f.write(declaration)
-    optimizer = build(folder, "enzyme_py_cython_optimizer", OPTIMIZER)
-    x = np.zeros(n)
-    start = m.loss(x, target)
-    final = optimizer.descend(x, np.zeros(n), target, lr, steps)  # the last step's loss
+    n, lr, steps = 50, 0.05, 300
+    target = np.cos(np.linspace(0.0, 3.0, n))
+    with tempfile.TemporaryDirectory(prefix="enzyme_py_optimizer_") as folder:
+        with open(os.path.join(folder, "dloss.pxi"), "w") as f:
+            f.write(declaration)
+        optimizer = build(folder, "enzyme_py_cython_optimizer", OPTIMIZER)
+        x = np.zeros(n)
+        start = m.loss(x, target)
+        final = optimizer.descend(x, np.zeros(n), target, lr, steps)  # the last step's loss
 
-# The same descent from Python, one ez.grad call per step.
-grad = ez.grad(m.loss)
-z = np.zeros(n)
-for _ in range(steps):
-    z -= lr * grad(z, target)
-error = float(np.max(np.abs(x - z)))
-print(f"loss {start:.4f} -> {final:.4f} in {steps} nogil steps; max |x - Python's x| = {error:.1e}")
-assert final < 0.1 * start
-assert error < 1e-12
-sys.stdout.flush()
-print("cython_optimizer: OK, a Cython loop called the derivative through its C address")
+    # The same descent from Python, one ez.grad call per step.
+    grad = ez.grad(m.loss)
+    z = np.zeros(n)
+    for _ in range(steps):
+        z -= lr * grad(z, target)
+    error = float(np.max(np.abs(x - z)))
+    print(
+        f"loss {start:.4f} -> {final:.4f} in {steps} nogil steps; "
+        f"max |x - Python's x| = {error:.1e}"
+    )
+    assert final < 0.1 * start
+    assert error < 1e-12
+    sys.stdout.flush()
+    print("cython_optimizer: OK, a Cython loop called the derivative through its C address")
+
+
+if __name__ == "__main__":
+    main()

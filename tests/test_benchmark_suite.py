@@ -25,10 +25,13 @@ pytest.importorskip("numba")
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The Cython row: the kernel in Cython and in C, primal and gradient.
+COMPILED = {"cython_primal", "enzyme_py_cython", "c_primal", "enzyme_py_c"}
 KERNELS = {
-    "rosenbrock": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"},
+    "rosenbrock": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"}
+    | COMPILED,
     "gmm": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"},
-    "heat": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"},
+    "heat": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"} | COMPILED,
     # The same kernels written with parallel=True and prange.
     "rosenbrock_prange": {
         "numba_primal",
@@ -111,8 +114,10 @@ def check_results(results: dict[str, Any], stdout: str, blocked: set[str]) -> No
             assert entry["status"] == "ok", (where, entry)
             assert len(entry["samples_s"]) >= 5, where
             assert "first_call_s" in entry and "memory" in entry, where
-            if name == "numba_primal":
+            if name in ("numba_primal", "cython_primal", "c_primal"):
                 continue
+            if name in ("enzyme_py_cython", "enzyme_py_c"):
+                assert entry["over_own_primal"] > 0, where
             check = entry["check"]
             assert check["against"], where
             error = check["max_rel_error"]

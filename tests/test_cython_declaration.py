@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,20 @@ pytestmark = pytest.mark.needs_enzyme
 
 pytest.importorskip("Cython")
 pytest.importorskip("setuptools")
+
+
+def _example():
+    """examples/cython_optimizer.py as a module (its main() does not run): the one
+    place that builds a Cython module with cythonize, for the example and these tests."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "cython_optimizer.py"
+    spec = importlib.util.spec_from_file_location("enzyme_py_example_cython_optimizer", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _example().build
 
 KERNELS = r"""
 cimport cython
@@ -82,27 +97,6 @@ def call_at(double[::1] x, double[::1] dx, Py_ssize_t i):
     cdef int status = dat(x, dx, i, 1.0, NULL)
     return status
 """
-
-
-def build(folder, name, source):
-    from Cython.Build import cythonize
-    from setuptools import Distribution, Extension
-
-    pyx = os.path.join(folder, f"{name}.pyx")
-    with open(pyx, "w") as f:
-        f.write(source)
-    extensions = cythonize(
-        [Extension(name, [pyx])], quiet=True, compiler_directives={"language_level": 3}
-    )
-    dist = Distribution({"ext_modules": extensions, "script_name": "setup.py"})
-    command = dist.get_command_obj("build_ext")
-    command.build_lib = folder
-    command.build_temp = os.path.join(folder, "build")
-    dist.run_command("build_ext")
-    spec = importlib.util.spec_from_file_location(name, command.get_ext_fullpath(name))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

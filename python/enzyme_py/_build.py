@@ -275,10 +275,16 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     others = [m for m in missing if m not in blas and m not in runtime]
     if others:
         are = "is an external function" if len(others) == 1 else "are external functions"
+        source = (
+            "write it as a cdef function of the Cython module (or cimport it from a .pxd "
+            "with its code)"
+            if fn.origin and fn.origin[0] == "cython"
+            else "give enzyme_py its source (C through ez.c, or an @njit function)"
+        )
         hints.append(
-            f"{', '.join(others)} {are} without a derivative Enzyme knows: give enzyme_py "
-            "its source (C through ez.c, or an @njit function) instead of a compiled "
-            "library or ctypes/cffi call."
+            f"{', '.join(others)} {are} without a derivative Enzyme knows: {source} "
+            "instead of a compiled library or ctypes/cffi call, or give it a custom rule "
+            "(ez.register_gradient)."
         )
     if any(mark in message for mark in _VARIADIC_CALL) or _prints(fn):
         hints.append(

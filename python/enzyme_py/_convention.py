@@ -201,9 +201,10 @@ def plan_call(
             names.append(shadow_prefix + param.name)
         if param.kind == "pointer":
             dtype = param.dtype.char if param.dtype is not None else ""
+            like = -1 if param.layout_of is None else arg_of_param[param.layout_of]
             steps.append(
                 InputStep(
-                    StepKind.ARRAY, SlotCode.POINTER, dtype, 1, arg, name=param.name,
+                    StepKind.ARRAY, SlotCode.POINTER, dtype, 1, arg, like, name=param.name,
                     param=param, where=where,
                 )
             )  # fmt: skip
@@ -368,6 +369,7 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
     writer = SlotWriter(slots, codes)
     errors = np.zeros(2, dtype=np.int64)
     arrays: dict[int, np.ndarray] = {}  # Python argument -> the checked array
+    wheres: dict[int, str] = {}  # Python argument -> how errors name an array
     named_arrays: list[tuple[str, np.ndarray]] = []
     named_shadows: list[tuple[str, np.ndarray, np.ndarray]] = []
     passed: list[np.ndarray] = []
@@ -389,6 +391,10 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
                     f"{step.where} needs an array of {rank} dimension"
                     f"{'s' if rank != 1 else ''}; got {array.ndim}"
                 )
+            if step.param.layout_of is not None:
+                like = arrays[step.source]
+                array = _laid_out_as(array, like, step, wheres[step.source], stand_ins)
+            wheres[step.arg] = step.where
             arrays[step.arg] = array
             named_arrays.append((step.where, array))
             passed.append(array)
@@ -429,6 +435,29 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
                 writer.put(value)
     check_shadows_apart(named_shadows, named_arrays, k)
     return FilledSlots(slots, errors, passed, stand_ins)
+
+
+def _laid_out_as(
+    array: np.ndarray,
+    like: np.ndarray,
+    step: InputStep,
+    like_where: str,
+    stand_ins: list[tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """``array`` (a derivative's shadow parameter, indexed with the shape and strides of
+    the array ``like``), or a stand-in laid out like ``like`` holding its values (copied
+    back after the call) where its strides differ."""
+    if array.shape != like.shape:
+        raise ValueError(
+            f"{step.where} is the shadow of {like_where} and is indexed with its shape and "
+            f"strides: pass an array of its shape {like.shape}; got {array.shape}"
+        )
+    if array.strides == like.strides or array.size == 0:
+        return array
+    used = laid_out_like(like)
+    used[...] = array
+    stand_ins.append((array, used))
+    return used
 
 
 def laid_out_like(array: np.ndarray) -> np.ndarray:

@@ -77,6 +77,18 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         raise ValueError(
             "cython_declaration() passes scalar results; this derivative returns a struct"
         )
+    laid_out = [
+        s.name
+        for s in plan.steps
+        if s.kind == StepKind.ARRAY and s.param is not None and s.param.layout_of is not None
+    ]
+    if laid_out:
+        raise ValueError(
+            "cython_declaration() does not pass the shadow parameters of a derivative of a "
+            f"function taking strided views ({', '.join(laid_out)}) yet: call this "
+            "derivative from Python, or declare the function's views C-contiguous "
+            "(double[::1]) to call its higher derivatives from Cython"
+        )
     label = name if name is not None else f"d{fn.display_name}"
     if not isinstance(label, str) or not label.isidentifier():
         raise ValueError(f"name must be a Python identifier; got {label!r}")

@@ -80,7 +80,8 @@ def resolve_function(f: Any) -> IRFunction:
         return f.as_function()  # type: ignore[no-any-return]
     raise TypeError(
         f"autodiff cannot differentiate {f!r}: give a Numba @njit function, a function "
-        "from ez.llvm_ir(text, name), or an attribute of ez.c(source) / ez.cpp(source)"
+        "from ez.llvm_ir(text, name), or an attribute of ez.c(source) / ez.cpp(source) / "
+        "ez.cython(source)"
     )
 
 
@@ -199,6 +200,8 @@ class Derivative:
         plan = self.plan
         if plan.in_codes != self._compiled.in_slots:
             return None
+        if any(s.param is not None and s.param.layout_of is not None for s in plan.steps):
+            return None  # shadows laid out as their arrays: the checked path's work
         result = plan.result
         steps = [
             native.ArgStep(
@@ -347,15 +350,6 @@ class Derivative:
         if self._as_function is None:
             if self.width != 1:
                 raise ActivityError("only derivatives of width 1 can be differentiated again")
-            strided = [p.name for p in self.function.params if p.strided]
-            if strided:
-                # Its shadows would be indexed with their arrays' strides, which a
-                # derivative of it could not check: only C-contiguous arrays here.
-                raise ActivityError(
-                    f"the derivative of '{self.function.display_name}' takes arrays of any "
-                    f"layout ({', '.join(strided)}), and cannot be differentiated again: "
-                    "pass C-contiguous arrays (np.ascontiguousarray) to differentiate twice"
-                )
             module = frontends.parse_module(self._compiled.artifact.derivative_module)
             # Enzyme differentiates its own raw output poorly (dead primal code,
             # placeholder phis trip its assertions); it handles the optimized form.
@@ -370,6 +364,11 @@ class Derivative:
                 f"{self.mode.name.lower()} derivative of {self.function.display_name}",
                 self.function.on_error,
                 origin=("derivative", self),
+                # The derivative keeps the function's noalias promise: calls whose
+                # arrays overlap differentiate the twin without it.
+                alias_safe=(lambda: self.alias_safe_twin().as_function())
+                if self.may_overlap
+                else None,
             )
             if len(self._as_function.params) != len(llvm_fn.params):
                 raise EnzymeError(
@@ -389,17 +388,26 @@ class Derivative:
             params.append(p)
             if act.shadow:
                 prefix = "d" if self.mode is Reverse else "t"
-                params.append(Param(prefix + p.name, p.kind, p.dtype))
+                # A strided array's shadow is indexed with the array's shape and
+                # strides: calls lay it out so (Param.layout_of).
+                like = i if p.kind == "pointer" and p.strided else None
+                strided = like is not None
+                params.append(
+                    Param(prefix + p.name, p.kind, p.dtype, strided=strided, layout_of=like)
+                )
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             assert fn.ret is not None
             params.append(Param("seed", "float", fn.ret.dtype))
-        # Hidden shapes and strides follow their array to its new position.
-        return tuple(
-            replace(p, hidden=(p.hidden[0], index[p.hidden[1]], p.hidden[2]))
-            if p.hidden is not None and p.hidden[0] in ("shape", "stride")
-            else p
-            for p in params
-        )
+        # Hidden shapes and strides, and shadows' layouts, follow their array to its
+        # new position.
+        moved: list[Param] = []
+        for p in params:
+            if p.hidden is not None and p.hidden[0] in ("shape", "stride"):
+                p = replace(p, hidden=(p.hidden[0], index[p.hidden[1]], p.hidden[2]))
+            if p.layout_of is not None:
+                p = replace(p, layout_of=index[p.layout_of])
+            moved.append(p)
+        return tuple(moved)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as what is needed to build it again; in the new process the
@@ -414,7 +422,8 @@ class Derivative:
         if self.function.origin is None:
             raise TypeError(
                 f"the derivative of '{self.function.display_name}' cannot be pickled: its "
-                "function was not made by ez.llvm_ir, ez.c, ez.cpp or a Numba dispatcher"
+                "function was not made by ez.llvm_ir, ez.c, ez.cpp, ez.cython or a Numba "
+                "dispatcher"
             )
         return (
             _rebuild_derivative,

@@ -167,6 +167,13 @@ def compile_njit(
             put(SlotCode.POINTER, "errors.ctypes.data")
         elif step.kind == StepKind.ARRAY:
             guard(arg, f"parameter '{step.name}'", step.arg)
+            if step.param is not None and step.param.layout_of is not None:
+                # A derivative's shadow parameter: indexed with its array's shape
+                # (and strides: both C-contiguous here).
+                refuse_if(
+                    f"{arg}.shape != a{step.source}.shape",
+                    f"parameter '{step.name}' is indexed as its array: it needs its shape",
+                )
             arrays.append((arg, f"parameter '{step.name}'", step.arg))
             put(SlotCode.POINTER, f"{arg}.ctypes.data")
         elif step.kind == StepKind.SHADOW:

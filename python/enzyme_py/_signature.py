@@ -55,6 +55,10 @@ class Param:
     # An array parameter the function cannot write (a Numba readonly array): it
     # takes read-only arrays.
     readonly: bool = False
+    # A derivative's shadow of a strided array (parameter ``layout_of``), indexed with
+    # that array's shape and strides: it takes an array of that shape, of any layout
+    # (given another, a stand-in laid out like the array is passed and copied back).
+    layout_of: int | None = None
 
     @property
     def enzyme_pointee(self) -> int:

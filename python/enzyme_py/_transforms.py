@@ -171,8 +171,10 @@ def derivatives_of(f: Any) -> Derivatives:
 
 
 def fresh(args: Sequence[Any]) -> list[Any]:
-    """Copies of the array arguments (f may overwrite them), the rest as given."""
-    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    """Copies of the array arguments (f may overwrite them), the rest as given; a
+    Fortran-ordered array's copy is Fortran-ordered (a parameter may require it: a
+    Cython ``double[::1, :]``), any other's C-contiguous."""
+    return [a.copy(order="A") if isinstance(a, np.ndarray) else a for a in args]
 
 
 def shadow_like(a: np.ndarray, width: int = 1) -> np.ndarray:

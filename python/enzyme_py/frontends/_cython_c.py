@@ -59,14 +59,21 @@ def _layout(packings: list[str], where: str) -> str:
         return "C"
     if packings[0] == "contig":
         return "F"
-    raise TypeError(f"{where} has a contiguous middle axis, which enzyme_py cannot pass")
+    raise TypeError(
+        f"{where} has a contiguous middle axis, which enzyme_py cannot pass: declare it "
+        "C-contiguous (double[:, ::1]), Fortran-contiguous (double[::1, :]) or strided "
+        "(double[:, :])"
+    )
 
 
 def _dtype(spelled: str, where: str) -> np.dtype:
     dtype = DTYPES.get(spelled)
     if dtype is None:
         known = ", ".join(DTYPES)
-        raise TypeError(f"{where} has element type {spelled}; enzyme_py passes {known}")
+        raise TypeError(
+            f"{where} has element type {spelled}; enzyme_py passes {known}: declare it "
+            "with one of those (double or float for values to differentiate)"
+        )
     return dtype
 
 
@@ -87,7 +94,10 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
             params.append(Param(name, "pending", None))
         elif kind == "pointer":
             if arg["pointee_is_pointer"]:
-                raise TypeError(f"{where} is a pointer to pointers, which enzyme_py cannot pass")
+                raise TypeError(
+                    f"{where} is a pointer to pointers, which enzyme_py cannot pass: take "
+                    "a 2-D memoryview instead (double[:, ::1], or double[:, :] strided)"
+                )
             spelled = arg["dtype"].removeprefix("const ")
             _dtype(spelled, where)
             decls.append(f"{'const ' if 'const' in arg['text'] else ''}{spelled} *{name}")
@@ -99,7 +109,10 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
             dtype = _dtype(arg["dtype"], where)
             axes, nd = arg["axes"], arg["ndim"]
             if any(access != "direct" for access, _ in axes):
-                raise TypeError(f"{where} is an indirect memoryview; declare it direct")
+                raise TypeError(
+                    f"{where} is an indirect memoryview, which enzyme_py cannot pass: "
+                    "declare it direct (double[:, :], or double[:, ::1] C-contiguous)"
+                )
             layout = _layout([packing for _, packing in axes], where)
             const = "const " if arg["const"] else ""
             view = f"{name}_view"
@@ -156,7 +169,8 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
             raise TypeError(
                 f"{where} is a Python object or a C type enzyme_py cannot pass; it passes "
                 "C scalars (double, float, integers), pointers and memoryviews of "
-                f"{', '.join(DTYPES)}"
+                f"{', '.join(DTYPES)}: declare it with one of those (double x, "
+                "double[::1] x; a struct of doubles by pointer)"
             )
     ret = info["ret"]
     if ret["kind"] not in ("scalar", "void"):

@@ -1,0 +1,273 @@
+"""Higher order through Cython memoryviews of any layout (ez.cython): ez.hessian,
+ez.jacobian / jacfwd / jacrev of ez.grad, ez.hvp, forward over reverse by hand (width 1
+and width k) on
+``double[:]``, ``double[:, :]``, fused ``floating[:, :]`` and Fortran-contiguous
+``double[::1, :]`` parameters given strided, reversed, transposed and Fortran-ordered
+arrays. A strided array's shadow is indexed with the array's strides, so a reverse
+derivative taken as a function takes its shadow parameter in any layout of the array's
+shape (a stand-in laid out like the array is passed and copied back). Checked against
+float64 central second differences of NumPy twins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+
+pytestmark = pytest.mark.needs_enzyme
+
+SOURCE = r"""
+cimport cython
+from libc.math cimport sin
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef double wsum(const double[:] x, double[:] w) noexcept nogil:
+    cdef double s = 0.0
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        s += w[i] * sin(x[i]) * x[i]
+    for i in range(x.shape[0] - 1):
+        s += w[i] * x[i] * x[i + 1]
+    return s
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef double quad(double[:, :] a, const double[:, :] b) noexcept nogil:
+    cdef double s = 0.0
+    cdef Py_ssize_t i, j
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s += a[i, j] * a[i, j] * a[i, j] * b[i, j] + sin(a[i, j]) * (i + 1)
+            if j > 0:
+                s += a[i, j] * a[i, j - 1]
+    return s
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef cython.floating fcube(cython.floating[:, :] a) noexcept nogil:
+    cdef cython.floating s = 0
+    cdef Py_ssize_t i, j
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s += a[i, j] * a[i, j] * a[i, j]
+            if i > 0:
+                s += a[i, j] * a[i - 1, j] * a[i - 1, j]
+    return s
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef double fortran(double[::1, :] a) noexcept nogil:
+    cdef double s = 0.0
+    cdef Py_ssize_t i, j
+    for j in range(a.shape[1]):
+        for i in range(a.shape[0]):
+            s += (i + 1) * a[i, j] * a[i, j] * a[i, j] + j * a[i, j]
+            if i > 0:
+                s += a[i, j] * a[i - 1, j]
+    return s
+"""
+
+
+@pytest.fixture(scope="module")
+def m():
+    return ez.cython(SOURCE)
+
+
+def wsum_np(x, w):
+    return float(np.sum(w * np.sin(x) * x) + np.sum(w[:-1] * x[:-1] * x[1:]))
+
+
+def quad_np(a, b):
+    rows = np.arange(1, a.shape[0] + 1)[:, None]
+    return float(np.sum(a**3 * b + np.sin(a) * rows) + np.sum(a[:, 1:] * a[:, :-1]))
+
+
+def fcube_np(a):
+    a = a.astype(np.float64)
+    return float(np.sum(a**3) + np.sum(a[1:] * a[:-1] ** 2))
+
+
+def fortran_np(a):
+    rows = np.arange(1, a.shape[0] + 1)[:, None]
+    cols = np.arange(a.shape[1])[None, :]
+    return float(np.sum(rows * a**3 + cols * a) + np.sum(a[1:] * a[:-1]))
+
+
+def fd_hessian(f, x, h=1e-4):
+    """Central second differences of f at x (float64), shaped x.shape + x.shape."""
+    x = np.array(x, dtype=np.float64)
+    n = x.size
+    out = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+
+            def at(a, b, i=i, j=j):
+                z = x.copy().reshape(-1)
+                z[i] += a
+                z[j] += b
+                return f(z.reshape(x.shape))
+
+            out[i, j] = (at(h, h) - at(h, -h) - at(-h, h) + at(-h, -h)) / (4 * h * h)
+    return out.reshape(*x.shape, *x.shape)
+
+
+def _vectors():
+    base = np.linspace(-1.0, 2.0, 12)
+    return {
+        "step 2": base[::2],
+        "reversed": base[::-2],
+        "step 3": base[1::3][:4],
+    }
+
+
+@pytest.mark.parametrize("layout", ["step 2", "reversed", "step 3"])
+def test_hessian_of_a_strided_1d_view(m, layout):
+    x = _vectors()[layout]
+    w = np.linspace(0.5, 1.5, 2 * x.size)[::-2]  # strided too
+    x0, w0 = x.copy(), w.copy()
+    h = ez.hessian(m.wsum)(x, w)
+    np.testing.assert_allclose(h, fd_hessian(lambda z: wsum_np(z, w0), x0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(x, x0)  # the helpers run on copies
+    # Both blocks and the mixed ones: the full Hessian of (x, w).
+    blocks = ez.hessian(m.wsum, argnums=(0, 1))(x, w)
+    n = x.size
+    full = fd_hessian(lambda v: wsum_np(v[:n], v[n:]), np.concatenate([x0, w0]))
+    both = np.block([[blocks[0][0], blocks[0][1]], [blocks[1][0], blocks[1][1]]])
+    np.testing.assert_allclose(both, full, rtol=1e-5, atol=1e-6)
+    # jacfwd / jacrev of the gradient are the Hessian; hvp is one product with it.
+    for jac in (ez.jacobian, ez.jacfwd, ez.jacrev):
+        np.testing.assert_allclose(jac(ez.grad(m.wsum))(x, w), h, rtol=1e-13, atol=1e-13)
+    v = np.linspace(1.0, -1.0, n)
+    g, hv = ez.hvp(m.wsum, (x, w), (v, None))
+    np.testing.assert_allclose(g, ez.grad(m.wsum)(x0, w0), rtol=1e-13)
+    np.testing.assert_allclose(hv, h @ v, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "reversed rows, every other column", "F"])
+def test_hessian_of_a_strided_2d_view(m, layout):
+    base = np.linspace(-1.0, 1.0, 48).reshape(6, 8)
+    a = {
+        "transposed": base[:4, :3].T,
+        "reversed rows, every other column": base[::-2, ::2][:3, :4],
+        "F": np.asfortranarray(base[:3, :4]),
+    }[layout]
+    b = np.linspace(0.5, 2.0, 24).reshape(4, 6).T[::2, :4]  # strided b too
+    assert a.shape == b.shape == (3, 4)
+    a0, b0 = a.copy(), b.copy()
+    h = ez.hessian(m.quad)(a, b)
+    assert h.shape == (3, 4, 3, 4)
+    np.testing.assert_allclose(h, fd_hessian(lambda z: quad_np(z, b0), a0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ez.jacfwd(ez.grad(m.quad))(a, b), h, rtol=1e-13, atol=1e-13)
+    v = np.linspace(-1.0, 1.0, 12).reshape(4, 3).T
+    _, hv = ez.hvp(m.quad, (a, b), (v, None))
+    np.testing.assert_allclose(hv, np.tensordot(h, v, axes=2), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "rtol", "atol"),
+    [("fcube[float]", np.float32, 1e-4, 1e-4), ("fcube[double]", np.float64, 1e-6, 1e-6)],
+)
+def test_hessian_of_fused_strided_views(m, name, dtype, rtol, atol):
+    a = np.linspace(-1.0, 1.0, 24).astype(dtype).reshape(4, 6)[::-1, 1::2][:3]
+    h = ez.hessian(m[name])(a)
+    assert h.dtype == dtype and h.shape == (3, 3, 3, 3)
+    np.testing.assert_allclose(h, fd_hessian(fcube_np, a.astype(np.float64)), rtol=rtol, atol=atol)
+    v = np.ones((3, 3), dtype=dtype)[:, ::-1]
+    _, hv = ez.hvp(m[name], (a,), (v,))
+    assert hv.dtype == dtype
+    np.testing.assert_allclose(hv, np.tensordot(h, v, axes=2), rtol=rtol, atol=atol)
+
+
+def test_hessian_of_a_fortran_contiguous_view(m):
+    a = np.asfortranarray(np.linspace(-1.0, 1.0, 12).reshape(3, 4))
+    h = ez.hessian(m.fortran)(a)
+    np.testing.assert_allclose(h, fd_hessian(fortran_np, a.copy()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ez.jacrev(ez.grad(m.fortran))(a), h, rtol=1e-13, atol=1e-13)
+
+
+def test_forward_over_reverse_by_hand_on_strided_views(m):
+    """The reverse derivative as a function: its shadow parameter dx is indexed with
+    x's strides; given in another layout (or x's), the result is the same."""
+    x = np.linspace(-1.0, 2.0, 12)[::-2]
+    w = np.linspace(0.5, 1.5, 12)[::2]
+    x0, w0 = x.copy(), w.copy()
+    n = x.size
+    h = fd_hessian(lambda z: wsum_np(z, w0), x0)
+    g = ez.grad(m.wsum)(x0, w0)
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    t = np.linspace(1.0, -1.0, 2 * n)[::2]
+    for dx, tdx in [
+        (np.zeros(n), np.zeros(n)),  # C-contiguous: stand-ins laid out like x
+        (np.zeros(2 * n)[::-2], np.zeros(3 * n)[::3]),  # x's layout, and another
+    ]:
+        fwd(x, t, dx, tdx, w, 1.0)
+        np.testing.assert_allclose(dx, g, rtol=1e-13)
+        np.testing.assert_allclose(tdx, h @ t, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(x, x0)
+    # width=k: k directions in one call.
+    fwd3 = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const, width=3)
+    ts = np.stack([t, -2.0 * t, np.arange(n, dtype=np.float64)])
+    dx, tdx = np.zeros(2 * n)[1::2], np.zeros((3, n))
+    fwd3(x, ts, dx, tdx, w, 1.0)
+    np.testing.assert_allclose(dx, g, rtol=1e-13)
+    np.testing.assert_allclose(tdx, ts @ h.T, rtol=1e-6, atol=1e-7)
+    # A 2-D view: transposed, its shadows C-contiguous.
+    a = np.linspace(-1.0, 1.0, 12).reshape(4, 3).T
+    b = np.ones((3, 4))
+    dq = ez.autodiff(m.quad, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fq = ez.autodiff(dq, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    ta, da, tda = np.ones((3, 4)), np.zeros((3, 4)), np.zeros((3, 4))
+    fq(a, ta, da, tda, b, 1.0)
+    hq = fd_hessian(lambda z: quad_np(z, b), a.copy())
+    np.testing.assert_allclose(da, ez.grad(m.quad)(a, b), rtol=1e-13)
+    np.testing.assert_allclose(tda, np.tensordot(hq, ta, axes=2), rtol=1e-6, atol=1e-7)
+
+
+def test_shadow_parameter_of_another_shape_is_refused(m):
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    x, w = np.linspace(0.0, 1.0, 10)[::2], np.ones(5)
+    with pytest.raises(ValueError, match=r"'dx'.*shadow of parameter 0 \('x'\).*shape \(5,\)"):
+        fwd(x, np.ones(5), np.zeros(4), np.zeros(5), w, 1.0)
+    with pytest.raises(ValueError, match=r"shape"):
+        d(x, np.zeros(6), w, 1.0)
+
+
+def test_overlapping_arrays_in_a_second_derivative(m):
+    """x and w one array: the second derivative takes the twin without noalias."""
+    z = np.linspace(0.1, 1.2, 6)
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    t = np.linspace(1.0, -1.0, 6)
+    dx, tdx = np.zeros(6), np.zeros(6)
+    assert fwd.may_overlap
+    fwd(z, t, dx, tdx, z, 1.0)  # x Dual, w Const: the same memory
+    w0 = z.copy()
+    h = fd_hessian(lambda v: wsum_np(v, w0), z.copy())
+    np.testing.assert_allclose(tdx, h @ t, rtol=1e-6, atol=1e-7)
+
+
+def test_second_derivatives_called_from_numba_and_cython(m):
+    numba = pytest.importorskip("numba")
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    with pytest.raises(ValueError, match=r"cython_declaration.*strided views \(dx\)"):
+        fwd.cython_declaration()
+    call = fwd.njit()  # C-contiguous arrays there: dx needs x's shape only
+
+    @numba.njit
+    def run(x, t, dx, tdx, w):
+        call(x, t, dx, tdx, w, 1.0)
+
+    x, w, t = np.linspace(0.1, 1.0, 5), np.linspace(1.0, 2.0, 5), np.ones(5)
+    dx, tdx = np.zeros(5), np.zeros(5)
+    run(x, t, dx, tdx, w)
+    ex, etdx = np.zeros(5), np.zeros(5)
+    fwd(x, t, ex, etdx, w, 1.0)
+    np.testing.assert_allclose(dx, ex, rtol=1e-15)
+    np.testing.assert_allclose(tdx, etdx, rtol=1e-15)
+    with pytest.raises(ValueError, match=r"'dx' is indexed as its array: it needs its shape"):
+        run(x, t, np.zeros(4), tdx, w)
