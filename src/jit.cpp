@@ -1,5 +1,7 @@
 #include "jit.h"
 
+#include "jit_memory.h"
+
 #include <dlfcn.h>
 
 #include <cstring>
@@ -74,6 +76,9 @@ HostJit::HostJit() {
   LLVMDisposeTargetData(layout);
 
   LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
+  // All loaded code and its data in one reservation (jit_memory.h: otherwise code
+  // and its constants may land more than 2 GiB apart, and the code crashes).
+  LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator(builder, &create_object_layer, nullptr);
   check(LLVMOrcCreateLLJIT(&jit_, builder), "creating the ORC JIT");
 
   // C++ code (ez.cpp) calls its runtime (operator new, __throw_length_error,

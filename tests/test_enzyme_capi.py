@@ -73,17 +73,11 @@ def test_create_forward_diff():
     assert dy == pytest.approx(df_analytic(0.7), rel=1e-15)
 
 
-def test_create_augmented_primal_and_its_reverse_pass(monkeypatch):
+def test_create_augmented_primal_and_its_reverse_pass():
     # EnzymeCreateAugmentedPrimal (21 parameters), EnzymeExtractReturnInfo,
     # EnzymeExtractFunctionFromAugmentation, EnzymeExtractTapeTypeFromAugmentation,
-    # and EnzymeCreatePrimalAndGradient in DEM_ReverseModeGradient given them. Split
-    # mode is off for users (enzyme_py._api.SPLIT_MODE); the C API calls still work.
-    from enzyme_py import _api
-
+    # and EnzymeCreatePrimalAndGradient in DEM_ReverseModeGradient given them.
     f = ez.llvm_ir(SIN_IR, "f")
-    with pytest.raises(ez.EnzymeError, match=r"split mode \(ez.ReverseSplit\) is switched off"):
-        ez.autodiff(f, ez.ReverseSplit, ez.Active, ez.Active)
-    monkeypatch.setattr(_api, "SPLIT_MODE", True)
     df = ez.autodiff(f, ez.ReverseSplit, ez.Active, ez.Active)
     y, tape = df.forward(0.7)
     assert y == pytest.approx(0.49 * math.sin(0.7), rel=1e-15)

@@ -373,7 +373,7 @@ def test_dropped_derivatives_release_their_dispatchers_and_artifacts():
     assert loaded <= 8 and recent <= 8  # only the most recent artifacts are kept
     # 2,000 distinct IR derivatives made and dropped: measured 13 KB each with their JIT
     # code kept (20 KB before the artifacts were released, 0.9 KB with the code removed
-    # too, which is off: _build.UNLOAD_CODE); a loose bound.
+    # too, _build.UNLOAD_CODE, on by default); a loose bound.
     assert growth_kb < 2000 * 25, growth_kb
 
 
@@ -384,7 +384,7 @@ import enzyme_py as ez
 from enzyme_py import _build, _state
 
 _build.RECENT = 0
-_build.UNLOAD_CODE = True  # off by default (see _build); the mechanism itself is tested
+_build.UNLOAD_CODE = True  # the default (see _build); set, should it ever be off
 IR = (
     "define double @f(double %x) {\\n  %y = fmul double %x, %x\\n"
     "  %z = fmul double %y, C\\n  ret double %z\\n}\\n"

@@ -32,11 +32,12 @@ from enzyme_py.offload import Kernel
 
 __all__ = ["autodiff"]
 
-# Split mode's tapes crashed the interpreter in the full suite (a segfault in the
-# augmented forward pass under the PyTorch bridge, and in later plain calls): off until
-# understood. ez.vjp and the bridges then recompute (their fallback when split mode is
-# refused).
-SPLIT_MODE = False
+# Split mode on (a switch, should it ever need to be off: ez.ReverseSplit is then refused
+# with advice, and ez.vjp and the bridges recompute, their fallback when split mode is
+# refused). It was off for a while: the full test suite crashed, in split calls and in
+# later plain ones. The cause was the JIT's placement of code far from its constants
+# (src/jit_memory.h), not split mode.
+SPLIT_MODE = True
 
 
 def autodiff(
@@ -106,9 +107,9 @@ def autodiff(
             raise ActivityError("kernels have no split mode; use ez.Reverse")
         if not SPLIT_MODE:
             raise EnzymeError(
-                "split mode (ez.ReverseSplit) is switched off in this release: its tapes "
-                "crashed the interpreter in the full test suite. Use ez.Reverse (ez.vjp "
-                "and the bridges compute the primal again in their reverse pass)."
+                "split mode (ez.ReverseSplit) is switched off (enzyme_py._api.SPLIT_MODE). "
+                "Use ez.Reverse (ez.vjp and the bridges compute the primal again in their "
+                "reverse pass)."
             )
         return SplitDerivative(f, tuple(activities), options, sig)
     composed = getattr(type(f), "__enzyme_autodiff__", None)

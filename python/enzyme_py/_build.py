@@ -70,15 +70,15 @@ class Compiled:
 # The memory cache: every derivative still in use (weakly), and the most recently
 # asked for, whether in use or not (an LRU of strong references, so that a loop making
 # the same derivative again finds it here). A derivative nobody uses beyond those is
-# dropped with its artifact. Its code may be removed from the JIT (at the next request,
-# under the lock) only with UNLOAD_CODE, and never where its address went where no
-# reference follows it (``pin``: ``df.njit()`` compiles it into Numba code).
+# dropped with its artifact, and its code is removed from the JIT (at the next request,
+# under the lock), unless its address went where no reference follows it (``pin``:
+# ``df.njit()`` compiles it into Numba code); pinned code stays and serves again.
 RECENT = 256
-# Off: with code removed, the whole test suite crashed (a segfault calling a Numba
-# derivative's entry, after some 500 tests; not when its test file ran alone). Until
-# the cause is found, dropped code stays loaded and serves again when asked (about
-# 13 KB per distinct derivative).
-UNLOAD_CODE = False
+# On (a switch: off, dropped code stays loaded and serves again when asked, about 13 KB
+# per distinct derivative). It was off for a while: the full test suite crashed calling
+# a derivative after some 500 tests. The cause was the JIT's placement of code far from
+# its constants (src/jit_memory.h), which the holes unloading leaves made likelier.
+UNLOAD_CODE = True
 _loaded: weakref.WeakValueDictionary[str, Compiled] = weakref.WeakValueDictionary()
 _recent: OrderedDict[str, Compiled] = OrderedDict()
 _entries: dict[str, int] = {}  # key -> entry point, for all code loaded in the JIT

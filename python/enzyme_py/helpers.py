@@ -189,9 +189,9 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
     the pullback for float arrays and scalars, None for the others.
 
-    ``f`` runs once, on the primals given; ``vjp_fn`` runs the reverse pass, which
-    computes the primal again (split mode, which would keep the forward pass's tape
-    instead, is switched off in this release: ``enzyme_py._api.SPLIT_MODE``). ``vjp_fn``
+    ``f`` runs once, on the primals given; for a function returning a float, that one
+    run is Enzyme's augmented forward pass (split mode), and ``vjp_fn`` runs only the
+    reverse pass from its tape (kept until ``vjp_fn`` is collected). ``vjp_fn``
     differentiates at the primals as they were when ``vjp`` was called (copies),
     however often it is called and whatever ``f`` overwrites. For a function that
     returns a float, the cotangent is a float; for one that returns an array (or a

@@ -101,9 +101,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
     Derivatives (Enzyme's) with respect to every floating-point tensor argument:
 
     - ``backward`` / ``torch.autograd.grad``: reverse mode; ``torch.func.grad``,
-      ``vjp`` and ``jacrev`` too. ``backward`` runs a combined reverse pass, which
-      computes the primal again (split mode, keeping the forward pass's tape for
-      ``backward``, is switched off in this release: ``enzyme_py._api.SPLIT_MODE``).
+      ``vjp`` and ``jacrev`` too. When a float tensor argument requires grad, the
+      forward pass is Enzyme's augmented forward pass and keeps its tape (split mode)
+      until the graph is freed; ``backward`` then runs only the reverse pass (twice
+      with ``retain_graph=True``). With ``create_graph=True``, under ``torch.func``,
+      or where split mode does not apply, ``backward`` recomputes (a combined reverse
+      pass).
     - forward mode: ``torch.func.jvp``, ``jacfwd`` and ``torch.autograd.forward_ad``
       (``jacfwd`` batches its tangents through Enzyme's width).
     - ``torch.vmap``: one call of ``f`` per batch element.
