@@ -25,23 +25,16 @@ Nothing asserts on the times.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import enzyme_py as ez
 from benchmarks import kernels
-from benchmarks.common import central_difference, median_time
+from benchmarks.common import best_time, fd_spot_error, gradient_report_main, median_time
 
 C_SOURCE = r"""
 #include <stdlib.h>
@@ -132,30 +125,6 @@ cdef double heat_loss(const double[::1] u0, const double[::1] target,
 """
 
 
-def fd_error(f: Callable[..., float], args: list[Any], g: np.ndarray, samples: int = 3) -> float:
-    """Worst relative error of the gradient (of the first argument) against central
-    differences on a few coordinates."""
-    worst = 0.0
-    rng = np.random.default_rng(1)
-    flat = args[0].reshape(-1)
-    for i in rng.choice(flat.size, size=min(samples, flat.size), replace=False):
-        fd = central_difference(f, args, flat, i)
-        worst = max(worst, abs(fd - g[i]) / max(1.0, abs(g[i])))
-    return worst
-
-
-def best_time(fn: Callable[[], Any], repeats: int) -> float:
-    """The shortest wall time of ``fn()`` over ``repeats`` runs after a warm-up call:
-    what the code costs, where other processes share the CPUs."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def row(
     kernel: str, front: str, primal: Callable[..., float], grad: Any, args: list[Any], repeats: int
 ) -> dict[str, Any]:
@@ -172,7 +141,7 @@ def row(
         "primal_best_s": primal_best,
         "gradient_best_s": gradient_best,
         "best_ratio": gradient_best / primal_best,
-        "fd_rel_error": fd_error(primal, args, np.asarray(grad(*args))),
+        "fd_rel_error": fd_spot_error(primal, args, [grad(*args)], [0]),
     }
 
 
@@ -224,31 +193,16 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    args = parser.parse_args(argv)
+def _versions() -> dict[str, str]:
     import Cython
 
-    rows = run(args.quick)
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {platform.processor()}".strip(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "cython": Cython.__version__,
-        "enzyme": ez.info()["enzyme_version"],
-        "quick": args.quick,
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cython_gradients.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    table = markdown(rows, meta)
-    (out / "cython_gradients.md").write_text(table)
-    print(table)
-    return 0
+    return {"cython": Cython.__version__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return gradient_report_main(
+        argv, __doc__.split("\n")[0], "cython_gradients", run, markdown, _versions
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numba
 import numpy as np
@@ -47,22 +48,22 @@ def _logsumexp(v):
     return math.log(s) + mx
 
 
-@numba.njit(cache=False)
-def gmm_objective(alphas, means, icf, x, gamma, m):
+# The GMM objective, once for both kernels: gmm_objective allocates the per-sample
+# temporaries once, before a serial loop; gmm_objective_prange (parallel=True) gives
+# each sample temporaries of its own in a prange loop. The rest is the same text.
+_GMM_SOURCE = """
+def {name}(alphas, means, icf, x, gamma, m):
     n, d = x.shape
     k = alphas.shape[0]
-    main_term = np.empty(k)
-    xc = np.empty(d)
-    qxc = np.empty(d)
-    sum_qs = np.empty(k)
+{outside}    sum_qs = np.empty(k)
     for c in range(k):
         s = 0.0
         for j in range(d):
             s += icf[c, j]
         sum_qs[c] = s
     slse = 0.0
-    for i in range(n):
-        for c in range(k):
+    for i in {loop}(n):
+{inside}        for c in range(k):
             for j in range(d):
                 xc[j] = x[i, j] - means[c, j]
             for j in range(d):
@@ -89,6 +90,29 @@ def gmm_objective(alphas, means, icf, x, gamma, m):
             fro += icf[c, j] * icf[c, j]
         prior += 0.5 * gamma * gamma * fro - m * sum_qs[c]
     return const + slse - n * _logsumexp(alphas) + prior
+"""
+_GMM_TEMPORARIES = ("main_term = np.empty(k)", "xc = np.empty(d)", "qxc = np.empty(d)")
+
+
+def _gmm_kernel(name: str, parallel: bool) -> Any:
+    """The objective of _GMM_SOURCE, compiled with @numba.njit (parallel=True with a
+    prange loop over the samples)."""
+
+    def lines(indent: str) -> str:
+        return "".join(f"{indent}{line}\n" for line in _GMM_TEMPORARIES)
+
+    source = _GMM_SOURCE.format(
+        name=name,
+        outside="" if parallel else lines("    "),
+        inside=lines("        ") if parallel else "",
+        loop="numba.prange" if parallel else "range",
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<benchmarks.kernels.{name}>", "exec"), globals(), namespace)
+    return numba.njit(parallel=parallel, cache=False)(namespace[name])
+
+
+gmm_objective = _gmm_kernel("gmm_objective", parallel=False)
 
 
 HEAT_R = 0.25
@@ -146,47 +170,7 @@ def rosenbrock_prange(x):
     return s
 
 
-@numba.njit(parallel=True, cache=False)
-def gmm_objective_prange(alphas, means, icf, x, gamma, m):
-    n, d = x.shape
-    k = alphas.shape[0]
-    sum_qs = np.empty(k)
-    for c in range(k):
-        s = 0.0
-        for j in range(d):
-            s += icf[c, j]
-        sum_qs[c] = s
-    slse = 0.0
-    for i in numba.prange(n):
-        main_term = np.empty(k)
-        xc = np.empty(d)
-        qxc = np.empty(d)
-        for c in range(k):
-            for j in range(d):
-                xc[j] = x[i, j] - means[c, j]
-            for j in range(d):
-                qxc[j] = math.exp(icf[c, j]) * xc[j]
-            idx = d
-            for j in range(d):
-                for r in range(j + 1, d):
-                    qxc[r] += icf[c, idx] * xc[j]
-                    idx += 1
-            sq = 0.0
-            for j in range(d):
-                sq += qxc[j] * qxc[j]
-            main_term[c] = alphas[c] + sum_qs[c] - 0.5 * sq
-        slse += _logsumexp(main_term)
-    const = -n * d * 0.5 * math.log(2.0 * math.pi)
-    prior = 0.0
-    for c in range(k):
-        fro = 0.0
-        for j in range(d):
-            e = math.exp(icf[c, j])
-            fro += e * e
-        for j in range(d, icf.shape[1]):
-            fro += icf[c, j] * icf[c, j]
-        prior += 0.5 * gamma * gamma * fro - m * sum_qs[c]
-    return const + slse - n * _logsumexp(alphas) + prior
+gmm_objective_prange = _gmm_kernel("gmm_objective_prange", parallel=True)
 
 
 @numba.njit(parallel=True, cache=False)

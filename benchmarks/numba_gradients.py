@@ -19,42 +19,15 @@ tiny sizes. Results go to ``numba_gradients.json`` / ``.md`` in ``--out``
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import enzyme_py as ez
 from benchmarks import kernels
-from benchmarks.common import central_difference, median_time
-
-
-def fd_check(
-    f: Callable[..., float],
-    args: list[Any],
-    grads: list[np.ndarray],
-    which: list[int],
-    samples: int = 3,
-) -> float:
-    """Worst relative error of the gradient against central differences."""
-    worst = 0.0
-    rng = np.random.default_rng(1)
-    for arg_index, g in zip(which, grads, strict=True):
-        flat = args[arg_index].reshape(-1)
-        for i in rng.choice(flat.size, size=min(samples, flat.size), replace=False):
-            fd = central_difference(f, args, flat, i)
-            exact = g.reshape(-1)[i]
-            worst = max(worst, abs(fd - exact) / max(1.0, abs(exact)))
-    return worst
+from benchmarks.common import fd_spot_error, gradient_report_main, median_time
 
 
 def bench_rosenbrock(n: int, repeats: int) -> dict[str, Any]:
@@ -62,7 +35,7 @@ def bench_rosenbrock(n: int, repeats: int) -> dict[str, Any]:
     grad = ez.grad(kernels.rosenbrock)
     primal = median_time(lambda: kernels.rosenbrock(x), repeats)
     gradient = median_time(lambda: grad(x), repeats)
-    error = fd_check(kernels.rosenbrock, [x], [grad(x)], [0])
+    error = fd_spot_error(kernels.rosenbrock, [x], [grad(x)], [0])
     return {
         "kernel": f"Rosenbrock n={n}",
         "primal_s": primal,
@@ -77,7 +50,7 @@ def bench_gmm(d: int, k: int, n: int, repeats: int) -> dict[str, Any]:
     grad = ez.grad(kernels.gmm_objective, argnums=(0, 1, 2))
     primal = median_time(lambda: kernels.gmm_objective(*args), repeats)
     gradient = median_time(lambda: grad(*args), repeats)
-    error = fd_check(kernels.gmm_objective, args, list(grad(*args)), [0, 1, 2])
+    error = fd_spot_error(kernels.gmm_objective, args, list(grad(*args)), [0, 1, 2])
     return {
         "kernel": f"GMM d={d} k={k} n={n}",
         "primal_s": primal,
@@ -104,35 +77,24 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    args = parser.parse_args(argv)
+def run(quick: bool) -> list[dict[str, Any]]:
+    repeats = 3 if quick else 7
+    return [
+        bench_rosenbrock(1000 if quick else 1_000_000, repeats),
+        bench_gmm(*((3, 4, 50) if quick else (10, 25, 10_000)), repeats),
+    ]
+
+
+def _versions() -> dict[str, str]:
     import numba
 
-    repeats = 3 if args.quick else 7
-    rows = [
-        bench_rosenbrock(1000 if args.quick else 1_000_000, repeats),
-        bench_gmm(*((3, 4, 50) if args.quick else (10, 25, 10_000)), repeats),
-    ]
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {platform.processor()}".strip(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "enzyme": ez.info()["enzyme_version"],
-        "quick": args.quick,
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "numba_gradients.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    table = markdown(rows, meta)
-    (out / "numba_gradients.md").write_text(table)
-    print(table)
-    return 0
+    return {"numba": numba.__version__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return gradient_report_main(
+        argv, __doc__.split("\n")[0], "numba_gradients", run, markdown, _versions
+    )
 
 
 if __name__ == "__main__":

@@ -82,7 +82,18 @@ Method:
   peak of the timed calls alone: the high-water mark is reset (``/proc/self/clear_refs``)
   after the warm-up calls, and ``VmHWM`` afterwards minus ``VmRSS`` before the timed
   calls is reported (memory the allocators kept from the warm-up calls, and reuse, is
-  not counted again; memory they take from the system on every call, is).
+  not counted again; memory they take from the system on every call, is; in the JSON
+  only). "per call", the table's memory per gradient: after the timed calls, the C
+  heap's free memory is handed back to the system (glibc's ``malloc_trim(0)``: the
+  free pages of every arena), the high-water mark is reset, and one more call is made:
+  ``VmHWM`` after it minus ``VmRSS`` before it, the least of 3 such readings. It counts
+  the pages the call touches anew (its result, its temporaries: a reverse pass's tape,
+  the shadows of arrays made inside the function) and not what stays allocated
+  between calls (inputs, compiled code, pools a library keeps outside malloc). For
+  enzyme_py the most its tape held during the call is added (``tape_mib``, from
+  ``_native.tape_bytes()``): Enzyme's tape lives on a stack of enzyme_py's own that
+  stays reserved, and resident, between calls (up to 256 MiB; a larger one is given
+  back after each call, faulted in anew, and already in the new pages).
 - Checks: every derivative is compared with another contender's: enzyme_py with JAX,
   else PyTorch, else finite differences (full, or at 3 sampled coordinates per input
   array when a full one is not feasible); every other derivative with enzyme_py.
@@ -703,6 +714,52 @@ def _reset_high_water_mark() -> bool:
         return False
 
 
+def _malloc_trim() -> bool:
+    """Hand the C heap's free memory back to the system (glibc's ``malloc_trim(0)``:
+    the free pages of every arena, not only the top), so that a later call's
+    temporaries are new pages, counted in ``VmHWM``, rather than reused ones."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim(ctypes.c_size_t(0))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def _one_call_mib(call: Callable[[], Any]) -> float | None:
+    """Memory one more call takes at its peak: freed memory handed back first
+    (``_malloc_trim``), the high-water mark reset to the resident size, one call,
+    then ``VmHWM`` minus ``VmRSS`` before the call. What the call's result keeps and
+    its temporaries (a reverse pass's tape) are counted; what stays allocated between
+    calls (inputs, compiled code, a library's own pools) is not."""
+    _malloc_trim()
+    if not _reset_high_water_mark():
+        return None
+    before = _status_kib("VmRSS")
+    result = call()
+    hwm = _status_kib("VmHWM")
+    del result
+    if before is None or hwm is None:
+        return None
+    return max(0.0, (hwm - before) / 1024.0)
+
+
+def _enzyme_tape_mib() -> tuple[float, bool] | None:
+    """The most Enzyme's tape held during this thread's last derivative call, MiB, and
+    whether enzyme_py kept its stack for the next call (``_native.tape_bytes``: a
+    stack of its own, not malloc's, whose memory stays reserved between calls up to
+    256 MiB)."""
+    try:
+        from enzyme_py import _state
+
+        _, reserved, last = _state.native.tape_bytes()
+    except (ImportError, AttributeError):
+        return None
+    return last / 2**20, reserved > 0
+
+
 def _time_calls(
     call: Callable[[], Any], estimate_s: float, timing: dict[str, float]
 ) -> tuple[list[float], int, Any]:
@@ -774,6 +831,19 @@ def child_main(spec_path: str) -> int:
                 (hwm - rss_before) / 1024.0
                 if reset and hwm is not None and rss_before is not None
                 else None
+            )
+            # The least of 3 readings (page faults of other work in the process, such
+            # as a library's background threads, only add).
+            readings = [_one_call_mib(call) for _ in range(3)]
+            pages = None if None in readings else min(r for r in readings if r is not None)
+            memory["per_call_new_pages_mib"] = pages
+            tape = _enzyme_tape_mib() if library == "enzyme_py" else None
+            memory["tape_mib"] = tape
+            # A tape kept between calls was resident before the call: not in its new
+            # pages, so added; one given back after each call (above 256 MiB) was
+            # faulted in anew: in them already.
+            memory["per_call_mib"] = (
+                None if pages is None else pages + (tape[0] if tape and tape[1] else 0.0)
             )
         if library == "enzyme_py":
             memory["enzyme_build_child_maxrss_mib"] = _maxrss_mib(resource.RUSAGE_CHILDREN)
@@ -1265,13 +1335,16 @@ def markdown(results: dict[str, Any]) -> str:
         "enzyme_py's time (reverse; forward for the JVP) / this contender's (< 1: "
         "enzyme_py is faster). "
         "`first call`: the first call in a fresh process (tracing, compiling). "
-        "`peak MiB`: ru_maxrss growth of the contender's own process over its baseline "
-        "(first call included) / of the timed calls alone (steady). `error`: "
-        "max |a - b| / max |b| against the contender named.",
+        "`MiB per call`: the resident memory one more call takes at its peak, after the "
+        "C heap's free memory was handed back (`malloc_trim`) and the high-water mark "
+        "reset: its result and temporaries, in the contender's own process, plus for "
+        "enzyme_py the most its tape stack held (kept between calls). `peak MiB`: "
+        "ru_maxrss growth of that process over its baseline, first call (compiling) "
+        "included. `error`: max |a - b| / max |b| against the contender named.",
         "",
         "| kernel | contender | time | / primal | enzyme_py / this | first call | "
-        "peak MiB (first call+timed / steady) | checked against | error |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+        "MiB per call | peak MiB | checked against | error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for k in results["kernels"].values():
         title = f"**{k['title']}**: {k['derivative']}"
@@ -1280,12 +1353,11 @@ def markdown(results: dict[str, Any]) -> str:
             if e["status"] != "ok":
                 lines.append(
                     f"| {title} | {label} | {e['status'].replace('_', ' ')}: {e['reason']} "
-                    "| | | | | | |"
+                    "| | | | | | | |"
                 )
                 title = ""
                 continue
             mem = e.get("memory", {})
-            peak = f"{_fmt_mib(mem.get('peak_mib'))} / {_fmt_mib(mem.get('steady_peak_mib'))}"
             check = e.get("check", {})
             against = check.get("against") or ("(reference)" if e["role"] == "primal" else "-")
             error = check.get("max_rel_error")
@@ -1303,7 +1375,8 @@ def markdown(results: dict[str, Any]) -> str:
                 + (f" ({_fmt_ratio(e['over_own_primal'])} own)" if "over_own_primal" in e else ""),
                 _fmt_ratio(e.get("enzyme_py_over_this")),
                 _fmt_time(e.get("first_call_s")),
-                peak,
+                _fmt_mib(mem.get("per_call_mib")),
+                _fmt_mib(mem.get("peak_mib")),
                 against,
                 error_text,
             ]
@@ -1338,7 +1411,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "Method: the docstring of `benchmarks/suite.py` "
-        "(each contender in its own child process; memory = "
+        "(each contender in its own child process; per-call memory = that child's "
+        "VmHWM during one call minus its VmRSS before it, after malloc_trim; peak = "
         "ru_maxrss of that child minus its ru_maxrss once it had imported its libraries "
         "and built its inputs).",
     ]
