@@ -496,8 +496,9 @@ def first_fields(x, r):
 
 def test_mixed_activity_and_record_arrays_get_advice():
     x = np.ones(3)
-    with pytest.raises(ez.EnzymeError, match="runtime_activity=True"):
-        ez.grad(ramp_weighted)(x)
+    # np.arange's int64 array is allocated inactive (_numba_runtime.py): it differentiates.
+    np.testing.assert_array_equal(ez.grad(ramp_weighted)(x), [0.0, 1.0, 2.0])
+    assert ez.jvp(ramp_weighted, (x,), (np.array([1.0, 1.0, 0.5]),))[1] == 2.0
     df = ez.autodiff(ramp_weighted, ez.Reverse, ez.Duplicated, ez.ActiveOnly, runtime_activity=True)
     dx = np.zeros(3)
     df(x, dx, 1.0)
@@ -528,12 +529,12 @@ def reversed_energy_given(x, idx):
     return np.sum(u * x)
 
 
-def test_an_index_array_made_inside_gets_advice_and_passed_in_works():
+def test_an_index_array_made_inside_or_passed_in_works():
     x = np.linspace(0.5, 2.0, 5)
-    with pytest.raises(ez.EnzymeError, match="make index arrays outside the function") as info:
-        ez.grad(reversed_energy)(x)
-    assert "Duplicated (a zero shadow" not in str(info.value)  # the C advice is not given
-    # d/dx sum_i 2 x_i x_(n-1-i) = 4 x reversed
+    # d/dx sum_i 2 x_i x_(n-1-i) = 4 x reversed; np.arange's array is allocated inactive.
+    np.testing.assert_allclose(ez.grad(reversed_energy)(x), 4 * x[::-1], rtol=1e-14)
+    t = np.linspace(1.0, 0.2, 5)
+    assert ez.jvp(reversed_energy, (x,), (t,))[1] == pytest.approx(4 * x[::-1] @ t, rel=1e-14)
     idx = np.arange(x.size)[::-1].copy()
     np.testing.assert_allclose(ez.grad(reversed_energy_given)(x, idx), 4 * x[::-1], rtol=1e-14)
 

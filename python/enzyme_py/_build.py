@@ -266,11 +266,11 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         are = "is a function" if len(runtime) == 1 else "are functions"
         hints.append(
             f"{', '.join(runtime)} {are} of Numba's runtime, which Numba calls for some "
-            "operations (np.array of nested lists, np.array([[a, b], [c, d]]), and lists: "
-            "NRT_MemInfo_new_varsize_dtor; np.sort, strings) and Enzyme cannot see into. "
-            f"In '{fn.display_name}', build a matrix with np.empty((n, m)) and element "
-            "assignments (m[0, 1] = b) instead of nested lists, use arrays instead of "
-            "lists, and sort outside it."
+            "operations (lists that grow: list.append, NRT_MemInfo_varsize_realloc; "
+            "strings; nested lists, np.sort and np.median in the @njit functions it calls) "
+            f"and Enzyme cannot see into. In '{fn.display_name}', use arrays instead of "
+            "lists that grow (np.empty(n) and element assignments); nested-list literals, "
+            "np.sort, np.median, np.outer and np.diff differentiate in the function itself."
         )
     others = [m for m in missing if m not in blas and m not in runtime]
     if others:
@@ -291,8 +291,9 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "Numba's code for some operations calls Python's C API through variadic "
             "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "
             "differentiate through: print(), objmode blocks and exceptions raised with "
-            f"values known at run time. In '{fn.display_name}', leave print() out and "
-            "give exceptions constant messages (slice and fancy-index assignments "
+            f"values known at run time. In the @njit functions '{fn.display_name}' calls, "
+            "leave print() out (print in the function itself is skipped by its derivative) "
+            "and give exceptions constant messages (slice and fancy-index assignments "
             "differentiate)."
         )
     if "Mismatched activity" in message:
@@ -300,13 +301,20 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             f"Enzyme could not tell whether some memory of '{fn.display_name}' holds "
             "values that need derivatives"
         )
+        if fn.origin and fn.origin[0] == "numba" and any("xxnrm2" in n for n in _called(fn)):
+            hints.append(
+                f"'{fn.display_name}' calls np.linalg.norm, whose Numba code for a matrix or "
+                "a view (np.linalg.norm(a) of a 2-d array, ord=1, ord=np.inf) Enzyme cannot "
+                "type: write it out, math.sqrt(np.sum(a * a)) or np.sum(np.abs(a)) (the "
+                "2-norm of a contiguous vector differentiates)."
+            )
         if fn.origin and fn.origin[0] == "numba":
             hints.append(
-                f"{unsure}. Integer arrays made inside the function (np.arange(n), "
-                "np.argsort(x), np.empty(n, np.int64) filled in a loop) do this, and so do "
-                "integer arrays mixed into float arithmetic (x * np.arange(n)): make index "
-                "arrays outside the function and pass them in (Const parameters), and use "
-                "float arrays in float arithmetic (np.arange(0.0, n)). runtime_activity=True "
+                f"{unsure}. Integer arrays whose memory is reinterpreted (a.view(np.float64)) "
+                "do this (integer index arrays made inside the function, np.arange(n), "
+                "np.argsort(x), differentiate otherwise), and so do integer arrays mixed into "
+                "float arithmetic (x * np.arange(n)): use float arrays in float arithmetic "
+                "(np.arange(0.0, n)) and no views across dtypes. runtime_activity=True "
                 "(ez.autodiff) helps in some of these cases (decided when it runs, a little "
                 "slower)."
             )

@@ -23,6 +23,19 @@ on their variadic calls (print). Here:
   ``np.max``) or copied from the parameters (which enzyme_py passes as null), are
   stored as null: Enzyme cannot type a memset of a structure, nor store an inactive
   pointer into an active structure;
+- an array allocated inside the function whose elements are integers or booleans
+  (``np.arange(n)``, ``np.argsort(x)``, ``np.empty(n, np.int64)``: Numba's
+  ``NRT_MemInfo_alloc*`` whose data pointer is only ever read as an integer
+  pointer) is allocated through an inactive thunk: its values cannot carry a
+  derivative, and Enzyme, which gives every allocation a shadow, otherwise refuses
+  the integer stores into it ("Mismatched activity");
+- a list of fixed size (the partition stack of ``np.sort`` / ``np.argsort``, the
+  rows of ``np.array([[a, b], [c, d]])``, ``np.cross([0, 0, 1], h)``): when the
+  module never grows a list (no ``NRT_MemInfo_varsize_realloc``), its
+  ``NRT_MemInfo_new_varsize_dtor`` is an arena allocation like an array's (Enzyme
+  gives it a shadow), inactive when its items are integers (its destructor's name
+  says: ``.dtor.list.int64``); reference counting is off, so the destructor is never
+  needed;
 - ``math.lgamma`` of a float64 is libm's lgamma for the value plus a term that is
   exactly zero and whose derivatives are digamma's, trigamma's, ... (Stirling's
   series, see ``_lgamma_definitions``): Enzyme v0.0.289 aborts on lgamma.
@@ -34,6 +47,9 @@ import math
 import re
 import struct
 
+# Part of the keys of cached derivatives of Numba code: bumped when what prepare()
+# (or _numba_substitutes) makes of the same code changes.
+REVISION = 2
 # Helpers that compute shapes and strides only.
 SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
 # Python C-API functions and Numba helpers that consume values (boxing them, printing
@@ -231,6 +247,113 @@ def _allocations_as_malloc(ir: str) -> str:
     return ir
 
 
+_ALLOCATION = re.compile(
+    r"^  (%[\w.$-]+) = (?:tail )?call (?:noalias )?i8\* @(NRT_MemInfo_alloc(?:_safe)?(?:_aligned)?)"
+    r"\(([^\n)]*)\)",
+    re.MULTILINE,
+)
+_INTEGER_POINTER = re.compile(r"^i(?:16|32|64)\*$")  # i8* is any memory (memcpy)
+
+
+def _data_pointer_types(body: str, meminfo: str) -> list[str]:
+    """The types the data pointer of the MemInfo ``meminfo`` is loaded as in ``body``
+    (its field at byte 24, read through a getelementptr and a bitcast)."""
+    m = re.escape(meminfo)
+    geps = re.findall(
+        rf"^  (%[\w.$-]+) = getelementptr (?:inbounds )?i8, i8\* {m}, i64 24$", body, re.M
+    )
+    types: list[str] = []
+    for gep in geps:
+        g = re.escape(gep)
+        for cast in re.findall(rf"^  (%[\w.$-]+) = bitcast i8\* {g} to [^\n]*$", body, re.M):
+            c = re.escape(cast)
+            types += re.findall(rf"= load ([^,\n]+), [^,\n]+\* {c}(?:,|$)", body, re.M)
+        if re.search(rf"{g}(?![\w.$-])", body.replace(f"{gep} = ", "", 1)) and not types:
+            types.append("?")
+    return types
+
+
+def _integer_allocations_inactive(ir: str) -> str:
+    """Allocations of arrays whose elements are integers (their data pointer is only
+    loaded as an integer pointer) through ``enzyme_py.inactive.<allocator>``, which
+    Enzyme treats as inactive: no shadow, and integer stores into them allowed."""
+    thunks: dict[str, str] = {}
+    out = []
+    pos = 0
+    for fn in _DEFINE.finditer(ir):
+        body = fn.group(0)
+        changed = body
+        for m in _ALLOCATION.finditer(body):
+            types = _data_pointer_types(body, m.group(1))
+            if not types or not all(_INTEGER_POINTER.match(t.strip()) for t in types):
+                continue
+            name = m.group(2)
+            declare = re.search(rf"^declare [^\n]*@{name}\(([^\n)]*)\)", ir, re.M)
+            if declare is None:
+                continue
+            thunks[name] = declare.group(1)
+            old = m.group(0)
+            changed = changed.replace(
+                old, old.replace(f"@{name}(", f"@enzyme_py.inactive.{name}("), 1
+            )
+        out.append(ir[pos : fn.start()] + changed)
+        pos = fn.end()
+    if not thunks:
+        return ir
+    out.append(ir[pos:])
+    text = "".join(out)
+    for name, params in thunks.items():
+        if f"@enzyme_py.inactive.{name}(i64 %p0" not in text:
+            text += _inactive_thunk(name, [t.strip() for t in params.split(",") if t.strip()])
+    return text
+
+
+_LIST_ALLOCATION = re.compile(
+    r"call i8\* @NRT_MemInfo_new_varsize_dtor\(i64 ([^,\n]+), i8\* bitcast \(void \(i8\*\)\* "
+    r"@(\"?)\.dtor\.list\.([^\n]*?)\2 to i8\*\)\)"
+)
+# What the type names of integer items are made of (int64, UniTuple(int64 x 2),
+# Partition(int64 x 2), bool).
+_INTEGER_ITEMS = re.compile(r"^(?:u?int\d+|bool|Partition|UniTuple|Tuple|x|\d+|[(), ])+$")
+_GROWS_LIST = re.compile(r"call [^\n]*@NRT_MemInfo_varsize_(?:alloc|realloc|free)\(")
+
+
+def _fixed_lists_as_arena_allocations(ir: str) -> str:
+    """Lists that never grow allocated like arrays (see the module's docstring)."""
+    if "@NRT_MemInfo_new_varsize_dtor(" not in ir or _GROWS_LIST.search(ir):
+        return ir
+    inactive = False
+
+    def replace(m: re.Match[str]) -> str:
+        nonlocal inactive
+        if _INTEGER_ITEMS.match(m.group(3)):
+            inactive = True
+            return (
+                f"call i8* @enzyme_py.inactive.NRT_MemInfo_alloc_aligned(i64 {m.group(1)}, i32 16)"
+            )
+        return f"call i8* @NRT_MemInfo_alloc_aligned(i64 {m.group(1)}, i32 16)"
+
+    out = _LIST_ALLOCATION.sub(replace, ir)
+    if (
+        "@NRT_MemInfo_new_varsize_dtor("
+        in out.split("declare i8* @NRT_MemInfo_new_varsize_dtor")[0]
+    ):
+        return ir  # a call of another form: left as it was (Enzyme's error names it)
+    if not re.search(r"^declare [^\n]*@NRT_MemInfo_alloc_aligned\(", out, re.M):
+        out += "\ndeclare noalias i8* @NRT_MemInfo_alloc_aligned(i64, i32)\n"
+    if inactive and "@enzyme_py.inactive.NRT_MemInfo_alloc_aligned(i64 %p0" not in out:
+        out += _inactive_thunk("NRT_MemInfo_alloc_aligned", ["i64", "i32"])
+    return out
+
+
+def _inactive_thunk(name: str, types: list[str]) -> str:
+    formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
+    return (
+        f"\ndefine internal i8* @enzyme_py.inactive.{name}({formal}) noinline nofree "
+        f'"enzyme_inactive" {{\n  %r = call i8* @{name}({formal})\n  ret i8* %r\n}}\n'
+    )
+
+
 def _hex(v: float) -> str:
     return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
 
@@ -333,10 +456,33 @@ def _differentiable_lgamma(ir: str) -> str:
     return ir + "\n" + text
 
 
-def prepare(ir: str) -> str:
+def reinterprets_memory(func: object, depth: int = 4) -> bool:
+    """Whether ``func`` or an @njit function it names may reinterpret an array's
+    memory (``a.view(np.float64)``): floats stored through such a view into an
+    integer array's memory must keep a derivative, so integer allocations then stay
+    as they are (and Enzyme's "Mismatched activity" refusal)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    names = set(code.co_names)
+    if names & {"view", "frombuffer", "ndarray", "carray", "farray"}:
+        return True
+    if depth == 0:
+        return False
+    glob = getattr(func, "__globals__", {})
+    for name in names:
+        inner = getattr(glob.get(name), "py_func", None)
+        if inner is not None and inner is not func and reinterprets_memory(inner, depth - 1):
+            return True
+    return False
+
+
+def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     """Numba's IR with its runtime helpers made differentiable where they carry no
     derivative (see the module's docstring)."""
     ir = _differentiable_lgamma(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    if integer_arrays_inactive:
+        ir = _integer_allocations_inactive(_fixed_lists_as_arena_allocations(ir))
     called = _called_runtime(ir)
     for name in SHAPE_ONLY:
         if name in called:

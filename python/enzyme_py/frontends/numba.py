@@ -48,6 +48,7 @@ from enzyme_py.frontends._numba_signatures import (
     returns_arrays,
     returns_value,
 )
+from enzyme_py.frontends._numba_substitutes import with_substitutes
 from enzyme_py.frontends.ir import IRFunction, SourceModule, function_of, parse_module
 
 __all__ = [
@@ -162,7 +163,7 @@ def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     import numba
 
     compile_if_missing(dispatcher, signature)
-    clone = numba.njit(**_serial_options(dispatcher))(dispatcher.py_func)
+    clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
     try:
         return _ad_compile_ir(clone, signature)
     except Exception:  # the full compile below raises what is wrong, if anything
@@ -520,7 +521,10 @@ def _specialize(
             else:
                 compiled.append(_ad_compile(dispatcher, signature))
         own = compiled[0]
-        numba_ir = _numba_runtime.prepare(_without_reference_counting(own.library.get_llvm_str()))
+        numba_ir = _numba_runtime.prepare(
+            _without_reference_counting(own.library.get_llvm_str()),
+            not _numba_runtime.reinterprets_memory(dispatcher.py_func),
+        )
         numba_ir = _numba_runtime.without_array_owners(
             numba_ir, own.fndesc.mangled_name, array_names
         )
@@ -605,7 +609,7 @@ def _code_key(
         return None
     return (
         f"numba code {identity} ({types}) numba_optimized={numba_optimized} "
-        f"strided={strided} threads={threads}"
+        f"strided={strided} threads={threads} prepared={_numba_runtime.REVISION}"
     )
 
 

@@ -1,0 +1,192 @@
+"""NumPy functions whose Numba implementations Enzyme v0.0.289 cannot differentiate,
+replaced in the compile enzyme_py differentiates by implementations it can.
+
+enzyme_py differentiates a private compile of the user's function
+(``numba._ad_compile``); that compile's Python function is the user's, with its
+globals seen through ``with_substitutes``: the names bound to NumPy (``np``,
+``numpy``, ``from numpy import sort``) see these instead of
+
+- ``np.sort`` of a 1-d float array and ``np.median`` of a float array: Numba's
+  quicksort moves values through untyped memory (Enzyme: "Cannot deduce type of
+  phi"); here the values are gathered through ``np.argsort`` (an integer array: no
+  derivative), so that the derivative follows the permutation; the values are the
+  same (ties are equal values);
+- ``np.outer`` of float arrays and ``np.diff`` of a 1-d float array: Numba's
+  broadcasting machinery Enzyme cannot type ("Illegal updateAnalysis"); here loops;
+- ``print``: a function that does nothing. print only has side effects (it cannot
+  change the derivative), and Numba's needs an environment object the compile
+  differentiated lacks. The derivative's call therefore prints nothing; the
+  function called by itself prints as before.
+
+Other argument types go to NumPy's function as before. The substitutes apply to the
+function differentiated, not to the @njit functions it calls (those keep their
+own compiles, and a refusal names the construct).
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+from typing import Any
+
+import numpy as np
+
+_made: dict[str, Any] = {}
+
+
+def _definitions() -> dict[str, Any]:
+    """The substitutes, by NumPy name (made once, on first use: Numba is imported late)."""
+    if _made:
+        return _made
+    import numba
+    from numba.core import types
+    from numba.extending import overload
+
+    def _is_float_array(a: Any, ndim: int | None = None) -> bool:
+        return (
+            isinstance(a, types.Array)
+            and isinstance(a.dtype, types.Float)
+            and (ndim is None or a.ndim == ndim)
+        )
+
+    @numba.njit
+    def _sorted_values(a):  # type: ignore[no-untyped-def]
+        v = a.ravel()
+        order = np.argsort(v)
+        out = np.empty(v.shape[0], v.dtype)
+        for i in range(v.shape[0]):
+            out[i] = v[order[i]]
+        return out
+
+    def sort(a):  # type: ignore[no-untyped-def]
+        return np.sort(a)
+
+    @overload(sort)
+    def _sort(a):  # type: ignore[no-untyped-def]
+        if _is_float_array(a, 1):
+            return lambda a: _sorted_values(a)
+        return lambda a: np.sort(a)
+
+    def median(a):  # type: ignore[no-untyped-def]
+        return np.median(a)
+
+    @overload(median)
+    def _median(a):  # type: ignore[no-untyped-def]
+        if _is_float_array(a):
+
+            def impl(a):  # type: ignore[no-untyped-def]
+                s = _sorted_values(a)
+                n = s.shape[0]
+                if n == 0 or np.isnan(s[n - 1]):
+                    return np.nan  # NumPy: nan for an empty array or one with a nan
+                half = n // 2
+                if n % 2 == 1:
+                    return s[half]
+                return (s[half - 1] + s[half]) / 2.0
+
+            return impl
+        return lambda a: np.median(a)
+
+    def outer(a, b, out=None):  # type: ignore[no-untyped-def]
+        return np.outer(a, b, out)
+
+    @overload(outer)
+    def _outer(a, b, out=None):  # type: ignore[no-untyped-def]
+        plain = out is None or isinstance(out, (types.NoneType, types.Omitted))
+        if plain and _is_float_array(a) and _is_float_array(b):
+            from numba.np.numpy_support import as_dtype
+
+            kind = getattr(np, str(np.result_type(as_dtype(a.dtype), as_dtype(b.dtype))))
+
+            def impl(a, b, out=None):  # type: ignore[no-untyped-def]
+                u = a.ravel()
+                v = b.ravel()
+                r = np.empty((u.shape[0], v.shape[0]), kind)
+                for i in range(u.shape[0]):
+                    for j in range(v.shape[0]):
+                        r[i, j] = u[i] * v[j]
+                return r
+
+            return impl
+        if plain:
+            return lambda a, b, out=None: np.outer(a, b)
+        return lambda a, b, out=None: np.outer(a, b, out)
+
+    def diff(a, n=1):  # type: ignore[no-untyped-def]
+        return np.diff(a, n)
+
+    @overload(diff)
+    def _diff(a, n=1):  # type: ignore[no-untyped-def]
+        if _is_float_array(a, 1):
+
+            def impl(a, n=1):  # type: ignore[no-untyped-def]
+                if n < 0:
+                    raise ValueError("diff(): order must be non-negative")
+                r = a.copy()
+                m = r.shape[0]
+                k = 0
+                while k < n and m > 0:
+                    for i in range(m - 1):
+                        r[i] = r[i + 1] - r[i]
+                    m -= 1
+                    k += 1
+                return r[:m].copy()
+
+            return impl
+        return lambda a, n=1: np.diff(a, n)
+
+    @numba.njit
+    def print_nothing(*args):  # type: ignore[no-untyped-def]
+        return None
+
+    _made.update(sort=sort, median=median, outer=outer, diff=diff, print=print_nothing)
+    return _made
+
+
+def _numpy_view(made: dict[str, Any]) -> pytypes.ModuleType:
+    """A module with NumPy's names, the substitutes in place of theirs."""
+    view = pytypes.ModuleType("numpy")
+    view.__dict__.update(np.__dict__)
+    for name in ("sort", "median", "outer", "diff"):
+        view.__dict__[name] = made[name]
+    return view
+
+
+_views: dict[str, pytypes.ModuleType] = {}
+
+
+def with_substitutes(func: Any) -> Any:
+    """``func`` with its globals seeing the substitutes (``func`` itself when it uses
+    none of the names replaced)."""
+    made = _definitions()
+    by_identity = {id(getattr(np, n)): made[n] for n in ("sort", "median", "outer", "diff")}
+    names = set(func.__code__.co_names)
+    replaced: dict[str, Any] = {}
+    for name in names:
+        value = func.__globals__.get(name)
+        if value is np:
+            if "numpy" not in _views:
+                _views["numpy"] = _numpy_view(made)
+            replaced[name] = _views["numpy"]
+        elif (
+            value is not None
+            and id(value) in by_identity
+            and value is getattr(np, _name_of(value), None)
+        ):
+            replaced[name] = by_identity[id(value)]
+        elif name == "print" and name not in func.__globals__:
+            replaced[name] = made["print"]
+    if not replaced:
+        return func
+    new_globals = dict(func.__globals__)
+    new_globals.update(replaced)
+    clone = pytypes.FunctionType(
+        func.__code__, new_globals, func.__name__, func.__defaults__, func.__closure__
+    )
+    clone.__kwdefaults__ = func.__kwdefaults__
+    clone.__qualname__ = func.__qualname__
+    clone.__module__ = func.__module__
+    return clone
+
+
+def _name_of(value: Any) -> str:
+    return str(getattr(value, "__name__", ""))
