@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._split import SplitCall
-from enzyme_py._transforms import Derivatives, hessian_vector, reverse_call
+from enzyme_py._transforms import Derivatives, SplitCall, hessian_vector, reverse_call
 from enzyme_py.core import (
     ActiveOnly,
     Activity,

@@ -11,7 +11,6 @@ freeing any of it, so it can run again.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -20,10 +19,11 @@ import numpy as np
 from enzyme_py import _convention, _state
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options, resolve_function
-from enzyme_py.core import Activity, ActivityError, Reverse, ReverseSplit
+from enzyme_py._numba_derivative import NumbaDerivative
+from enzyme_py.core import Activity, ActivityError, Reverse
 from enzyme_py.frontends import numba as numba_frontend
 
-__all__ = ["SplitDerivative", "Tape"]
+__all__ = ["SplitDerivative", "Tape", "argument_key"]
 
 
 class Tape:
@@ -95,8 +95,6 @@ class SplitDerivative:
         self._halves: _Halves | None = None
         self._by_kinds: dict[tuple[Any, ...], _Halves] = {}
         if numba_frontend.is_dispatcher(f):
-            from enzyme_py._numba_derivative import NumbaDerivative
-
             self.name = f.py_func.__name__
             self._numba = (
                 NumbaDerivative(f, Reverse, activities, self._fwd_options, sig),
@@ -118,7 +116,7 @@ class SplitDerivative:
     def _halves_for(self, args: tuple[Any, ...]) -> _Halves:
         if self._halves is not None:
             return self._halves
-        key = tuple(_kind(a) for a in args)
+        key = tuple(argument_key(a) for a in args)
         found = self._by_kinds.get(key)
         if found is None:
             found = self._by_kinds[key] = self._numba_halves(args)
@@ -174,50 +172,8 @@ class _HalfPair:
         self.halves, self.reverse = halves, reverse
 
 
-class SplitCall:
-    """One augmented forward pass of scalar-valued ``f`` at ``args`` (its value), and
-    its reverse pass as often as wanted: ``pull(seed)`` gives ``seed`` times the
-    gradient with respect to each argument in ``nums``, from the tape alone (what
-    ``ez.vjp``'s pullback and the bridges' backward passes run).
-
-    ``args`` are used as they are, and must stay unchanged while this lives (pass
-    copies). Raises ActivityError or EnzymeError where split mode does not apply (the
-    callers then recompute with the combined reverse pass)."""
-
-    def __init__(self, derivatives: Any, args: Any, nums: tuple[int, ...]):
-        from enzyme_py._transforms import activities_for, interleave, zero_shadows
-        from enzyme_py.core import Active, EnzymeError
-
-        key = tuple(_kind(a) for a in args), nums
-        refused = _refused.get(derivatives)
-        if refused is not None and key in refused:
-            raise ActivityError("split mode was refused for these arguments before")
-        acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
-        try:
-            split = derivatives.get(ReverseSplit, acts, Active)
-            self._shadows = zero_shadows(args, acts)
-            self._call = interleave(args, acts, self._shadows)
-            self.value, self._tape = split.forward(*self._call)
-        except (ActivityError, EnzymeError):
-            _refused.setdefault(derivatives, set()).add(key)
-            raise
-        self._split, self._acts, self._nums = split, acts, nums
-
-    def pull(self, seed: float) -> tuple[Any, ...]:
-        for shadow in self._shadows.values():
-            shadow.fill(0)
-        adjoints = iter(self._split.reverse(self._tape, *self._call, seed))
-        grads = {i: next(adjoints) for i, act in enumerate(self._acts) if act.name == "Active"}
-        return tuple(
-            self._shadows[i].copy() if i in self._shadows else grads[i] for i in self._nums
-        )
-
-
-def _kind(a: Any) -> Any:
+def argument_key(a: Any) -> Any:
+    """What an argument's split derivative (and its refusal) is specialised by."""
     if isinstance(a, np.ndarray):
         return (a.dtype.str, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable)
     return type(a)
-
-
-# Per _Derivatives: the (argument kinds, nums) split mode was refused for (built once).
-_refused: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()

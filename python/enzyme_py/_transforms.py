@@ -4,7 +4,9 @@ check import: activities inferred per argument from its value, the per-function 
 of derivatives (``Derivatives``), binding of keyword and default arguments, fresh
 copies and shadows, reverse calls (``reverse_call``) and the one Hessian-vector
 product (``hessian_vector``: forward over reverse) behind ``ez.hessian``, ``ez.hvp``,
-the compositions of ``ez.grad`` and the bridges' second derivatives.
+the compositions of ``ez.grad`` and the bridges' second derivatives; and one split
+call (``SplitCall``: the augmented forward pass once, its reverse pass per cotangent)
+behind ``ez.vjp``'s pullback and the bridges' backward passes.
 
 Two rules keep the helpers from silently wrong numbers:
 
@@ -31,16 +33,20 @@ from enzyme_py import _state
 from enzyme_py._api import autodiff
 from enzyme_py._convention import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
+from enzyme_py._split import argument_key
 from enzyme_py.core import (
     Active,
     ActiveOnly,
     Activity,
+    ActivityError,
     Const,
     Dual,
     Duplicated,
+    EnzymeError,
     Forward,
     Mode,
     Reverse,
+    ReverseSplit,
 )
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
@@ -382,3 +388,43 @@ def hessian_vector(
         {i: gradient[i] for i in nums},
         {i: products[i] for i in nums},
     )
+
+
+class SplitCall:
+    """One augmented forward pass of scalar-valued ``f`` at ``args`` (its value), and
+    its reverse pass as often as wanted: ``pull(seed)`` gives ``seed`` times the
+    gradient with respect to each argument in ``nums``, from the tape alone (what
+    ``ez.vjp``'s pullback and the bridges' backward passes run).
+
+    ``args`` are used as they are, and must stay unchanged while this lives (pass
+    copies). Raises ActivityError or EnzymeError where split mode does not apply (the
+    callers then recompute with the combined reverse pass)."""
+
+    def __init__(self, derivatives: Any, args: Any, nums: tuple[int, ...]):
+        key = tuple(argument_key(a) for a in args), nums
+        refused = _refused.get(derivatives)
+        if refused is not None and key in refused:
+            raise ActivityError("split mode was refused for these arguments before")
+        acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
+        try:
+            split = derivatives.get(ReverseSplit, acts, Active)
+            self._shadows = zero_shadows(args, acts)
+            self._call = interleave(args, acts, self._shadows)
+            self.value, self._tape = split.forward(*self._call)
+        except (ActivityError, EnzymeError):
+            _refused.setdefault(derivatives, set()).add(key)
+            raise
+        self._split, self._acts, self._nums = split, acts, nums
+
+    def pull(self, seed: float) -> tuple[Any, ...]:
+        for shadow in self._shadows.values():
+            shadow.fill(0)
+        adjoints = iter(self._split.reverse(self._tape, *self._call, seed))
+        grads = {i: next(adjoints) for i, act in enumerate(self._acts) if act.name == "Active"}
+        return tuple(
+            self._shadows[i].copy() if i in self._shadows else grads[i] for i in self._nums
+        )
+
+
+# Per Derivatives: the (argument kinds, nums) split mode was refused for (built once).
+_refused: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()

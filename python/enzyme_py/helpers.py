@@ -28,7 +28,6 @@ from enzyme_py import _transforms as tf
 from enzyme_py._compose import Gradient, GradientOfGradient, Pullback, hvp, is_result, refuse
 from enzyme_py._convention import real_number as _real_number
 from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
-from enzyme_py._split import SplitCall
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
@@ -232,7 +231,7 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         # tape; vjp_fn runs only the reverse pass. What f writes into the copies goes
         # back into the caller's arrays, as if f had run on them.
         try:
-            split = SplitCall(derivatives, at, nums)
+            split = tf.SplitCall(derivatives, at, nums)
         except (ActivityError, EnzymeError):
             split = None  # refused (e.g. a Numba function returning a tuple): recompute
     if split is not None:
