@@ -5,7 +5,7 @@ reverse). Arguments are lists of NumPy arrays and scalars, as f takes them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,9 +156,11 @@ def _dtype_of(value: Any) -> np.dtype:
     return value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.dtype(np.float64)
 
 
+def first_float_dtype(dtypes: Iterable[Any]) -> np.dtype:
+    """The first floating-point dtype among dtypes, float64 if there is none: the
+    dtype a bridge gives f's value and derivatives."""
+    return next((np.dtype(d) for d in dtypes if np.dtype(d).kind == "f"), np.dtype(np.float64))
+
+
 def _float_dtype(values: Sequence[Any]) -> np.dtype:
-    for v in values:
-        d = _dtype_of(v) if not isinstance(v, (int, bool)) else None
-        if d is not None and d.kind == "f":
-            return d
-    return np.dtype(np.float64)
+    return first_float_dtype(_dtype_of(v) for v in values if not isinstance(v, (int, bool)))

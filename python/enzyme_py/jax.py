@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from enzyme_py._bridge import HostKernel
+from enzyme_py._bridge import HostKernel, first_float_dtype
 from enzyme_py._signature import Param
 from enzyme_py._state import require_autodiff as _require_autodiff
 from enzyme_py.frontends import IRFunction
@@ -89,7 +89,7 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
     params = _fixed_params(f)
 
     def build(statics: tuple[tuple[int, Any], ...], avals: tuple[Any, ...]) -> Callable[..., Any]:
-        dtype = _result_dtype_of(tuple(d for _, d in avals))
+        dtype = first_float_dtype(d for _, d in avals)
         out_type = jax.ShapeDtypeStruct((), dtype)
         # Positions (among the dynamic arguments) that are differentiated.
         diff = [k for k, (_, d) in enumerate(avals) if np.dtype(d).kind == "f"]
@@ -226,8 +226,3 @@ def _merge(statics: tuple[tuple[int, Any], ...], dynamic: list[Any]) -> list[Any
 def _dynamic_positions(statics: tuple[tuple[int, Any], ...], n: int) -> list[int]:
     fixed = {i for i, _ in statics}
     return [i for i in range(n) if i not in fixed]
-
-
-def _result_dtype_of(dtypes: tuple[Any, ...]) -> Any:
-    floats = [np.dtype(d) for d in dtypes if np.dtype(d).kind == "f"]
-    return floats[0] if floats else np.dtype(np.float64)

@@ -80,6 +80,20 @@ def _loop(op: Any, info: Any, in_dims: Sequence[Any], inputs: Sequence[Any]) -> 
     return torch.stack(results), 0
 
 
+class _Op(torch.autograd.Function):
+    """The methods the bridge's ops share: ``setup_context`` keeps the inputs for
+    ``backward`` and ``jvp`` (:func:`_save`); ``vmap`` calls the op once per batch
+    element (:func:`_loop`) unless the op batches better."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        _save(ctx, inputs)
+
+    @classmethod
+    def vmap(cls, info: Any, in_dims: Any, *inputs: Any) -> Any:
+        return _loop(cls, info, in_dims, inputs)
+
+
 def _hessian_error(name: str, what: str) -> RuntimeError:
     return RuntimeError(
         f"ez.torch.function('{name}'): {what} are not supported: its derivatives are "
@@ -142,7 +156,7 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
     kernel = HostKernel(f)
     name = getattr(f, "__name__", "enzyme_function")
 
-    class EnzymeSecondDerivative(torch.autograd.Function):
+    class EnzymeSecondDerivative(_Op):
         """seed * H v with respect to the arguments ``wanted`` (H over ``nums``, which
         holds them; v the tangents given for ``nums``), and <v, gradient of f> if
         ``want_seed``: the derivatives of the gradient and tangent ops below."""
@@ -170,7 +184,7 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            pass
+            pass  # nothing to keep: its derivatives are refused
 
         @staticmethod
         def backward(ctx: Any, *unused: Any) -> tuple[Any, ...]:
@@ -181,10 +195,6 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         @staticmethod
         def jvp(ctx: Any, *unused: Any) -> Any:
             raise _hessian_error(name, "third derivatives")
-
-        @staticmethod
-        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
-            return _loop(EnzymeSecondDerivative, info, in_dims, inputs)
 
     def second(
         args: Sequence[Any],
@@ -198,7 +208,7 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         found = EnzymeSecondDerivative.apply(nums, wanted, False, seed, *vs, *args)
         return dict(zip(wanted, found, strict=True))
 
-    class EnzymeGradient(torch.autograd.Function):
+    class EnzymeGradient(_Op):
         """seed * gradient of f with respect to the arguments in nums: the backward pass
         of EnzymeFunction as an op of its own, so that PyTorch can differentiate it."""
 
@@ -206,10 +216,6 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         def forward(nums: tuple[int, ...], seed: torch.Tensor, *args: Any) -> tuple:
             found = kernel.gradient([_to_numpy(a) for a in args], nums, _number(seed))
             return tuple(_as_tensor(g, args[i]) for i, g in zip(nums, found, strict=True))
-
-        @staticmethod
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            _save(ctx, inputs)
 
         @staticmethod
         def backward(ctx: Any, *vs: torch.Tensor) -> tuple[Any, ...]:
@@ -237,8 +243,8 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
                 out = [o + a for o, a in zip(out, along, strict=True)]
             return tuple(out)
 
-        @staticmethod
-        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+        @classmethod
+        def vmap(cls, info: Any, in_dims: Any, *inputs: Any) -> Any:
             nums, seed, *args = inputs
             if in_dims[1] is not None and all(d is None for d in in_dims[2:]):
                 # Only the seed is batched (jacrev): the gradient is linear in it.
@@ -248,60 +254,66 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
                 seeds = seed.movedim(in_dims[1], 0)
                 out = tuple(seeds.reshape(-1, *[1] * g.dim()) * g for g in unit)
                 return out, (0,) * len(out)
-            return _loop(EnzymeGradient, info, in_dims, inputs)
+            return super().vmap(info, in_dims, *inputs)
 
-    def tangent_backward(ctx: Any, along: torch.Tensor, leading: int) -> tuple[Any, ...]:
-        """The backward pass of <gradient of f, t> (one op's or a batch's, ``along``
-        the incoming gradient, ``leading`` the tangents' batch axes)."""
-        nums, *rest = _saved(ctx)
-        ts, args = rest[: len(nums)], rest[len(nums) :]
-        grads: list[Any] = [None] * (1 + len(rest))
-        want_t = [k for k in range(len(nums)) if ctx.needs_input_grad[1 + k]]
-        if want_t:
-            unit = EnzymeGradient.apply(nums, torch.ones((), dtype=along.dtype), *args)
-            for k in want_t:
-                shape = (*along.shape, *[1] * unit[k].dim())
-                grads[1 + k] = along.reshape(shape) * unit[k]
-        wanted = tuple(i for i in range(len(args)) if ctx.needs_input_grad[1 + len(nums) + i])
-        if wanted:
-            # sum over the batch of along_b * H t_b = H (sum of along_b t_b): H is linear.
-            def combined(t: torch.Tensor) -> torch.Tensor:
-                if not leading:
-                    return along * t
-                return torch.tensordot(along, t, dims=leading)
+    class TangentOp(_Op):
+        """<gradient of f, t> by forward mode, t the tangents ts (one per argument in
+        nums), with ``leading`` batch axes on each: its inputs are ``nums, *ts,
+        *args``. The derivatives its two forms share."""
 
-            tangents = {i: combined(t) for i, t in zip(nums, ts, strict=True)}
-            one = torch.ones((), dtype=along.dtype)
-            for i, g in second(args, tangents, wanted, one).items():
-                grads[1 + len(nums) + i] = g
-        return tuple(grads)
+        leading = 0
 
-    def tangent_jvp(ctx: Any, tangents: Sequence[Any], op: Any, leading: int) -> torch.Tensor:
-        """The tangent of <gradient of f, t> (one op's, or a batch's with ``leading``
-        batch axes) along the tangents of t and of the arguments: <gradient of f, dt> +
-        <H s, t>, s the arguments' tangents."""
-        nums, *rest = _saved(ctx)
-        ts, args = rest[: len(nums)], rest[len(nums) :]
-        dts, dargs = tangents[: len(nums)], tangents[len(nums) :]
-        dtype = _dtype(args)
-        out = torch.zeros(ts[0].shape[:leading], dtype=dtype)
-        if any(dt is not None for dt in dts):
-            full = [
-                torch.zeros_like(t) if dt is None else dt for t, dt in zip(ts, dts, strict=True)
-            ]
-            out = out + op.apply(nums, *full, *args)
-        moved = {i: s for i, s in enumerate(dargs) if s is not None}
-        if moved:
-            one = torch.ones((), dtype=dtype)
-            products = second(args, moved, nums, one)
-            for i, t in zip(nums, ts, strict=True):
-                hs = products[i]
-                out = out + torch.tensordot(t, hs, dims=hs.dim()) if hs.dim() else out + t * hs
-        return out
+        @classmethod
+        def backward(cls, ctx: Any, along: torch.Tensor) -> tuple[Any, ...]:
+            """``along`` the incoming gradient, of the shape of the batch."""
+            nums, *rest = _saved(ctx)
+            ts, args = rest[: len(nums)], rest[len(nums) :]
+            grads: list[Any] = [None] * (1 + len(rest))
+            want_t = [k for k in range(len(nums)) if ctx.needs_input_grad[1 + k]]
+            if want_t:
+                unit = EnzymeGradient.apply(nums, torch.ones((), dtype=along.dtype), *args)
+                for k in want_t:
+                    shape = (*along.shape, *[1] * unit[k].dim())
+                    grads[1 + k] = along.reshape(shape) * unit[k]
+            wanted = tuple(i for i in range(len(args)) if ctx.needs_input_grad[1 + len(nums) + i])
+            if wanted:
+                # sum over the batch of along_b * H t_b = H (sum of along_b t_b): H is linear.
+                def combined(t: torch.Tensor) -> torch.Tensor:
+                    if not cls.leading:
+                        return along * t
+                    return torch.tensordot(along, t, dims=cls.leading)
 
-    class EnzymeTangent(torch.autograd.Function):
-        """<gradient of f, t> by forward mode: f's tangent along ts (one per argument
-        in nums)."""
+                tangents = {i: combined(t) for i, t in zip(nums, ts, strict=True)}
+                one = torch.ones((), dtype=along.dtype)
+                for i, g in second(args, tangents, wanted, one).items():
+                    grads[1 + len(nums) + i] = g
+            return tuple(grads)
+
+        @classmethod
+        def jvp(cls, ctx: Any, _nums: Any, *tangents: Any) -> torch.Tensor:
+            """The tangent along the tangents of t and of the arguments: <gradient of
+            f, dt> + <H s, t>, s the arguments' tangents."""
+            nums, *rest = _saved(ctx)
+            ts, args = rest[: len(nums)], rest[len(nums) :]
+            dts, dargs = tangents[: len(nums)], tangents[len(nums) :]
+            dtype = _dtype(args)
+            out = torch.zeros(ts[0].shape[: cls.leading], dtype=dtype)
+            if any(dt is not None for dt in dts):
+                full = [
+                    torch.zeros_like(t) if dt is None else dt for t, dt in zip(ts, dts, strict=True)
+                ]
+                out = out + cls.apply(nums, *full, *args)
+            moved = {i: s for i, s in enumerate(dargs) if s is not None}
+            if moved:
+                one = torch.ones((), dtype=dtype)
+                products = second(args, moved, nums, one)
+                for i, t in zip(nums, ts, strict=True):
+                    hs = products[i]
+                    out = out + torch.tensordot(t, hs, dims=hs.dim()) if hs.dim() else out + t * hs
+            return out
+
+    class EnzymeTangent(TangentOp):
+        """<gradient of f, t> for one tangent per argument in nums."""
 
         @staticmethod
         def forward(nums: tuple[int, ...], *rest: Any) -> torch.Tensor:
@@ -310,20 +322,8 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             found = kernel.tangent(values, {i: _to_numpy(t) for i, t in zip(nums, ts, strict=True)})
             return torch.tensor(float(found), dtype=_dtype(args))
 
-        @staticmethod
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            _save(ctx, inputs)
-
-        @staticmethod
-        def backward(ctx: Any, along: torch.Tensor) -> tuple[Any, ...]:
-            return tangent_backward(ctx, along, 0)
-
-        @staticmethod
-        def jvp(ctx: Any, _nums: Any, *tangents: Any) -> torch.Tensor:
-            return tangent_jvp(ctx, tangents, EnzymeTangent, 0)
-
-        @staticmethod
-        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
+        @classmethod
+        def vmap(cls, info: Any, in_dims: Any, *inputs: Any) -> Any:
             nums = inputs[0]
             dims_t, dims_a = in_dims[1 : 1 + len(nums)], in_dims[1 + len(nums) :]
             if all(d is None for d in dims_a):
@@ -335,10 +335,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
                     for t, d in zip(inputs[1 : 1 + len(nums)], dims_t, strict=True)
                 ]
                 return EnzymeTangents.apply(nums, *ts, *inputs[1 + len(nums) :]), 0
-            return _loop(EnzymeTangent, info, in_dims, inputs)
+            return super().vmap(info, in_dims, *inputs)
 
-    class EnzymeTangents(torch.autograd.Function):
+    class EnzymeTangents(TangentOp):
         """EnzymeTangent for a batch of tangents (a leading axis on each)."""
+
+        leading = 1
 
         @staticmethod
         def forward(nums: tuple[int, ...], *rest: Any) -> torch.Tensor:
@@ -351,28 +353,12 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             }
             return torch.from_numpy(kernel.tangents(values, tangents, count)).to(_dtype(args))
 
-        @staticmethod
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            _save(ctx, inputs)
-
-        @staticmethod
-        def backward(ctx: Any, along: torch.Tensor) -> tuple[Any, ...]:
-            return tangent_backward(ctx, along, 1)
-
-        @staticmethod
-        def jvp(ctx: Any, _nums: Any, *tangents: Any) -> torch.Tensor:
-            return tangent_jvp(ctx, tangents, EnzymeTangents, 1)
-
-        @staticmethod
-        def vmap(info: Any, in_dims: Any, *inputs: Any) -> Any:
-            return _loop(EnzymeTangents, info, in_dims, inputs)
-
     # Split mode: forward's tape, for setup_context to put into ctx (forward has no
     # ctx); a few at most, in case a forward is never followed by its setup_context.
     pending: OrderedDict[int, tuple[tuple[int, ...], Any]] = OrderedDict()
     grad_mode = threading.local()  # .on: grad mode where apply was called
 
-    class EnzymeFunction(torch.autograd.Function):
+    class EnzymeFunction(_Op):
         @staticmethod
         def forward(*args: Any) -> torch.Tensor:
             values = [_to_numpy(a) for a in args]
@@ -433,10 +419,6 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             if not nums:
                 return torch.zeros((), dtype=_dtype(args))
             return EnzymeTangent.apply(nums, *[tangents[i] for i in nums], *args)
-
-        @staticmethod
-        def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
-            return _loop(EnzymeFunction, info, in_dims, args)
 
     def apply(*args: Any) -> torch.Tensor:
         outer = getattr(grad_mode, "on", False)
