@@ -8,7 +8,9 @@ By default a private clone's compile without Numba's full module optimisation
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from enzyme_py.frontends._numba_signatures import compile_if_missing
@@ -39,8 +41,21 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
 def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> Any:
     """``clone``'s compile through its dispatcher, with only Numba's first module
     stage (opt=0: inlining, for its refcount pruning)."""
-    from numba.core import codegen
     from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock, _first_stage_only():
+        clone.compile(signature)
+    return clone.overloads[tuple(signature)]
+
+
+@contextlib.contextmanager
+def _first_stage_only() -> Iterator[None]:
+    """While active, every library Numba finalises gets only its first module stage
+    (opt=0: inlining): the clone's, and that of any callee compiled for the first
+    time inside it (the substitutes' helpers of ``_numba_substitutes``, whose fully
+    optimised, vectorised loops Enzyme cannot type). Callees compiled before keep
+    their full optimisation. Hold Numba's compiler lock."""
+    from numba.core import codegen
 
     library_class = codegen.CPUCodeLibrary
     full = library_class._optimize_final_module
@@ -51,13 +66,11 @@ def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> Any:
         )
         pm.run(self._final_module)
 
-    with global_compiler_lock:
-        library_class._optimize_final_module = inline_only
-        try:
-            clone.compile(signature)
-        finally:
-            library_class._optimize_final_module = full
-    return clone.overloads[tuple(signature)]
+    library_class._optimize_final_module = inline_only
+    try:
+        yield
+    finally:
+        library_class._optimize_final_module = full
 
 
 def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
@@ -71,7 +84,7 @@ def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock
 
     making = clone._compiler  # what Dispatcher.compile uses (_FunctionCompiler)
-    with global_compiler_lock:
+    with global_compiler_lock, _first_stage_only():
         flags = compiler.Flags()
         making.targetdescr.options.parse_as_flags(flags, making.targetoptions)
         flags = making._customize_flags(flags)
