@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: the comparison suite (``benchmarks/suite.py``)."""
+"""``python -m benchmarks``: the comparison suite (``benchmarks/suite/``)."""
 
 from __future__ import annotations
 

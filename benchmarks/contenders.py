@@ -3,7 +3,7 @@
 Each is written the way a JAX or PyTorch user would write it: vectorised array
 expressions, no Python loop over elements (the heat equation keeps its loop over time
 steps: ``lax.fori_loop`` in JAX, a Python loop of tensor operations in PyTorch). Each
-computes the same value as its Numba twin (``benchmarks/suite.py`` checks it).
+computes the same value as its Numba twin (``benchmarks/suite/`` checks it).
 
 Nothing here imports JAX or PyTorch at import time: ``jax_kernels()`` and
 ``torch_kernels()`` import them when called (and raise ImportError when they cannot).

@@ -67,18 +67,18 @@ def loss(w1: Any, w2: Any, x: Any, y: Any) -> float:
 @contextlib.contextmanager
 def split_off() -> Iterator[None]:
     """Split mode refused everywhere: the bridges and vjp recompute, as before it."""
-    from enzyme_py import _split
+    from enzyme_py import _transforms
 
-    original = _split.SplitCall.__init__
+    original = _transforms.SplitCall.__init__
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
         raise ez.ActivityError("split mode off (benchmark)")
 
-    _split.SplitCall.__init__ = refuse  # type: ignore[method-assign]
+    _transforms.SplitCall.__init__ = refuse  # type: ignore[method-assign]
     try:
         yield
     finally:
-        _split.SplitCall.__init__ = original  # type: ignore[method-assign]
+        _transforms.SplitCall.__init__ = original  # type: ignore[method-assign]
 
 
 def median_cpu_time(fn: Callable[[], Any], repeats: int) -> float:

@@ -21,6 +21,9 @@ What is not tracked, as in Numba's own cache: Numba extensions (``@overload``,
 ``@intrinsic``, ``@lower_builtin``) registered for functions of *stable* modules
 (NumPy's, ``math``'s), whose code may change between processes while those modules
 do not.
+
+``code_key``: that identity with a specialisation's types and form, the key of its
+derivatives in the caches.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import sys
 import types
 from pathlib import Path
 from typing import Any
+
+from enzyme_py._log import log
+from enzyme_py.frontends import _numba_runtime
 
 __all__ = ["Unsure", "code_identity"]
 
@@ -77,9 +83,11 @@ def _environment() -> bytes:
             (here / name).read_bytes()
             for name in (
                 "numba.py",
+                "_numba_compile.py",
                 "_numba_results.py",
                 "_numba_signatures.py",
                 "_numba_runtime.py",
+                "_numba_substitutes.py",
                 "_numba_openmp.py",
                 "ir.py",
             )
@@ -272,3 +280,41 @@ def code_identity(dispatcher: Any) -> str:
     options = sorted((k, repr(o)) for k, o in dispatcher.targetoptions.items())
     hasher.function(dispatcher.py_func, options)
     return hasher.h.hexdigest()
+
+
+def code_key(
+    dispatcher: Any,
+    signature: tuple[Any, ...],
+    restype: Any,
+    numba_optimized: bool,
+    strided: bool,
+    threads: int = 1,
+) -> str | None:
+    """What identifies the module of this specialisation without compiling it: the
+    code identity of the function (``code_identity``), its types and form; None when
+    that identity is unsure (then the IR is made at once, and keys the caches)."""
+    try:
+        identity = code_identity(dispatcher)
+        types = " ".join(type_identity(t) for t in (*signature, restype))
+    except Unsure as exc:
+        log(f"'{dispatcher.py_func.__name__}': derivatives keyed on its IR ({exc})")
+        return None
+    return (
+        f"numba code {identity} ({types}) numba_optimized={numba_optimized} "
+        f"strided={strided} threads={threads} prepared={_numba_runtime.REVISION}"
+    )
+
+
+def type_identity(numba_type: Any) -> str:
+    """A Numba type as a cache key part. Numbers, arrays and tuples of them are what
+    their text says; a function passed as an argument is its code (its type's text
+    names only its address, which another process may give another function)."""
+    from numba.core import types
+
+    if isinstance(numba_type, types.Dispatcher):
+        return f"function {code_identity(numba_type.dispatcher)}"
+    if isinstance(numba_type, types.BaseTuple):
+        return f"({' '.join(type_identity(t) for t in numba_type.types)})"
+    if isinstance(numba_type, (types.Number, types.Boolean, types.Array, types.NoneType)):
+        return f"{type(numba_type).__qualname__}:{numba_type!r}"
+    raise Unsure(f"an argument or result of Numba type {numba_type}")

@@ -2,7 +2,7 @@
 replaced in the compile enzyme_py differentiates by implementations it can.
 
 enzyme_py differentiates a private compile of the user's function
-(``numba._ad_compile``); that compile's Python function is the user's, with its
+(``_numba_compile.ad_compile``); that compile's Python function is the user's, with its
 globals seen through ``with_substitutes``: the names bound to NumPy (``np``,
 ``numpy``, ``from numpy import sort``) see these instead of
 

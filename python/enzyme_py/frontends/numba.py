@@ -19,21 +19,20 @@ again in Python.
 
 from __future__ import annotations
 
-import ctypes
 import inspect
-import pickle
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from enzyme_py import _state
-from enzyme_py._log import log
 from enzyme_py._signature import Param
 from enzyme_py.frontends import _numba_runtime
-from enzyme_py.frontends._numba_identity import Unsure, code_identity
+from enzyme_py.frontends._numba_compile import ad_compile as _ad_compile
+from enzyme_py.frontends._numba_compile import is_parallel, serial_compile, with_boundscheck
+from enzyme_py.frontends._numba_errors import raise_numba_error
+from enzyme_py.frontends._numba_identity import code_key as _code_key
 from enzyme_py.frontends._numba_results import (
     SHAPE_MISMATCH,
     ResultPart,
@@ -48,21 +47,24 @@ from enzyme_py.frontends._numba_signatures import (
     returns_arrays,
     returns_value,
 )
-from enzyme_py.frontends._numba_substitutes import with_substitutes
 from enzyme_py.frontends.ir import IRFunction, SourceModule, function_of, parse_module
 
 __all__ = [
     "NumbaSignature",
     "is_dispatcher",
+    "is_parallel",
+    "raise_numba_error",
     "resolve_signature",
     "returns_arrays",
     "returns_value",
     "specialize",
+    "with_boundscheck",
 ]
+# _ad_compile and _code_key are looked up in this module when called (a test counts the
+# IR compiles by replacing _ad_compile here, another calls _code_key).
 
 WRAPPER = "__enzyme_py_numba_wrapper"
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
-_RETCODE_USEREXC = 1
 
 
 def is_dispatcher(f: Any) -> bool:
@@ -150,151 +152,6 @@ def _llvm_scalar(ctx: Any, numba_type: Any) -> str:
     return str(ty)
 
 
-def _ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """A compile of ``dispatcher``'s function for differentiation: its own code
-    without Numba's full module optimisation (loop unrolling and vectorisation make
-    Enzyme cache far more); the derivative is optimised after Enzyme.
-
-    A private clone of the dispatcher compiles it, after the original has compiled
-    the signature, so that every callee keeps its normal, fully optimised compile.
-    LLVM IR only where Numba allows (``_ad_compile_ir``); else (a function with
-    object-mode blocks, whose lifted code needs machine code) a full compile.
-    """
-    import numba
-
-    compile_if_missing(dispatcher, signature)
-    clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
-    try:
-        return _ad_compile_ir(clone, signature)
-    except Exception:  # the full compile below raises what is wrong, if anything
-        pass
-    return _ad_compile_full(clone, signature)
-
-
-def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> Any:
-    """``clone``'s compile through its dispatcher, with only Numba's first module
-    stage (opt=0: inlining, for its refcount pruning)."""
-    from numba.core import codegen
-    from numba.core.compiler_lock import global_compiler_lock
-
-    library_class = codegen.CPUCodeLibrary
-    full = library_class._optimize_final_module
-
-    def inline_only(self: Any) -> None:
-        pm = self._codegen._module_pass_manager(
-            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
-        )
-        pm.run(self._final_module)
-
-    with global_compiler_lock:
-        library_class._optimize_final_module = inline_only
-        try:
-            clone.compile(signature)
-        finally:
-            library_class._optimize_final_module = full
-    return clone.overloads[tuple(signature)]
-
-
-def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
-    """``_ad_compile_full``'s IR without what Numba's JIT needs and enzyme_py never
-    uses: no machine code (the compile is never called) and no wrappers for Python
-    or C callers, whose lowering and code generation were half of a first
-    derivative's time (about 0.2 s of Rosenbrock's 0.6 s on a loaded 2-core machine).
-    The compile result has the library (not finalized) and fndesc that
-    ``get_llvm_str()`` and the wrapper need."""
-    from numba.core import compiler
-    from numba.core.compiler_lock import global_compiler_lock
-
-    making = clone._compiler  # what Dispatcher.compile uses (_FunctionCompiler)
-    with global_compiler_lock:
-        flags = compiler.Flags()
-        making.targetdescr.options.parse_as_flags(flags, making.targetoptions)
-        flags = making._customize_flags(flags)
-        flags.no_compile = True
-        flags.no_cpython_wrapper = True
-        flags.no_cfunc_wrapper = True
-        cres = compiler.compile_extra(
-            making.targetdescr.typing_context,
-            making.targetdescr.target_context,
-            making._get_implementation(tuple(signature), {}),
-            args=tuple(signature),
-            return_type=None,
-            flags=flags,
-            locals=making.locals,
-            pipeline_class=making.pipeline_class,
-        )
-        if cres.typing_error is not None or cres.objectmode or cres.lifted:
-            raise RuntimeError("not a plain nopython compile")
-        library = cres.library
-        # What CPUCodeLibrary.finalize does before handing the module to Numba's
-        # JIT: the callees' (fully optimised) modules linked in, then the first
-        # module stage only, as in _ad_compile_full.
-        seen: set[int] = set()
-        for callee in library._linking_libraries:
-            if id(callee) not in seen:
-                seen.add(id(callee))
-                library._final_module.link_in(callee._get_module_for_linking(), preserve=True)
-        pm = library._codegen._module_pass_manager(
-            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
-        )
-        pm.run(library._final_module)
-    return cres
-
-
-def is_parallel(dispatcher: Any) -> bool:
-    """True for a dispatcher made with ``parallel=True``."""
-    return bool(dispatcher.targetoptions.get("parallel"))
-
-
-def _serial_options(dispatcher: Any) -> dict[str, Any]:
-    """The dispatcher's options for a private clone: no disk cache, and serial code.
-
-    A ``parallel=True`` function is differentiated as its serial twin: without
-    ``parallel``, Numba compiles ``prange`` as ``range`` and array expressions as
-    loops, the same arithmetic in one thread, which Enzyme differentiates (Numba's
-    parallel runtime, a gufunc launched through ``numba_parallel_for``, it cannot).
-    """
-    return {
-        k: v
-        for k, v in dispatcher.targetoptions.items()
-        if k not in ("cache", "nopython", "parallel")
-    }
-
-
-def _serial_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
-    """Numba's fully optimised compile of ``signature``: the dispatcher's own, or for a
-    ``parallel=True`` dispatcher that of its serial twin (see ``_serial_options``)."""
-    import numba
-
-    compile_if_missing(dispatcher, signature)
-    if not is_parallel(dispatcher):
-        return dispatcher.overloads[tuple(signature)]
-    twin = _serial_twins.get(dispatcher)
-    if twin is None:
-        twin = _serial_twins[dispatcher] = numba.njit(**_serial_options(dispatcher))(
-            dispatcher.py_func
-        )
-    twin.compile(signature)
-    return twin.overloads[tuple(signature)]
-
-
-_serial_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
-    """``dispatcher``, or a twin of it whose own indexing is checked as asked: ``None``
-    checks unless the dispatcher was made with ``boundscheck=False``. Functions the body
-    calls keep their own setting (Numba's flag is per function; ``NUMBA_BOUNDSCHECK``
-    overrides all)."""
-    import numba
-
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
-    wanted = options.get("boundscheck") is not False if boundscheck is None else boundscheck
-    if bool(options.get("boundscheck")) == wanted:
-        return dispatcher
-    return numba.njit(**{**options, "boundscheck": wanted})(dispatcher.py_func)
-
-
 _MEMO = "_enzyme_py_specialized"
 
 
@@ -336,8 +193,8 @@ def _specialize(
     """Compile ``dispatcher`` for ``signature`` and wrap it for the engine.
 
     By default from a compile without Numba's full module optimisation (see
-    ``_ad_compile``); ``numba_optimized=True`` takes the dispatcher's own compile,
-    for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
+    ``_numba_compile.ad_compile``); ``numba_optimized=True`` takes the dispatcher's own
+    compile, for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
     parameters of layouts other than C take their strides as hidden parameters (any
     layout passes); without it every array is passed C-contiguous. ``threads`` above 1,
     for a ``parallel=True`` dispatcher: its own parallel compile, each prange launch
@@ -517,7 +374,7 @@ def _specialize(
             if openmp:  # its own parallel compile, each prange launch an OpenMP loop
                 compiled.append(cres)
             elif numba_optimized:
-                compiled.append(_serial_compile(dispatcher, signature))
+                compiled.append(serial_compile(dispatcher, signature))
             else:
                 compiled.append(_ad_compile(dispatcher, signature))
         own = compiled[0]
@@ -590,44 +447,6 @@ NOALIAS = "<noalias>"
 _CALLEE = "<callee>"  # the mangled name of the compile whose IR is differentiated
 
 
-def _code_key(
-    dispatcher: Any,
-    signature: tuple[Any, ...],
-    restype: Any,
-    numba_optimized: bool,
-    strided: bool,
-    threads: int = 1,
-) -> str | None:
-    """What identifies the module of this specialisation without compiling it: the
-    code identity of the function (``_numba_identity``), its types and form; None when
-    that identity is unsure (then the IR is made at once, and keys the caches)."""
-    try:
-        identity = code_identity(dispatcher)
-        types = " ".join(_type_identity(t) for t in (*signature, restype))
-    except Unsure as exc:
-        log(f"'{dispatcher.py_func.__name__}': derivatives keyed on its IR ({exc})")
-        return None
-    return (
-        f"numba code {identity} ({types}) numba_optimized={numba_optimized} "
-        f"strided={strided} threads={threads} prepared={_numba_runtime.REVISION}"
-    )
-
-
-def _type_identity(numba_type: Any) -> str:
-    """A Numba type as a cache key part. Numbers, arrays and tuples of them are what
-    their text says; a function passed as an argument is its code (its type's text
-    names only its address, which another process may give another function)."""
-    from numba.core import types
-
-    if isinstance(numba_type, types.Dispatcher):
-        return f"function {code_identity(numba_type.dispatcher)}"
-    if isinstance(numba_type, types.BaseTuple):
-        return f"({' '.join(_type_identity(t) for t in numba_type.types)})"
-    if isinstance(numba_type, (types.Number, types.Boolean, types.Array, types.NoneType)):
-        return f"{type(numba_type).__qualname__}:{numba_type!r}"
-    raise Unsure(f"an argument or result of Numba type {numba_type}")
-
-
 def _simplified(module: SourceModule) -> SourceModule:
     """``module`` prepared for Enzyme (in place): Numba's temporaries made provably
     distinct, the callees Numba links in inlined, loop-invariant loads hoisted. What
@@ -678,39 +497,3 @@ def _without_reference_counting(ir: str) -> str:
     and Enzyme cannot differentiate through the atomic counter updates.
     """
     return _REFCOUNT_FUNCTION.sub(lambda m: m.group(1) + "\n  ret void\n}", ir)
-
-
-class _ExcInfo(ctypes.Structure):
-    _fields_ = [
-        ("pickled", ctypes.c_void_p),
-        ("size", ctypes.c_int32),
-        ("hash", ctypes.c_void_p),
-        ("fn", ctypes.c_void_p),
-        ("alloc", ctypes.c_int32),
-    ]
-
-
-def raise_numba_error(status: int, address: int, name: str) -> None:
-    """Raise the Python exception a Numba function reported (its status and the
-    address of its exception info)."""
-    if status == _RETCODE_USEREXC and address:
-        info = _ExcInfo.from_address(address)
-        if info.pickled and info.size > 0:
-            try:
-                exc_class, exc_args, *_ = pickle.loads(ctypes.string_at(info.pickled, info.size))
-            except Exception:  # not unpicklable here: the generic error below
-                exc_class = None
-            if isinstance(exc_class, type) and issubclass(exc_class, BaseException):
-                args = exc_args if isinstance(exc_args, tuple) else (exc_args,)
-                # Arguments known only at run time (raise E("at", i)) are placeholders
-                # (llvmlite constants) in the pickled part; their values are not kept.
-                args = tuple(
-                    "<a value known only at run time>"
-                    if type(a).__module__.startswith("llvmlite")
-                    else a
-                    for a in args
-                )
-                raise exc_class(*args)
-    raise RuntimeError(
-        f"the Numba function '{name}' failed with status {status} inside its derivative"
-    )

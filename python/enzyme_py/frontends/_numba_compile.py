@@ -1,0 +1,173 @@
+"""The compiles of a Numba function whose IR enzyme_py differentiates.
+
+By default a private clone's compile without Numba's full module optimisation
+(``ad_compile``: LLVM IR only where Numba allows, else a full compile at opt=0);
+``serial_compile`` for Numba's fully optimised one, the serial twin's for a
+``parallel=True`` dispatcher. Also the dispatcher's twin with bounds checking as asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from enzyme_py.frontends._numba_signatures import compile_if_missing
+from enzyme_py.frontends._numba_substitutes import with_substitutes
+
+
+def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """A compile of ``dispatcher``'s function for differentiation: its own code
+    without Numba's full module optimisation (loop unrolling and vectorisation make
+    Enzyme cache far more); the derivative is optimised after Enzyme.
+
+    A private clone of the dispatcher compiles it, after the original has compiled
+    the signature, so that every callee keeps its normal, fully optimised compile.
+    LLVM IR only where Numba allows (``_ad_compile_ir``); else (a function with
+    object-mode blocks, whose lifted code needs machine code) a full compile.
+    """
+    import numba
+
+    compile_if_missing(dispatcher, signature)
+    clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
+    try:
+        return _ad_compile_ir(clone, signature)
+    except Exception:  # the full compile below raises what is wrong, if anything
+        pass
+    return _ad_compile_full(clone, signature)
+
+
+def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> Any:
+    """``clone``'s compile through its dispatcher, with only Numba's first module
+    stage (opt=0: inlining, for its refcount pruning)."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock, _first_stage_only():
+        clone.compile(signature)
+    return clone.overloads[tuple(signature)]
+
+
+@contextlib.contextmanager
+def _first_stage_only() -> Iterator[None]:
+    """While active, every library Numba finalises gets only its first module stage
+    (opt=0: inlining): the clone's, and that of any callee compiled for the first
+    time inside it (the substitutes' helpers of ``_numba_substitutes``, whose fully
+    optimised, vectorised loops Enzyme cannot type). Callees compiled before keep
+    their full optimisation. Hold Numba's compiler lock."""
+    from numba.core import codegen
+
+    library_class = codegen.CPUCodeLibrary
+    full = library_class._optimize_final_module
+
+    def inline_only(self: Any) -> None:
+        pm = self._codegen._module_pass_manager(
+            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
+        )
+        pm.run(self._final_module)
+
+    library_class._optimize_final_module = inline_only
+    try:
+        yield
+    finally:
+        library_class._optimize_final_module = full
+
+
+def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
+    """``_ad_compile_full``'s IR without what Numba's JIT needs and enzyme_py never
+    uses: no machine code (the compile is never called) and no wrappers for Python
+    or C callers, whose lowering and code generation were half of a first
+    derivative's time (about 0.2 s of Rosenbrock's 0.6 s on a loaded 2-core machine).
+    The compile result has the library (not finalized) and fndesc that
+    ``get_llvm_str()`` and the wrapper need."""
+    from numba.core import compiler
+    from numba.core.compiler_lock import global_compiler_lock
+
+    making = clone._compiler  # what Dispatcher.compile uses (_FunctionCompiler)
+    with global_compiler_lock, _first_stage_only():
+        flags = compiler.Flags()
+        making.targetdescr.options.parse_as_flags(flags, making.targetoptions)
+        flags = making._customize_flags(flags)
+        flags.no_compile = True
+        flags.no_cpython_wrapper = True
+        flags.no_cfunc_wrapper = True
+        cres = compiler.compile_extra(
+            making.targetdescr.typing_context,
+            making.targetdescr.target_context,
+            making._get_implementation(tuple(signature), {}),
+            args=tuple(signature),
+            return_type=None,
+            flags=flags,
+            locals=making.locals,
+            pipeline_class=making.pipeline_class,
+        )
+        if cres.typing_error is not None or cres.objectmode or cres.lifted:
+            raise RuntimeError("not a plain nopython compile")
+        library = cres.library
+        # What CPUCodeLibrary.finalize does before handing the module to Numba's
+        # JIT: the callees' (fully optimised) modules linked in, then the first
+        # module stage only, as in _ad_compile_full.
+        seen: set[int] = set()
+        for callee in library._linking_libraries:
+            if id(callee) not in seen:
+                seen.add(id(callee))
+                library._final_module.link_in(callee._get_module_for_linking(), preserve=True)
+        pm = library._codegen._module_pass_manager(
+            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
+        )
+        pm.run(library._final_module)
+    return cres
+
+
+def is_parallel(dispatcher: Any) -> bool:
+    """True for a dispatcher made with ``parallel=True``."""
+    return bool(dispatcher.targetoptions.get("parallel"))
+
+
+def _serial_options(dispatcher: Any) -> dict[str, Any]:
+    """The dispatcher's options for a private clone: no disk cache, and serial code.
+
+    A ``parallel=True`` function is differentiated as its serial twin: without
+    ``parallel``, Numba compiles ``prange`` as ``range`` and array expressions as
+    loops, the same arithmetic in one thread, which Enzyme differentiates (Numba's
+    parallel runtime, a gufunc launched through ``numba_parallel_for``, it cannot).
+    """
+    return {
+        k: v
+        for k, v in dispatcher.targetoptions.items()
+        if k not in ("cache", "nopython", "parallel")
+    }
+
+
+def serial_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """Numba's fully optimised compile of ``signature``: the dispatcher's own, or for a
+    ``parallel=True`` dispatcher that of its serial twin (see ``_serial_options``)."""
+    import numba
+
+    compile_if_missing(dispatcher, signature)
+    if not is_parallel(dispatcher):
+        return dispatcher.overloads[tuple(signature)]
+    twin = _serial_twins.get(dispatcher)
+    if twin is None:
+        twin = _serial_twins[dispatcher] = numba.njit(**_serial_options(dispatcher))(
+            dispatcher.py_func
+        )
+    twin.compile(signature)
+    return twin.overloads[tuple(signature)]
+
+
+_serial_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def with_boundscheck(dispatcher: Any, boundscheck: bool | None) -> Any:
+    """``dispatcher``, or a twin of it whose own indexing is checked as asked: ``None``
+    checks unless the dispatcher was made with ``boundscheck=False``. Functions the body
+    calls keep their own setting (Numba's flag is per function; ``NUMBA_BOUNDSCHECK``
+    overrides all)."""
+    import numba
+
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
+    wanted = options.get("boundscheck") is not False if boundscheck is None else boundscheck
+    if bool(options.get("boundscheck")) == wanted:
+        return dispatcher
+    return numba.njit(**{**options, "boundscheck": wanted})(dispatcher.py_func)
