@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from enzyme_py.frontends._numba_signatures import compile_if_missing
-from enzyme_py.frontends._numba_substitutes import with_substitutes
+from enzyme_py.frontends._numba_substitutes import uses_substitutes, with_substitutes
 
 
 def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
@@ -31,10 +31,15 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
 
     compile_if_missing(dispatcher, signature)
     clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
-    try:
-        return _ad_compile_ir(clone, signature)
-    except Exception:  # the full compile below raises what is wrong, if anything
-        pass
+    if not uses_substitutes(dispatcher.py_func):
+        try:
+            return _ad_compile_ir(clone, signature)
+        except Exception:  # the full compile below raises what is wrong, if anything
+            pass
+    # The substitutes' helpers are compiled for the first time here: the full form
+    # gives them the first module stage only (fully optimised, their vectorised loops
+    # fail Enzyme's type analysis). The IR-only form with that stage for fresh callees
+    # gave np.max a wrong gradient, so functions using substitutes take this form.
     return _ad_compile_full(clone, signature)
 
 
@@ -84,7 +89,7 @@ def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
     from numba.core.compiler_lock import global_compiler_lock
 
     making = clone._compiler  # what Dispatcher.compile uses (_FunctionCompiler)
-    with global_compiler_lock, _first_stage_only():
+    with global_compiler_lock:
         flags = compiler.Flags()
         making.targetdescr.options.parse_as_flags(flags, making.targetoptions)
         flags = making._customize_flags(flags)

@@ -190,3 +190,13 @@ def with_substitutes(func: Any) -> Any:
 
 def _name_of(value: Any) -> str:
     return str(getattr(value, "__name__", ""))
+
+
+_SUBSTITUTED = frozenset(("sort", "median", "outer", "diff", "print"))
+
+
+def uses_substitutes(func: Any) -> bool:
+    """Whether ``func``'s code names a function this module substitutes (by name:
+    an over-approximation, which only costs the slower full compile)."""
+    code = getattr(func, "__code__", None)
+    return code is not None and not _SUBSTITUTED.isdisjoint(code.co_names)
