@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,3 +171,14 @@ def write_launch_results(
     table = "\n".join(lines) + "\n"
     (folder / f"{name}.md").write_text(table)
     return table
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for the benchmarks' machine line."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

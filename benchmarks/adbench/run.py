@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import cpu_model
+
 OBJECTIVES = ("gmm", "ba", "hand", "lstm")
 WHAT = {
     "gmm": "gradient (reverse)",
@@ -31,16 +33,6 @@ WHAT = {
     "hand": "Jacobian, 26 columns (forward: 13 calls of width 2)",
     "lstm": "gradient (reverse)",
 }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _time(fn: Callable[[], Any], budget_s: float, quick: bool) -> tuple[float, float]:
@@ -149,7 +141,7 @@ def run(quick: bool, only: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
     sizes = data.SIZES["quick" if quick else "full"]
     env = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "load_average_start": list(os.getloadavg()),
         "python": platform.python_version(),

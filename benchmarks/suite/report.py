@@ -12,17 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import cpu_model
 from benchmarks.suite.table import CONTENDERS, OWN_PRIMAL
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(dist: str) -> str | None:
@@ -75,7 +66,7 @@ def environment(
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "machine": platform.machine(),
         "platform": platform.platform(),
         "cpu_count": cores,
