@@ -22,10 +22,10 @@ SQUARE = "double sq(double x) { return x * x; }\n"
     ("source", "marker", "advice"),
     [
         (
-            "void *__enzyme_augmentfwd(void *, ...);\n"
-            "void *aug(double x) { return __enzyme_augmentfwd((void *)sq, x); }",
-            "__enzyme_augmentfwd",
-            "combined reverse derivatives",
+            "double __enzyme_fwdsplit(void *, ...);\n"
+            "double fs(double x) { return __enzyme_fwdsplit((void *)sq, x, 1.0, (void *)0); }",
+            "__enzyme_fwdsplit",
+            "differentiate the function from Python instead",
         ),
         (
             "double fwd_sq(double x, double dx) { return 2 * x * dx; }\n"
@@ -274,3 +274,108 @@ def test_true_derivatives_without_the_rules():
 def test_malformed_rule_global_is_an_error():
     with pytest.raises(ez.CompileError, match="__enzyme_register_gradient_sq"):
         ez.c(SQUARE + "void *__enzyme_register_gradient_sq[1] = {(void *)sq};")
+
+
+SPLIT = r"""
+#include <math.h>
+int enzyme_dup, enzyme_const, enzyme_allocated, enzyme_tape, enzyme_width, enzyme_dupv;
+void *__enzyme_augmentfwd(void *, ...);
+double __enzyme_augmentfwd_sized(void *, ...);
+void __enzyme_reverse(void *, ...);
+long __enzyme_augmentsize(void *, ...);
+double __enzyme_autodiff(void *, ...);
+
+void waves(const double *x, double *y, int n) {
+    for (int i = 0; i < n; ++i) y[i] = sin(x[i]) * x[i];
+}
+/* Split reverse mode: the seed of the reverse pass comes from the forward pass's output
+   (the gradient of sum(y^2)); the tape travels between them. */
+void split_grad(const double *x, double *dx, double *y, double *dy, int n) {
+    void *tape = __enzyme_augmentfwd((void *)waves, enzyme_dup, x, dx, enzyme_dup, y, dy,
+                                     enzyme_const, n);
+    for (int i = 0; i < n; ++i) dy[i] = 2.0 * y[i];
+    __enzyme_reverse((void *)waves, enzyme_dup, x, dx, enzyme_dup, y, dy, enzyme_const, n, tape);
+}
+double total(const double *x, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += sin(x[i]) * x[i];
+    return s;
+}
+/* The tape in the caller's memory (enzyme_allocated / enzyme_tape); the reverse pass's
+   seed for the active return is its last argument: the gradient of total^2. */
+double sized_grad(const double *x, double *dx, int n) {
+    long size = __enzyme_augmentsize((void *)total, enzyme_dup, enzyme_const);
+    char cache[size];
+    double v = __enzyme_augmentfwd_sized((void *)total, enzyme_allocated, size, enzyme_tape,
+                                         cache, enzyme_dup, x, dx, enzyme_const, n);
+    __enzyme_reverse((void *)total, enzyme_allocated, size, enzyme_tape, cache, enzyme_dup, x,
+                     dx, enzyme_const, n, 2.0 * v);
+    return v;
+}
+double quad(const double *x) { return x[0] * x[0] * x[1] + 3.0 * x[1]; }
+/* Two shadows, 2 doubles (16 bytes) apart: each gets the gradient. */
+void two_gradients(const double *x, double *shadows) {
+    __enzyme_autodiff((void *)quad, enzyme_width, 2, enzyme_dupv, (long)(2 * sizeof(double)), x,
+                      shadows);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def split():
+    return ez.c(SPLIT)
+
+
+def _waves_derivative(x):
+    return np.cos(x) * x + np.sin(x)
+
+
+def test_split_reverse_markers(split):
+    x = np.linspace(0.2, 1.9, 5)
+    dx, y, dy = np.zeros(5), np.zeros(5), np.zeros(5)
+    split.split_grad(x, dx, y, dy, 5)
+    np.testing.assert_allclose(y, np.sin(x) * x, rtol=1e-14)
+    np.testing.assert_allclose(dx, 2 * y * _waves_derivative(x), rtol=1e-13)
+    reference = _fd(lambda z: float(np.sum((np.sin(z) * z) ** 2)), x)
+    np.testing.assert_allclose(dx, reference, rtol=1e-6)
+
+
+def test_split_reverse_markers_with_a_caller_allocated_tape(split):
+    x = np.linspace(0.2, 1.9, 5)
+    dx = np.zeros(5)
+    v = split.sized_grad(x, dx, 5)
+    assert v == pytest.approx(split.total(x, 5), rel=1e-14)
+    np.testing.assert_allclose(dx, 2 * v * _waves_derivative(x), rtol=1e-13)
+    np.testing.assert_allclose(dx, _fd(lambda z: split.total(z, 5) ** 2, x), rtol=1e-6)
+
+
+def test_dupv_fills_each_shadow(split):
+    x = np.array([2.0, 5.0])
+    shadows = np.zeros(4)
+    split.two_gradients(x, shadows)
+    gradient = [2 * x[0] * x[1], x[0] ** 2 + 3.0]
+    np.testing.assert_allclose(shadows, gradient * 2, rtol=1e-14)
+
+
+CPP_RULES = r"""
+#include <cmath>
+double cube(double x) { return x * x * x; }
+/* Enzyme's forward rule for a scalar function returns {value, tangent}. */
+struct value_tangent { double value, tangent; };
+value_tangent fwd_cube(double x, double dx) { return {x * x * x, 5.0 * x * dx}; }
+void *__enzyme_register_derivative_cube[2] = {(void *)cube, (void *)fwd_cube};
+[[clang::annotate("enzyme_inactive")]] double shift(double x) { return x * x; }
+extern "C" double f(double x) { return cube(x) + std::sin(x) + shift(x); }
+"""
+
+
+def test_cpp_rule_globals_are_honoured_by_ez_autodiff():
+    m = ez.cpp(CPP_RULES)
+    value, tangent = ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Dual)(1.3, 1.0)
+    assert value == pytest.approx(1.3**3 + np.sin(1.3) + 1.3**2, rel=1e-14)
+    assert tangent == pytest.approx(5 * 1.3 + np.cos(1.3), rel=1e-14)
+
+
+def test_a_rule_global_clang_drops_is_an_error():
+    with pytest.raises(ez.CompileError, match="__enzyme_inactivefn.*declare it without static"):
+        ez.c(SQUARE + "static void *__enzyme_inactivefn[1] = {(void *)sq};")

@@ -17,8 +17,11 @@ forked child:
 - ``__attribute__((annotate("enzyme_inactive")))`` on a function (clang without Enzyme's
   clang plugin has no ``enzyme_inactive`` attribute): the same ``enzyme_inactive``
   function attribute as ``__enzyme_inactivefn``;
-- calls of ``__enzyme_autodiff`` and ``__enzyme_fwddiff`` (with the activity globals):
-  Enzyme's ``enzyme`` pass on the optimised module, as the clang plugin runs it.
+- calls of ``__enzyme_autodiff`` and ``__enzyme_fwddiff``, and split reverse mode's
+  ``__enzyme_augmentfwd`` / ``__enzyme_reverse`` / ``__enzyme_augmentsize`` (with the
+  activity globals, ``enzyme_width`` / ``enzyme_dupv`` and ``enzyme_allocated`` /
+  ``enzyme_tape`` included): Enzyme's ``enzyme`` pass on the optimised module, as the
+  clang plugin runs it.
 
 Every other marker makes ``ez.c`` raise ``CompileError`` naming it and what to write with
 enzyme_py instead.
@@ -68,14 +71,6 @@ _FUNCTION_MARKERS = (
     ("__enzyme_autodiff", _DIFFERENTIATE),
     ("__enzyme_fwddiff", _DIFFERENTIATE),
     ("__enzyme_fwdsplit", _DIFFERENTIATE),
-    (
-        "__enzyme_augmentfwd",
-        "enzyme_py builds combined reverse derivatives: ez.autodiff(m.f, ez.Reverse, ...)",
-    ),
-    (
-        "__enzyme_reverse",
-        "enzyme_py builds combined reverse derivatives: ez.autodiff(m.f, ez.Reverse, ...)",
-    ),
     ("__enzyme_batch", "use width=k with ez.autodiff (batched forward or reverse mode)"),
     ("__enzyme_inactive", _INACTIVE),
 )
@@ -104,6 +99,10 @@ _RULE_GLOBALS = (
     "__enzyme_function_like",
 )
 _HONOURED_ANNOTATIONS = ("enzyme_inactive",)
+# A rule global's definition in the source (an array of pointers).
+_RULE_DECLARED = re.compile(
+    r"\b(__enzyme_(?:register_gradient|register_derivative|inactivefn|function_like)\w*)\s*\["
+)
 # In the source: a reason to look at the IR before clang's optimisation pipeline
 # (which may drop a static rule global or inline a function before it is marked).
 _RULES_IN_SOURCE = re.compile(
@@ -156,7 +155,13 @@ def _markers(ir_text: str) -> list[tuple[str, str]]:
 
 
 # What Enzyme's pass is run for; the activity globals only mean something inside them.
-_HONOURED_CALLS = ("__enzyme_autodiff", "__enzyme_fwddiff")
+_HONOURED_CALLS = (
+    "__enzyme_autodiff",
+    "__enzyme_fwddiff",
+    "__enzyme_augmentfwd",
+    "__enzyme_reverse",
+    "__enzyme_augmentsize",
+)
 _MARKER_CALL = re.compile(r"call [^\n]*@\"?\w*__enzyme_(?!py_)\w*")
 
 
@@ -210,12 +215,19 @@ def honour_or_refuse(
     found = dict(_found(ir_text, diagnostics, source))
     if raw:
         found.update(_found(raw, "", ""))
-    refused = sorted((n, a) for n, a in found.items() if not _honoured(n))
+    defined = set(found)
+    for name in sorted(set(_RULE_DECLARED.findall(source)) - set(found)):
+        found[name] = (
+            "declared in the source but not in the module clang made (clang drops a static "
+            "global nothing uses before any pass sees it): declare it without static"
+        )
+    refused = sorted((n, a) for n, a in found.items() if not _honoured(n) or n not in defined)
     if refused:
         lines = "\n".join(f"- {name}: {advice}" for name, advice in refused)
         raise CompileError(
             f"the {lang} source uses Enzyme's clang-plugin interface beyond what enzyme_py "
-            "runs (Enzyme's pass for __enzyme_autodiff and __enzyme_fwddiff calls, and its "
+            "runs (Enzyme's pass for __enzyme_autodiff, __enzyme_fwddiff, __enzyme_augmentfwd, "
+            "__enzyme_reverse and __enzyme_augmentsize calls, and its "
             "__enzyme_register_gradient_* / __enzyme_register_derivative_* / "
             '__enzyme_inactivefn / __enzyme_function_like globals, annotate("enzyme_inactive")): '
             f"ignored, these would change gradients without a word, so they are refused:\n{lines}"
