@@ -379,3 +379,20 @@ def test_cpp_rule_globals_are_honoured_by_ez_autodiff():
 def test_a_rule_global_clang_drops_is_an_error():
     with pytest.raises(ez.CompileError, match="__enzyme_inactivefn.*declare it without static"):
         ez.c(SQUARE + "static void *__enzyme_inactivefn[1] = {(void *)sq};")
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ('__attribute__((annotate("enzyme_inactive"))) double g = 2.0;', "on g"),
+        (
+            "double h(double x) {\n"
+            '    __attribute__((annotate("enzyme_inactive"))) double t = x * x;\n'
+            "    return t;\n}",
+            "on a local variable",
+        ),
+    ],
+)
+def test_inactive_annotation_on_a_variable_is_an_error(source, what):
+    with pytest.raises(ez.CompileError, match=rf'annotate\("enzyme_inactive"\) {what}'):
+        ez.c(SQUARE + source)

@@ -106,7 +106,7 @@ _RULE_DECLARED = re.compile(
 # In the source: a reason to look at the IR before clang's optimisation pipeline
 # (which may drop a static rule global or inline a function before it is marked).
 _RULES_IN_SOURCE = re.compile(
-    r"__enzyme_(register_(gradient|derivative)|inactivefn|function_like)|annotate"
+    r"__enzyme_(register_(gradient|derivative)|inactivefn|function_like)|annotate\s*\(\s*\"enzyme_"
 )
 
 
@@ -182,7 +182,38 @@ def _found(ir_text: str, diagnostics: str, source: str) -> list[tuple[str, str]]
                 'the annotation enzyme_py honours is "enzyme_inactive"',
             )
         )
+    found.extend(_misplaced_annotations(ir_text))
     return found
+
+
+_STRING = re.compile(r'^@("?[^\s"=]+"?) = [^\n]*c"(enzyme_\w*)\\00", section "llvm.metadata"', re.M)
+_GLOBAL_ANNOTATIONS = re.compile(r"^@llvm\.global\.annotations = [^\n]*", re.M)
+# One entry: the annotated global (through a bitcast or not), then its string.
+_ENTRY = re.compile(r"\{ i8\* (?:bitcast \([^@]*)?@(\"[^\"]+\"|[\w.$]+)[^@]*@(\"[^\"]+\"|[\w.$]+)")
+_LOCAL_ANNOTATION = re.compile(r"call [^\n]*@llvm\.(?:var|ptr)\.annotation[^\n]*")
+
+
+def _misplaced_annotations(ir_text: str) -> list[tuple[str, str]]:
+    """annotate("enzyme_...") on what is not a function (a global or local variable):
+    enzyme_py marks functions only."""
+    strings = dict(_STRING.findall(ir_text))
+    if not strings:
+        return []
+    functions = {n for _, n in _DECLARED.findall(ir_text)} | {
+        n for _, n in _DEFINED.findall(ir_text)
+    }
+    misplaced = []
+    advice = "enzyme_py honours the annotation on functions only"
+    for line in _GLOBAL_ANNOTATIONS.findall(ir_text):
+        for target, string in _ENTRY.findall(line):
+            name = target.strip('"')
+            if string in strings and name not in functions:
+                misplaced.append((f'annotate("{strings[string]}") on {name}', advice))
+    for call in _LOCAL_ANNOTATION.findall(ir_text):
+        for string, text in strings.items():
+            if re.search(rf"@{re.escape(string)}\b", call):
+                misplaced.append((f'annotate("{text}") on a local variable', advice))
+    return misplaced
 
 
 def _honoured(name: str) -> bool:
@@ -190,7 +221,7 @@ def _honoured(name: str) -> bool:
         name in _ACTIVITY_GLOBALS
         or any(c in name for c in _HONOURED_CALLS)
         or _is_rule_global(name)
-        or any(f'annotate("{a}")' in name for a in _HONOURED_ANNOTATIONS)
+        or any(name == f'__attribute__((annotate("{a}")))' for a in _HONOURED_ANNOTATIONS)
     )
 
 
