@@ -396,3 +396,13 @@ def test_a_rule_global_clang_drops_is_an_error():
 def test_inactive_annotation_on_a_variable_is_an_error(source, what):
     with pytest.raises(ez.CompileError, match=rf'annotate\("enzyme_inactive"\) {what}'):
         ez.c(SQUARE + source)
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O1"], ["-O3", "-fvectorize"]])
+def test_rule_globals_under_other_optimisation_levels(flags):
+    m = ez.c(RULES, flags)
+    x = 1.3
+    assert m.df(x) == pytest.approx(_registered_reverse(x), rel=1e-14)
+    assert m.tf(x, 1.0) == pytest.approx(_registered_forward(x), rel=1e-14)
+    _, dx = ez.autodiff(m.f, ez.Reverse, ez.Active, ez.Active)(x, 1.0)
+    assert dx == pytest.approx(_registered_reverse(x), rel=1e-14)
