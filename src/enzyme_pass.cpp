@@ -1,15 +1,10 @@
 #include "enzyme_pass.h"
 
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
 #include <stdexcept>
 
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
@@ -23,14 +18,39 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include "enzyme_plugin.h"
+#include "isolation.h"
 #include "rewrites.h"
 
 namespace enzyme_py {
 namespace {
 
+// `__attribute__((annotate("enzyme_inactive")))` on a function (clang without
+// Enzyme's clang plugin has no enzyme_inactive attribute): the string function
+// attribute "enzyme_inactive" Enzyme reads, and noinline, as Enzyme's
+// preserve-nvvm pass gives the functions an __enzyme_inactivefn global names.
+void annotations_to_attributes(llvm::Module &mod) {
+  llvm::GlobalVariable *annotations = mod.getGlobalVariable("llvm.global.annotations");
+  if (!annotations || !annotations->hasInitializer()) return;
+  auto *entries = llvm::dyn_cast<llvm::ConstantArray>(annotations->getInitializer());
+  if (!entries) return;
+  for (const llvm::Use &use : entries->operands()) {
+    auto *entry = llvm::dyn_cast<llvm::ConstantStruct>(use.get());
+    if (!entry || entry->getNumOperands() < 2) continue;
+    auto *fn = llvm::dyn_cast<llvm::Function>(entry->getOperand(0)->stripPointerCasts());
+    auto *text = llvm::dyn_cast<llvm::GlobalVariable>(entry->getOperand(1)->stripPointerCasts());
+    if (!fn || !text || !text->hasInitializer()) continue;
+    auto *data = llvm::dyn_cast<llvm::ConstantDataArray>(text->getInitializer());
+    if (!data || !data->isCString() || data->getAsCString() != "enzyme_inactive") continue;
+    fn->addFnAttr("enzyme_inactive");
+    fn->removeFnAttr(llvm::Attribute::AlwaysInline);
+    fn->addFnAttr(llvm::Attribute::NoInline);
+  }
+}
+
 // In the child: parse, run the pass, print. Any failure is a message on stderr
 // and a non-zero exit.
-std::string transform(const std::string &plugin_path, const std::string &ir_text) {
+std::string transform(const std::string &plugin_path, const std::string &ir_text,
+                      const std::string &passes) {
   llvm::LLVMContext ctx;
   ctx.setOpaquePointers(false);
   llvm::SMDiagnostic diag;
@@ -51,9 +71,11 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
   llvm::ModulePassManager mpm;
-  if (llvm::Error err = pb.parsePassPipeline(mpm, "enzyme")) {
-    throw std::runtime_error("the plugin has no 'enzyme' pass: " + llvm::toString(std::move(err)));
+  if (llvm::Error err = pb.parsePassPipeline(mpm, passes)) {
+    throw std::runtime_error("the plugin cannot run -passes=" + passes + ": " +
+                             llvm::toString(std::move(err)));
   }
+  annotations_to_attributes(*mod);
   strip_scoped_noalias(llvm::wrap(mod.get()));  // see rewrites.h
   mpm.run(*mod, mam);
   std::string verify;
@@ -67,67 +89,28 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
   return os.str();
 }
 
-std::string read_fd(int fd) {
-  std::string data;
-  ::lseek(fd, 0, SEEK_SET);
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(chunk, static_cast<size_t>(n));
-  }
-  return data;
-}
-
 }  // namespace
 
-std::string run_enzyme_pass(const std::string &plugin_path, const std::string &ir_text) {
-  int result = static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_pass", 0));
-  int errors = static_cast<int>(::syscall(SYS_memfd_create, "enzyme_py_pass_err", 0));
-  if (result < 0 || errors < 0) throw std::runtime_error("memfd_create failed");
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::dup2(errors, STDERR_FILENO);
-    for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) ::signal(sig, SIG_DFL);
-    // Enzyme's own reporting: an error it would hand to enzyme_py's handler (and
-    // carry on past) ends the child instead.
+std::string run_enzyme_pass(const std::string &plugin_path, const std::string &ir_text,
+                            const std::string &passes) {
+  // Enzyme's own reporting: an error it would hand to enzyme_py's handler (and
+  // carry on past) ends the child instead.
+  auto setup = [] {
     if (enzyme_loaded()) *enzyme_api().CustomErrorHandler = nullptr;
-    int status = 0;
-    try {
-      std::string text = transform(plugin_path, ir_text);
-      size_t done = 0;
-      while (done < text.size()) {
-        ssize_t n = ::write(result, text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        done += static_cast<size_t>(n);
-      }
-      status = done == text.size() ? 0 : 3;
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      status = 2;
-    }
-    std::fflush(stderr);
-    ::_exit(status);
+  };
+  auto build = [&] {
+    Artifact art;
+    art.optimized_ir = transform(plugin_path, ir_text, passes);
+    return art;
+  };
+  try {
+    return build_in_child("the module's Enzyme markers (-passes=" + passes + ")", setup, build,
+                          nullptr, nullptr)
+        .optimized_ir;
+  } catch (const std::exception &e) {
+    // EnzymeFailure and BuildCrashed included: one kind for the caller.
+    throw std::runtime_error(std::string("Enzyme's pass failed on the module: ") + e.what());
   }
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) break;
-  }
-  std::string err = read_fd(errors);
-  std::string text = read_fd(result);
-  ::close(errors);
-  ::close(result);
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    if (err.size() > 4000) err = "..." + err.substr(err.size() - 4000);
-    throw std::runtime_error("Enzyme's pass failed on the module (" +
-                             std::string(WIFSIGNALED(wstatus) ? "killed by a signal" : "exited") +
-                             "): " + err);
-  }
-  return text;
 }
 
 }  // namespace enzyme_py

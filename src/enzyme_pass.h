@@ -7,10 +7,15 @@
 
 namespace enzyme_py {
 
-// The IR text after `-passes=enzyme`, from a forked child: an abort inside
+// The IR text after the plugin's `-passes=<passes>` ("enzyme": the marker calls;
+// "preserve-nvvm": the rule and inactivity globals become the metadata and
+// attributes Enzyme reads), from a forked child (isolation.h): an abort inside
 // Enzyme, or an error it reports, throws std::runtime_error with its output and
 // leaves this process alone. Enzyme reports its errors itself there (no custom
 // handler), so a marker it cannot honour is an error, never a skipped call.
-std::string run_enzyme_pass(const std::string &plugin_path, const std::string &ir_text);
+// Functions annotated "enzyme_inactive" (__attribute__((annotate(...)))) get
+// Enzyme's enzyme_inactive function attribute first.
+std::string run_enzyme_pass(const std::string &plugin_path, const std::string &ir_text,
+                            const std::string &passes = "enzyme");
 
 }  // namespace enzyme_py

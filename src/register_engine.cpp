@@ -51,11 +51,13 @@ void register_engine(py::module_ &m) {
       "Load the Enzyme plugin at `plugin_path` and create the engine (once per process).");
   m.def(
       "run_enzyme_pass",
-      [](const std::string &ir_text) { return run_enzyme_pass(enzyme_api().path, ir_text); },
-      py::arg("ir_text"),
-      "IR text after Enzyme's own pass (-passes=enzyme), run in a forked child: what\n"
-      "__enzyme_autodiff / __enzyme_fwddiff calls in C code become. RuntimeError with\n"
-      "Enzyme's output when it fails.");
+      [](const std::string &ir_text, const std::string &passes) {
+        return run_enzyme_pass(enzyme_api().path, ir_text, passes);
+      },
+      py::arg("ir_text"), py::arg("passes") = "enzyme",
+      "IR text after the plugin's passes (-passes=enzyme: what __enzyme_autodiff /\n"
+      "__enzyme_fwddiff calls in C code become; preserve-nvvm: rule globals to Enzyme's\n"
+      "metadata), run in a forked child. RuntimeError with Enzyme's output when it fails.");
   m.def("loaded", []() { return static_cast<bool>(engine); });
   m.def("plugin_path", []() { return enzyme_api().path; });
   m.def("host", []() {

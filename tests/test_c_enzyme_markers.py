@@ -1,6 +1,9 @@
 """Enzyme's clang-plugin interface inside ez.c / ez.cpp source (issue 18, item 1):
 __enzyme_autodiff / __enzyme_fwddiff calls are honoured (Enzyme's own pass runs on the
-module), checked against finite differences; every other marker is refused with a
+module), checked against finite differences; the rule and inactivity globals
+(__enzyme_register_gradient_* / __enzyme_register_derivative_*, __enzyme_inactivefn,
+__enzyme_function_like) and annotate("enzyme_inactive") are honoured as Enzyme honours
+them, by the marker calls and by ez.autodiff; every other marker is refused with a
 CompileError naming it and what to write with enzyme_py instead, never ignored."""
 
 import re
@@ -19,38 +22,32 @@ SQUARE = "double sq(double x) { return x * x; }\n"
     ("source", "marker", "advice"),
     [
         (
-            "void *__enzyme_augmentfwd(void *, ...);\n"
-            "void *aug(double x) { return __enzyme_augmentfwd((void *)sq, x); }",
-            "__enzyme_augmentfwd",
-            "combined reverse derivatives",
-        ),
-        (
-            "double aug_sq(double x) { return x; }\ndouble rev_sq(double x, double d) "
-            "{ return d; }\nvoid *__enzyme_register_gradient_sq[3] = "
-            "{(void *)sq, (void *)aug_sq, (void *)rev_sq};",
-            "__enzyme_register_gradient_sq",
-            r"ez.register_gradient\('sq', augment=m.aug_sq, gradient=m.rev_sq\)",
+            "double __enzyme_fwdsplit(void *, ...);\n"
+            "double fs(double x) { return __enzyme_fwdsplit((void *)sq, x, 1.0, (void *)0); }",
+            "__enzyme_fwdsplit",
+            "differentiate the function from Python instead",
         ),
         (
             "double fwd_sq(double x, double dx) { return 2 * x * dx; }\n"
-            "void *__enzyme_register_derivative_sq[2] = {(void *)sq, (void *)fwd_sq};",
-            "__enzyme_register_derivative_sq",
+            "void *__enzyme_register_splitderivative_sq[3] = {(void *)sq, (void *)fwd_sq, "
+            "(void *)fwd_sq};",
+            "__enzyme_register_splitderivative_sq",
             r"ez.register_derivative\('sq', forward=m.fwd_sq\)",
         ),
         (
-            "void *__enzyme_inactivefn[1] = {(void *)sq};",
-            "__enzyme_inactivefn",
-            "no inactivity marker: pass the inputs it should not differentiate as ez.Const",
+            "double g = 1.0;\nvoid *__enzyme_inactive_global[1] = {(void *)&g};",
+            "__enzyme_inactive_global",
+            "no equivalent of inactive globals",
         ),
         (
-            'void *__enzyme_function_like[2] = {(void *)sq, (void *)"sqrt"};',
-            "__enzyme_function_like",
-            "give the function rules instead",
+            '__attribute__((annotate("enzyme_nofree"))) double keep(double x) { return x; }',
+            r'annotate\("enzyme_nofree"\)',
+            'the annotation enzyme_py honours is "enzyme_inactive"',
         ),
         (
             "__attribute__((enzyme_inactive)) double logger(double x) { return x; }",
             r"__attribute__\(\(enzyme_inactive\)\)",
-            "rule with a zero derivative",
+            r'annotate\("enzyme_inactive"\)',
         ),
     ],
 )
@@ -175,3 +172,237 @@ def test_cpp_marker_is_honoured():
         "double df(double x) { return __enzyme_autodiff((void *)f, x); }"
     )
     assert m.df(0.7) == pytest.approx(np.cos(0.7) * 0.7 + np.sin(0.7), rel=1e-14)
+
+
+RULES = r"""
+#include <math.h>
+#include <stddef.h>
+double __enzyme_autodiff(void *, ...);
+double __enzyme_fwddiff(void *, ...);
+
+/* Rules that deliberately differ from the true derivative (3 x^2): Enzyme uses them. */
+void cube(const double *x, double *y) { *y = *x * *x * *x; }
+void *aug_cube(const double *x, const double *dx, double *y, double *dy) {
+    *y = *x * *x * *x;
+    return NULL;
+}
+void rev_cube(const double *x, double *dx, const double *y, double *dy, void *tape) {
+    *dx += 7.0 * *x * *dy;
+    *dy = 0.0;
+}
+void fwd_cube(const double *x, const double *dx, double *y, double *dy) {
+    *y = *x * *x * *x;
+    *dy = 5.0 * *x * *dx;
+}
+void *__enzyme_register_gradient_cube[3] = {(void *)cube, (void *)aug_cube, (void *)rev_cube};
+void *__enzyme_register_derivative_cube[2] = {(void *)cube, (void *)fwd_cube};
+
+/* Inactive: no derivative, though clang -O2 would inline both. */
+double scale(double x) { return 3.0 * x; }
+void *__enzyme_inactivefn_scale[1] = {(void *)scale};
+__attribute__((annotate("enzyme_inactive"))) double shift(double x) { return x * x; }
+
+/* Differentiated as log (1/x), whatever its body computes (2x). */
+double fake_log(double x) { return 2.0 * x; }
+void *__enzyme_function_like_log[2] = {(void *)fake_log, (void *)"log"};
+
+double f(double x) {
+    double y;
+    cube(&x, &y);
+    return y + sin(x) + scale(x) + shift(x) + fake_log(x);
+}
+double df(double x) { return __enzyme_autodiff((void *)f, x); }
+double tf(double x, double dx) { return __enzyme_fwddiff((void *)f, x, dx); }
+"""
+
+
+def _registered_reverse(x):
+    return 7 * x + np.cos(x) + 1 / x
+
+
+def _registered_forward(x):
+    return 5 * x + np.cos(x) + 1 / x
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return ez.c(RULES)
+
+
+def test_rule_globals_are_honoured_by_marker_calls(rules):
+    for x in (0.4, 1.3, 2.0):
+        assert rules.df(x) == pytest.approx(_registered_reverse(x), rel=1e-14)
+        assert rules.tf(x, 0.5) == pytest.approx(0.5 * _registered_forward(x), rel=1e-14)
+        # The primal is the function's own body.
+        assert rules.f(x) == pytest.approx(x**3 + np.sin(x) + 3 * x + x * x + 2 * x, rel=1e-14)
+
+
+def test_rule_globals_are_honoured_by_ez_autodiff(rules):
+    reverse = ez.autodiff(rules.f, ez.Reverse, ez.Active, ez.Active)
+    forward = ez.autodiff(rules.f, ez.Forward, ez.Dual, ez.Dual)
+    for x in (0.4, 1.3, 2.0):
+        primal, dx = reverse(x, 1.0)
+        assert dx == pytest.approx(_registered_reverse(x), rel=1e-14)
+        assert primal == pytest.approx(rules.f(x), rel=1e-14)
+        primal, tangent = forward(x, 0.5)
+        assert tangent == pytest.approx(0.5 * _registered_forward(x), rel=1e-14)
+
+
+def test_a_registered_rule_is_used_for_the_function_itself(rules):
+    x, dx, y, dy = np.array([1.5]), np.zeros(1), np.zeros(1), np.array([2.0])
+    ez.autodiff(rules.cube, ez.Reverse, ez.Duplicated, ez.DuplicatedOnly)(x, dx, y, dy)
+    assert dx[0] == pytest.approx(7 * 1.5 * 2.0, rel=1e-14)
+    dy = np.zeros(1)
+    ez.autodiff(rules.cube, ez.Forward, ez.Dual, ez.Dual)(x, np.array([1.0]), y, dy)
+    assert dy[0] == pytest.approx(5 * 1.5, rel=1e-14)
+
+
+def test_true_derivatives_without_the_rules():
+    # The same module without the globals: Enzyme's own derivatives (finite differences).
+    plain = RULES.split("void *__enzyme_register_gradient_cube")[0] + (
+        "double scale(double x) { return 3.0 * x; }\n"
+        "double f(double x) { double y; cube(&x, &y); return y + sin(x) + scale(x); }\n"
+    )
+    m = ez.c(plain)
+    x = np.array([1.3])
+    reference = _fd(lambda z: m.f(float(z[0])), x)[0]
+    assert ez.autodiff(m.f, ez.Reverse, ez.Active, ez.Active)(1.3, 1.0)[1] == pytest.approx(
+        reference, rel=1e-7
+    )
+
+
+def test_malformed_rule_global_is_an_error():
+    with pytest.raises(ez.CompileError, match="__enzyme_register_gradient_sq"):
+        ez.c(SQUARE + "void *__enzyme_register_gradient_sq[1] = {(void *)sq};")
+
+
+SPLIT = r"""
+#include <math.h>
+int enzyme_dup, enzyme_const, enzyme_allocated, enzyme_tape, enzyme_width, enzyme_dupv;
+void *__enzyme_augmentfwd(void *, ...);
+double __enzyme_augmentfwd_sized(void *, ...);
+void __enzyme_reverse(void *, ...);
+long __enzyme_augmentsize(void *, ...);
+double __enzyme_autodiff(void *, ...);
+
+void waves(const double *x, double *y, int n) {
+    for (int i = 0; i < n; ++i) y[i] = sin(x[i]) * x[i];
+}
+/* Split reverse mode: the seed of the reverse pass comes from the forward pass's output
+   (the gradient of sum(y^2)); the tape travels between them. */
+void split_grad(const double *x, double *dx, double *y, double *dy, int n) {
+    void *tape = __enzyme_augmentfwd((void *)waves, enzyme_dup, x, dx, enzyme_dup, y, dy,
+                                     enzyme_const, n);
+    for (int i = 0; i < n; ++i) dy[i] = 2.0 * y[i];
+    __enzyme_reverse((void *)waves, enzyme_dup, x, dx, enzyme_dup, y, dy, enzyme_const, n, tape);
+}
+double total(const double *x, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += sin(x[i]) * x[i];
+    return s;
+}
+/* The tape in the caller's memory (enzyme_allocated / enzyme_tape); the reverse pass's
+   seed for the active return is its last argument: the gradient of total^2. */
+double sized_grad(const double *x, double *dx, int n) {
+    long size = __enzyme_augmentsize((void *)total, enzyme_dup, enzyme_const);
+    char cache[size];
+    double v = __enzyme_augmentfwd_sized((void *)total, enzyme_allocated, size, enzyme_tape,
+                                         cache, enzyme_dup, x, dx, enzyme_const, n);
+    __enzyme_reverse((void *)total, enzyme_allocated, size, enzyme_tape, cache, enzyme_dup, x,
+                     dx, enzyme_const, n, 2.0 * v);
+    return v;
+}
+double quad(const double *x) { return x[0] * x[0] * x[1] + 3.0 * x[1]; }
+/* Two shadows, 2 doubles (16 bytes) apart: each gets the gradient. */
+void two_gradients(const double *x, double *shadows) {
+    __enzyme_autodiff((void *)quad, enzyme_width, 2, enzyme_dupv, (long)(2 * sizeof(double)), x,
+                      shadows);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def split():
+    return ez.c(SPLIT)
+
+
+def _waves_derivative(x):
+    return np.cos(x) * x + np.sin(x)
+
+
+def test_split_reverse_markers(split):
+    x = np.linspace(0.2, 1.9, 5)
+    dx, y, dy = np.zeros(5), np.zeros(5), np.zeros(5)
+    split.split_grad(x, dx, y, dy, 5)
+    np.testing.assert_allclose(y, np.sin(x) * x, rtol=1e-14)
+    np.testing.assert_allclose(dx, 2 * y * _waves_derivative(x), rtol=1e-13)
+    reference = _fd(lambda z: float(np.sum((np.sin(z) * z) ** 2)), x)
+    np.testing.assert_allclose(dx, reference, rtol=1e-6)
+
+
+def test_split_reverse_markers_with_a_caller_allocated_tape(split):
+    x = np.linspace(0.2, 1.9, 5)
+    dx = np.zeros(5)
+    v = split.sized_grad(x, dx, 5)
+    assert v == pytest.approx(split.total(x, 5), rel=1e-14)
+    np.testing.assert_allclose(dx, 2 * v * _waves_derivative(x), rtol=1e-13)
+    np.testing.assert_allclose(dx, _fd(lambda z: split.total(z, 5) ** 2, x), rtol=1e-6)
+
+
+def test_dupv_fills_each_shadow(split):
+    x = np.array([2.0, 5.0])
+    shadows = np.zeros(4)
+    split.two_gradients(x, shadows)
+    gradient = [2 * x[0] * x[1], x[0] ** 2 + 3.0]
+    np.testing.assert_allclose(shadows, gradient * 2, rtol=1e-14)
+
+
+CPP_RULES = r"""
+#include <cmath>
+double cube(double x) { return x * x * x; }
+/* Enzyme's forward rule for a scalar function returns {value, tangent}. */
+struct value_tangent { double value, tangent; };
+value_tangent fwd_cube(double x, double dx) { return {x * x * x, 5.0 * x * dx}; }
+void *__enzyme_register_derivative_cube[2] = {(void *)cube, (void *)fwd_cube};
+[[clang::annotate("enzyme_inactive")]] double shift(double x) { return x * x; }
+extern "C" double f(double x) { return cube(x) + std::sin(x) + shift(x); }
+"""
+
+
+def test_cpp_rule_globals_are_honoured_by_ez_autodiff():
+    m = ez.cpp(CPP_RULES)
+    value, tangent = ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Dual)(1.3, 1.0)
+    assert value == pytest.approx(1.3**3 + np.sin(1.3) + 1.3**2, rel=1e-14)
+    assert tangent == pytest.approx(5 * 1.3 + np.cos(1.3), rel=1e-14)
+
+
+def test_a_rule_global_clang_drops_is_an_error():
+    with pytest.raises(ez.CompileError, match="__enzyme_inactivefn.*declare it without static"):
+        ez.c(SQUARE + "static void *__enzyme_inactivefn[1] = {(void *)sq};")
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ('__attribute__((annotate("enzyme_inactive"))) double g = 2.0;', "on g"),
+        (
+            "double h(double x) {\n"
+            '    __attribute__((annotate("enzyme_inactive"))) double t = x * x;\n'
+            "    return t;\n}",
+            "on a local variable",
+        ),
+    ],
+)
+def test_inactive_annotation_on_a_variable_is_an_error(source, what):
+    with pytest.raises(ez.CompileError, match=rf'annotate\("enzyme_inactive"\) {what}'):
+        ez.c(SQUARE + source)
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O1"], ["-O3", "-fvectorize"]])
+def test_rule_globals_under_other_optimisation_levels(flags):
+    m = ez.c(RULES, flags)
+    x = 1.3
+    assert m.df(x) == pytest.approx(_registered_reverse(x), rel=1e-14)
+    assert m.tf(x, 1.0) == pytest.approx(_registered_forward(x), rel=1e-14)
+    _, dx = ez.autodiff(m.f, ez.Reverse, ez.Active, ez.Active)(x, 1.0)
+    assert dx == pytest.approx(_registered_reverse(x), rel=1e-14)

@@ -291,28 +291,55 @@ def _user_flags(flags: Sequence[str] | None) -> list[str]:
 
 def _compile(source: str, language: str, flags: Sequence[str] | None) -> str:
     text, diagnostics = _run_clang(source, language, flags)
-    return honour_or_refuse(text, diagnostics, source, language, _run_enzyme_pass)
+    return honour_or_refuse(
+        text,
+        diagnostics,
+        source,
+        language,
+        _run_enzyme_pass,
+        lambda: _run_clang(source, language, flags, optimise=False)[0],
+        lambda ir: _optimise_ir(ir, language, flags),
+    )
 
 
-def _run_enzyme_pass(ir: str) -> str:
+def _run_enzyme_pass(ir: str, passes: str = "enzyme") -> str:
     _require_core()
-    return _state.native.run_enzyme_pass(ir)
+    return _state.native.run_enzyme_pass(ir, passes)
 
 
-def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple[str, str]:
-    """The IR clang makes of ``source``, and its warnings."""
-    chosen = _user_flags(flags)
-    clang = _clang()
+def _run_clang(
+    source: str, language: str, flags: Sequence[str] | None, optimise: bool = True
+) -> tuple[str, str]:
+    """The IR clang makes of ``source``, and its warnings; with ``optimise=False``,
+    the IR before clang's optimisation pipeline (the same flags otherwise)."""
     std = ["-std=c11"] if language == "c" else ["-std=c++17"]
     name = "source.c" if language == "c" else "source.cpp"
+    extra = [] if optimise else ["-Xclang", "-disable-llvm-passes", "-w"]
+    text, diagnostics = _clang_to_ir(source, name, [*std, *extra], flags, language)
+    if optimise:
+        _warn(diagnostics, language)
+    return text, diagnostics
+
+
+def _optimise_ir(ir: str, language: str, flags: Sequence[str] | None) -> str:
+    """``ir`` (from ``_run_clang(optimise=False)``) through clang's optimisation
+    pipeline with the flags of ``_run_clang``."""
+    return _clang_to_ir(ir, "source.raw.ll", ["-x", "ir", "-w"], flags, language)[0]
+
+
+def _clang_to_ir(
+    text: str, name: str, first: list[str], flags: Sequence[str] | None, language: str
+) -> tuple[str, str]:
+    chosen = _user_flags(flags)
+    clang = _clang()
     with tempfile.TemporaryDirectory(prefix="enzyme_py_") as tmp:
         with open(os.path.join(tmp, name), "w") as f:
-            f.write(source)
+            f.write(text)
         # Relative names, run inside tmp: the IR text (and so the derivative cache
         # key) is the same for the same source in every process. Later flags win.
         cmd = [
             clang,
-            *std,
+            *first,
             *DEFAULT_C_FLAGS,
             *chosen,
             *_REQUIRED_C_FLAGS,
@@ -323,7 +350,6 @@ def _run_clang(source: str, language: str, flags: Sequence[str] | None) -> tuple
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
-        _warn(proc.stderr, language)
         with open(os.path.join(tmp, "source.ll")) as f:
             return f.read(), proc.stderr
 
