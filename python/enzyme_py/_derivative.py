@@ -200,8 +200,6 @@ class Derivative:
         plan = self.plan
         if plan.in_codes != self._compiled.in_slots:
             return None
-        if any(s.param is not None and s.param.layout_of is not None for s in plan.steps):
-            return None  # shadows laid out as their arrays: the checked path's work
         result = plan.result
         steps = [
             native.ArgStep(
@@ -212,6 +210,8 @@ class Derivative:
                 if step.kind in (_convention.StepKind.SHAPE, _convention.StepKind.STRIDE)
                 else step.lanes,
                 step.kind == _convention.StepKind.SHADOW and plan.runtime_activity,
+                # an array step's source: the array a shadow parameter is indexed as
+                # (Param.layout_of; the caller takes C-contiguous arrays of its shape)
                 step.source,
             )
             for step in plan.steps
