@@ -150,6 +150,27 @@ def test_shadow_parameter_of_another_shape_is_refused(m):
         d(x, np.zeros(6), w, 1.0)
 
 
+def test_shadow_parameter_of_a_contiguous_view_is_checked(m):
+    """double[::1]: the shadow parameter of a second derivative has x's shape checked
+    (it was a raw pointer: a shorter one was written past its end), and it is a
+    C-contiguous view in cython_declaration()."""
+    d = ez.autodiff(m.scaled, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    n = 1000
+    x, t = np.linspace(0.0, 1.0, n), np.linspace(1.0, -1.0, n)
+    for wrong in (np.zeros(3), np.zeros(n + 1)):
+        with pytest.raises(ValueError, match=r"'dx'.*shadow of parameter 0 \('x'\).*\(1000,\)"):
+            fwd(x, t, wrong, np.zeros(wrong.size), 2.0, 1.0)
+    with pytest.raises(ValueError, match=r"'dx'.*C-contiguous"):
+        fwd(x, t, np.zeros(2 * n)[::2], np.zeros(n), 2.0, 1.0)
+    dx, tdx = np.zeros(n), np.zeros(n)
+    fwd(x, t, dx, tdx, 2.0, 1.0)  # k^2 sum x^2: gradient 2 k^2 x, H t = 2 k^2 t
+    np.testing.assert_allclose(dx, 8.0 * x, rtol=1e-14)
+    np.testing.assert_allclose(tdx, 8.0 * t, rtol=1e-14)
+    text = fwd.cython_declaration("f")
+    assert "const double[::1] x, double[::1] tx, double[::1] dx, double[::1] tdx" in text
+
+
 def test_overlapping_arrays_in_a_second_derivative(m):
     """x and w one array: the second derivative takes the twin without noalias."""
     z = np.linspace(0.1, 1.2, 6)
