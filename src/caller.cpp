@@ -207,6 +207,16 @@ py::object Caller::call(py::args args) const {
           throw ArgumentsRejected();
         }
         if (!(a.flags() & py::array::c_style) || !a.writeable()) throw ArgumentsRejected();
+        if (step.source >= 0) {
+          // A derivative's shadow parameter, indexed with the shape and strides of
+          // the (earlier, already checked) array `source`: both C-contiguous here,
+          // so the same shape and itemsize give the same element offsets.
+          auto like = py::reinterpret_borrow<py::array>(args[step.source].ptr());
+          if (like.ndim() != a.ndim() || like.itemsize() != a.itemsize()) throw ArgumentsRejected();
+          for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+            if (like.shape(d) != a.shape(d)) throw ArgumentsRejected();
+          }
+        }
         uint64_t ptr = reinterpret_cast<uint64_t>(a.data());
         std::memcpy(slots + s++, &ptr, sizeof ptr);
         note_range(ptr, static_cast<uint64_t>(a.nbytes()));

@@ -64,7 +64,9 @@ struct ArgStep {
   char dtype;       // for arrays: required NumPy dtype char, or 0 for any
   int lanes;        // shadows and lanes: the width; kShape, kStride: the dimension
   bool self_shadow; // runtime activity: an array may be its own shadow
-  int source;       // kShape, kStride: index of the Python argument holding the array
+  int source;       // kShape, kStride: index of the Python argument holding the array;
+                    // kArray: the array whose shape and strides it is indexed with
+                    // (a derivative's shadow parameter, Param.layout_of), or -1
 };
 
 // How the output slots become the Python result.

@@ -5,58 +5,22 @@ results match the Python path's, and its status codes say what went wrong."""
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import enzyme_py as ez
 
+import _cython_kernels as kernels
+from _cython_kernels import build, fd_hessian, fortran_np, quad_np, wsum_np
+from reference import fd_gradient
+
 pytestmark = pytest.mark.needs_enzyme
 
 pytest.importorskip("Cython")
 pytest.importorskip("setuptools")
 
-
-def _example():
-    """examples/cython_optimizer.py as a module (its main() does not run): the one
-    place that builds a Cython module with cythonize, for the example and these tests."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "cython_optimizer.py"
-    spec = importlib.util.spec_from_file_location("enzyme_py_example_cython_optimizer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _example().build
-
-KERNELS = r"""
-cimport cython
-from libc.math cimport sin
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef double wsum(const double[:] x, double[:] w) noexcept nogil:
-    cdef double s = 0.0
-    cdef Py_ssize_t i
-    for i in range(x.shape[0]):
-        s += w[i] * sin(x[i]) * x[i]
-    return s
-
-@cython.boundscheck(False)
-cdef double scaled(const double[::1] x, double k) noexcept nogil:
-    cdef double s = 0.0
-    cdef Py_ssize_t i
-    for i in range(x.shape[0]):
-        s += k * k * x[i] * x[i]
-    return s
-
-cdef double at(double[::1] x, Py_ssize_t i) noexcept nogil:
-    return x[i] * x[i] * x[i]
-"""
 
 C_CUBE = r"""
 double cube(const double *x, int n) {
@@ -96,13 +60,55 @@ def call_cube(double[::1] x, double[::1] dx):
 def call_at(double[::1] x, double[::1] dx, Py_ssize_t i):
     cdef int status = dat(x, dx, i, 1.0, NULL)
     return status
+
+# Second derivatives over strided views: the first derivative's shadow parameter (dx,
+# g, da) is a view laid out as its array, as are the shadows.
+def call_fwsum(const double[:] x, double[:] tx, double[:] dx, double[:] tdx, double[:] w):
+    cdef int status
+    with nogil:
+        status = fwsum(x, tx, dx, tdx, w, 1.0)
+    return status
+
+def call_rwsum(const double[:] x, double[:] dx, double[:] g, double[:] v, double[:] w):
+    cdef int status
+    with nogil:
+        status = rwsum(x, dx, g, v, w, 1.0)
+    return status
+
+def call_fquad(double[:, :] a, double[:, :] ta, double[:, :] da, double[:, :] tda,
+               const double[:, :] b):
+    cdef int status
+    with nogil:
+        status = fquad(a, ta, da, tda, b, 1.0)
+    return status
+
+def call_ffortran(double[::1, :] a, double[::1, :] ta, double[::1, :] da,
+                  double[::1, :] tda):
+    cdef int status
+    with nogil:
+        status = ffortran(a, ta, da, tda, 1.0)
+    return status
 """
+
+
+def _second_derivatives(m):
+    """Forward over reverse of wsum, quad and fortran, reverse over reverse of wsum."""
+    dw = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    dq = ez.autodiff(m.quad, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    df = ez.autodiff(m.fortran, ez.Reverse, ez.Duplicated, ez.ActiveOnly)
+    return {
+        "fwsum": ez.autodiff(dw, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const),
+        "rwsum": ez.autodiff(dw, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Const),
+        "fquad": ez.autodiff(dq, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const),
+        "ffortran": ez.autodiff(df, ez.Forward, ez.Dual, ez.Dual, ez.Const),
+    }
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    m = ez.cython(KERNELS)
+    m = kernels.module()
     derivatives = {
+        **_second_derivatives(m),
         "dwsum": ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active),
         "dscaled": ez.autodiff(m.scaled, ez.Reverse, ez.Duplicated, ez.Active, ez.Active),
         "fscaled": ez.autodiff(m.scaled, ez.Forward, ez.Dual, ez.Const, ez.Dual),
@@ -153,7 +159,8 @@ def test_overlapping_arrays_take_the_build_without_noalias(built):
     (expected,) = derivatives["dwsum"](z, rz, z, rz, 1.0)
     assert value == pytest.approx(expected, rel=1e-14)
     np.testing.assert_allclose(dz, rz, rtol=1e-14)
-    np.testing.assert_allclose(dz, 2 * z * np.sin(z) + z * z * np.cos(z), rtol=1e-12)
+    reference = fd_gradient(lambda v: wsum_np(v, v), z)
+    np.testing.assert_allclose(dz, reference, rtol=1e-6, atol=1e-9)
 
 
 def test_active_scalar_adjoint_and_forward_tangent(built):
@@ -208,3 +215,81 @@ def test_refused_derivatives(built):
     with pytest.raises(ValueError, match="identifier"):
         d.cython_declaration("not a name")
     assert "cdef inline int dscaled(" in d.cython_declaration()
+
+
+def test_second_derivatives_over_strided_views(built):
+    """Forward over reverse and reverse over reverse of wsum on reversed and stepped
+    views, called from nogil Cython code: H v against central second differences, the
+    gradient against central differences, both against the Python path."""
+    _, derivatives, module, _ = built
+    n = 6
+    x = np.linspace(-1.0, 2.0, 2 * n)[::-2]  # reversed, step 2
+    w = np.linspace(0.5, 1.5, 3 * n)[::3]
+    x0, w0 = x.copy(), w.copy()
+    h = fd_hessian(lambda z: wsum_np(z, w0), x0)
+    g = fd_gradient(lambda z: wsum_np(z, w0), x0)
+    t = np.linspace(1.0, -1.0, n)
+
+    def like_x():  # zeros laid out as x (its strides)
+        return np.zeros(2 * n)[::-2]
+
+    tx, dx, tdx = like_x(), like_x(), like_x()
+    tx[...] = t
+    assert module.call_fwsum(x, tx, dx, tdx, w) == 0
+    np.testing.assert_allclose(dx, g, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(tdx, h @ t, rtol=1e-5, atol=1e-6)
+    ex, etdx = np.zeros(n), np.zeros(n)
+    derivatives["fwsum"](x, t, ex, etdx, w, 1.0)
+    np.testing.assert_allclose(dx, ex, rtol=1e-14)
+    np.testing.assert_allclose(tdx, etdx, rtol=1e-14)
+    np.testing.assert_array_equal(x, x0)
+    # Reverse over reverse: the cotangent v of the gradient gives H v in dx.
+    dx, gg, v = like_x(), like_x(), like_x()
+    v[...] = t
+    assert module.call_rwsum(x, dx, gg, v, w) == 0
+    np.testing.assert_allclose(dx, h @ t, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gg, g, rtol=1e-6, atol=1e-8)
+    rdx, rg = np.zeros(n), np.zeros(n)
+    derivatives["rwsum"](x, rdx, rg, t.copy(), w, 1.0)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-14)
+    # Status 1: the first derivative's shadow parameter (or a shadow) unlike x.
+    assert module.call_fwsum(x, tx, np.zeros(n), like_x(), w) == 1  # dx: other strides
+    assert module.call_fwsum(x, tx, like_x(), np.zeros(n), w) == 1  # tdx: other strides
+    assert module.call_fwsum(x, tx, np.zeros(2 * n)[::-2][: n - 1], like_x(), w) == 1
+    assert module.call_rwsum(x, like_x(), np.zeros(n), v, w) == 1
+
+
+@pytest.mark.parametrize("layout", ["transposed", "reversed rows, every other column"])
+def test_second_derivative_over_2d_views(built, layout):
+    _, _, module, _ = built
+    shape = (4, 3) if layout == "transposed" else (6, 8)
+
+    def view(buffer):
+        return buffer.T if layout == "transposed" else buffer[::-2, ::2]
+
+    def like_a():
+        return view(np.zeros(shape))
+
+    a = view(np.linspace(-1.0, 1.0, shape[0] * shape[1]).reshape(shape))
+    b = np.linspace(0.5, 2.0, a.size).reshape(a.shape)
+    a0 = a.copy()
+    ta, da, tda = like_a(), like_a(), like_a()
+    ta[...] = np.linspace(1.0, -1.0, a.size).reshape(a.shape)
+    assert module.call_fquad(a, ta, da, tda, b) == 0
+    h = fd_hessian(lambda z: quad_np(z, b), a0)
+    np.testing.assert_allclose(tda, np.tensordot(h, ta, axes=2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(da, fd_gradient(lambda z: quad_np(z, b), a0), rtol=1e-6, atol=1e-8)
+    assert module.call_fquad(a, ta, np.zeros(a.shape), like_a(), b) == 1
+
+
+def test_second_derivative_over_a_fortran_view(built):
+    _, _, module, _ = built
+    a = np.asfortranarray(np.linspace(-1.0, 1.0, 12).reshape(3, 4))
+    ta = np.asfortranarray(np.linspace(1.0, 2.0, 12).reshape(3, 4))
+    da, tda = np.zeros((3, 4), order="F"), np.zeros((3, 4), order="F")
+    assert module.call_ffortran(a, ta, da, tda) == 0
+    h = fd_hessian(fortran_np, a.copy())
+    np.testing.assert_allclose(tda, np.tensordot(h, ta, axes=2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(da, fd_gradient(fortran_np, a.copy()), rtol=1e-6, atol=1e-8)
+    # The shadow parameter as a Fortran view of another shape: status 1.
+    assert module.call_ffortran(a, ta, np.zeros((3, 3), order="F"), tda) == 1

@@ -376,3 +376,70 @@ print(json.dumps(dx.tolist()))
     np.testing.assert_allclose(
         json.loads(proc.stdout), fd_gradient(energy_np, x), rtol=1e-6, atol=1e-9
     )
+
+
+STRUCTS = r"""
+from libc.math cimport exp
+
+ctypedef struct Spring:
+    double k
+    double c
+
+ctypedef struct FPair:
+    float a
+    float b
+
+ctypedef struct Mixed:
+    double a
+    int n
+
+cdef double energy(const Spring *s, double x) noexcept nogil:
+    return s.k * x * x + s.c * exp(x)
+
+cdef void stretch(Spring *s, double x) noexcept nogil:
+    s.k = s.k * x * x
+    s.c = s.c + s.k
+
+cdef float fpair(FPair *p) noexcept nogil:
+    return p.a * p.a * p.b
+
+cdef double mixed(Mixed *m) noexcept nogil:
+    return m.a * m.n
+"""
+
+
+def test_structs_of_doubles_by_pointer():
+    s = ez.cython(STRUCTS)
+    assert "energy" in s.functions() and "mixed" not in s.functions()
+    p, x = np.array([2.0, 3.0]), 0.5
+
+    def energy_np(q, z):
+        return q[0] * z * z + q[1] * np.exp(z)
+
+    dp = np.zeros(2)
+    value, dx = ez.autodiff(s.energy, ez.Reverse, ez.Duplicated, ez.Active, ez.Active)(
+        p, dp, x, 1.0
+    )
+    assert value == pytest.approx(energy_np(p, x), rel=1e-14)
+    np.testing.assert_allclose(dp, fd_gradient(lambda q: energy_np(q, x), p), rtol=1e-7)
+    assert dx == pytest.approx(fd_scalar(lambda z: energy_np(p, z), x), rel=1e-7)
+    # Forward, and a struct written through its pointer (Duplicated, in and out).
+    tp = np.array([1.0, -1.0])
+    _, dy = ez.autodiff(s.energy, ez.Forward, ez.Dual, ez.Const, ez.Dual)(p, tp, x)
+    assert dy == pytest.approx(x * x - np.exp(x), rel=1e-12)
+    q, dq = np.array([2.0, 3.0]), np.array([0.0, 1.0])  # seed: d/dq of the new c
+    ez.autodiff(s.stretch, ez.Reverse, ez.Duplicated, ez.Const)(q, dq, x)
+    np.testing.assert_allclose(q, [0.5, 3.5])
+    # c' = c + k x^2: d c'/dk = x^2, d c'/dc = 1
+    np.testing.assert_allclose(dq, [x * x, 1.0])
+    # float32 fields; ez.grad.
+    g = ez.grad(s.fpair)(np.array([1.5, 2.0], dtype=np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, [2 * 1.5 * 2.0, 1.5 * 1.5], rtol=1e-6)
+    # Too few values for the struct, a wrong dtype: errors naming the parameter.
+    with pytest.raises(ValueError, match=r"'s'.*struct of 2 doubles \(k, c\).*at least 2"):
+        ez.grad(s.energy)(np.array([1.0]), 0.5)
+    with pytest.raises(ValueError, match=r"'s'.*float64"):
+        ez.grad(s.energy)(np.array([1.0, 2.0], dtype=np.float32), 0.5)
+    with pytest.raises(TypeError, match=r"'m'.*not all double or all float"):
+        s.mixed  # noqa: B018

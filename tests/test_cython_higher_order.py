@@ -14,103 +14,17 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+from enzyme_py._derivative import Derivative
+
+import _cython_kernels as kernels
+from _cython_kernels import fcube_np, fd_hessian, fortran_np, quad_np, wsum_np
 
 pytestmark = pytest.mark.needs_enzyme
-
-SOURCE = r"""
-cimport cython
-from libc.math cimport sin
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef double wsum(const double[:] x, double[:] w) noexcept nogil:
-    cdef double s = 0.0
-    cdef Py_ssize_t i
-    for i in range(x.shape[0]):
-        s += w[i] * sin(x[i]) * x[i]
-    for i in range(x.shape[0] - 1):
-        s += w[i] * x[i] * x[i + 1]
-    return s
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef double quad(double[:, :] a, const double[:, :] b) noexcept nogil:
-    cdef double s = 0.0
-    cdef Py_ssize_t i, j
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            s += a[i, j] * a[i, j] * a[i, j] * b[i, j] + sin(a[i, j]) * (i + 1)
-            if j > 0:
-                s += a[i, j] * a[i, j - 1]
-    return s
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef cython.floating fcube(cython.floating[:, :] a) noexcept nogil:
-    cdef cython.floating s = 0
-    cdef Py_ssize_t i, j
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            s += a[i, j] * a[i, j] * a[i, j]
-            if i > 0:
-                s += a[i, j] * a[i - 1, j] * a[i - 1, j]
-    return s
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef double fortran(double[::1, :] a) noexcept nogil:
-    cdef double s = 0.0
-    cdef Py_ssize_t i, j
-    for j in range(a.shape[1]):
-        for i in range(a.shape[0]):
-            s += (i + 1) * a[i, j] * a[i, j] * a[i, j] + j * a[i, j]
-            if i > 0:
-                s += a[i, j] * a[i - 1, j]
-    return s
-"""
 
 
 @pytest.fixture(scope="module")
 def m():
-    return ez.cython(SOURCE)
-
-
-def wsum_np(x, w):
-    return float(np.sum(w * np.sin(x) * x) + np.sum(w[:-1] * x[:-1] * x[1:]))
-
-
-def quad_np(a, b):
-    rows = np.arange(1, a.shape[0] + 1)[:, None]
-    return float(np.sum(a**3 * b + np.sin(a) * rows) + np.sum(a[:, 1:] * a[:, :-1]))
-
-
-def fcube_np(a):
-    a = a.astype(np.float64)
-    return float(np.sum(a**3) + np.sum(a[1:] * a[:-1] ** 2))
-
-
-def fortran_np(a):
-    rows = np.arange(1, a.shape[0] + 1)[:, None]
-    cols = np.arange(a.shape[1])[None, :]
-    return float(np.sum(rows * a**3 + cols * a) + np.sum(a[1:] * a[:-1]))
-
-
-def fd_hessian(f, x, h=1e-4):
-    """Central second differences of f at x (float64), shaped x.shape + x.shape."""
-    x = np.array(x, dtype=np.float64)
-    n = x.size
-    out = np.empty((n, n))
-    for i in range(n):
-        for j in range(n):
-
-            def at(a, b, i=i, j=j):
-                z = x.copy().reshape(-1)
-                z[i] += a
-                z[j] += b
-                return f(z.reshape(x.shape))
-
-            out[i, j] = (at(h, h) - at(h, -h) - at(-h, h) + at(-h, -h)) / (4 * h * h)
-    return out.reshape(*x.shape, *x.shape)
+    return kernels.module()
 
 
 def _vectors():
@@ -236,6 +150,27 @@ def test_shadow_parameter_of_another_shape_is_refused(m):
         d(x, np.zeros(6), w, 1.0)
 
 
+def test_shadow_parameter_of_a_contiguous_view_is_checked(m):
+    """double[::1]: the shadow parameter of a second derivative has x's shape checked
+    (it was a raw pointer: a shorter one was written past its end), and it is a
+    C-contiguous view in cython_declaration()."""
+    d = ez.autodiff(m.scaled, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    n = 1000
+    x, t = np.linspace(0.0, 1.0, n), np.linspace(1.0, -1.0, n)
+    for wrong in (np.zeros(3), np.zeros(n + 1)):
+        with pytest.raises(ValueError, match=r"'dx'.*shadow of parameter 0 \('x'\).*\(1000,\)"):
+            fwd(x, t, wrong, np.zeros(wrong.size), 2.0, 1.0)
+    with pytest.raises(ValueError, match=r"'dx'.*C-contiguous"):
+        fwd(x, t, np.zeros(2 * n)[::2], np.zeros(n), 2.0, 1.0)
+    dx, tdx = np.zeros(n), np.zeros(n)
+    fwd(x, t, dx, tdx, 2.0, 1.0)  # k^2 sum x^2: gradient 2 k^2 x, H t = 2 k^2 t
+    np.testing.assert_allclose(dx, 8.0 * x, rtol=1e-14)
+    np.testing.assert_allclose(tdx, 8.0 * t, rtol=1e-14)
+    text = fwd.cython_declaration("f")
+    assert "const double[::1] x, double[::1] tx, double[::1] dx, double[::1] tdx" in text
+
+
 def test_overlapping_arrays_in_a_second_derivative(m):
     """x and w one array: the second derivative takes the twin without noalias."""
     z = np.linspace(0.1, 1.2, 6)
@@ -254,8 +189,9 @@ def test_second_derivatives_called_from_numba_and_cython(m):
     numba = pytest.importorskip("numba")
     d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
     fwd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
-    with pytest.raises(ValueError, match=r"cython_declaration.*strided views \(dx\)"):
-        fwd.cython_declaration()
+    # dx and tdx are views laid out as x (tests/test_cython_declaration.py calls it)
+    text = fwd.cython_declaration()
+    assert "const double[:] x, double[:] tx, double[:] dx, double[:] tdx, double[:] w" in text
     call = fwd.njit()  # C-contiguous arrays there: dx needs x's shape only
 
     @numba.njit
@@ -271,3 +207,52 @@ def test_second_derivatives_called_from_numba_and_cython(m):
     np.testing.assert_allclose(tdx, etdx, rtol=1e-15)
     with pytest.raises(ValueError, match=r"'dx' is indexed as its array: it needs its shape"):
         run(x, t, np.zeros(4), tdx, w)
+
+
+@pytest.mark.parametrize("order", ["forward over reverse", "reverse over reverse"])
+def test_second_derivatives_take_the_fast_caller(m, order, monkeypatch):
+    """C-contiguous arrays: the native caller, as for first derivatives (it checks a
+    shadow parameter has its array's shape); other layouts, another shape: the checked
+    path (stand-ins, the ValueError naming the parameter)."""
+    d = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    if order == "forward over reverse":
+        dd = ez.autodiff(d, ez.Forward, ez.Dual, ez.Dual, ez.Const, ez.Const)
+    else:  # the cotangent of the gradient in ddx; H ddx is added into dx2
+        dd = ez.autodiff(d, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Const)
+    assert isinstance(dd, Derivative) and dd._fast is not None
+    n = 6
+    x, w = np.linspace(-1.0, 2.0, n), np.linspace(0.5, 1.5, n)
+    v = np.linspace(1.0, -1.0, n)
+    h = fd_hessian(lambda z: wsum_np(z, w), x.copy())
+    g = ez.grad(m.wsum)(x, w)
+
+    def call(x, first, second):
+        """(the gradient, H v) by one call of dd on these arrays."""
+        if order == "forward over reverse":
+            tdx = second
+            dd(x, v.copy(), first, tdx, w, 1.0)
+            return first, tdx
+        dx2 = second
+        dd(x, dx2, first, v.copy(), w, 1.0)
+        return None, dx2
+
+    checked = []
+    original = dd._call_checked
+    monkeypatch.setattr(dd, "_call_checked", lambda args: checked.append(1) or original(args))
+    grad, hv = call(x, np.zeros(n), np.zeros(n))
+    assert not checked  # C-contiguous: the fast caller
+    np.testing.assert_allclose(hv, h @ v, rtol=1e-6, atol=1e-7)
+    if grad is not None:
+        np.testing.assert_allclose(grad, g, rtol=1e-13)
+    # Strided arrays: the checked path, the same numbers.
+    xs = np.zeros(2 * n)[::-2]
+    xs[...] = x
+    grad2, hv2 = call(xs, np.zeros(3 * n)[::3], np.zeros(n))
+    assert checked
+    np.testing.assert_allclose(hv2, hv, rtol=1e-13)
+    if grad2 is not None:
+        np.testing.assert_allclose(grad2, g, rtol=1e-13)
+    # A shadow parameter of another shape: refused by the fast caller, named by the
+    # checked path.
+    with pytest.raises(ValueError, match=r"'dx'.*shadow of parameter 0 \('x'\)"):
+        call(x, np.zeros(n - 1), np.zeros(n))

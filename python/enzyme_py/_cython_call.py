@@ -8,12 +8,16 @@ Python and without the GIL. Paste it into a ``.pyx`` or ``include`` it from a ``
 
 Its parameters are the derivative's Python arguments in order (an array and its
 shadow as typed memoryviews of the array's dtype and rank, C-contiguous unless the
-function takes strided arrays; a raw C pointer parameter as a pointer; scalars, tangents
-and the seed as C scalars), then one pointer per result value (the primal, each Active
-parameter's adjoint, the tangent), any of them NULL to skip it. It returns 0, or:
+function takes strided arrays; in a derivative of a derivative, the first derivative's
+shadow parameters as views of their arrays' rank and layout; a raw C pointer parameter
+as a pointer; scalars, tangents and the seed as C scalars), then one pointer per result
+value (the primal, each Active parameter's adjoint, the tangent), any of them NULL to
+skip it. It returns 0, or:
 
 - ``1`` (``BAD_ARGUMENTS``): a shadow whose shape or strides differ from its array's,
-  or that shares memory with an array argument;
+  or that shares memory with an array argument; in a second derivative of a function
+  over strided views, a shadow parameter of the first (``dx``, indexed with its
+  array's shape and strides) whose shape or strides differ from its array's (``x``);
 - ``2`` (``OUT_OF_MEMORY``): an allocation inside the derivative failed;
 - ``3`` (``FAILED``): the function failed inside the derivative (an exception it raised,
   a bounds check's IndexError: only its status survives; the exception is dropped).
@@ -77,27 +81,34 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         raise ValueError(
             "cython_declaration() passes scalar results; this derivative returns a struct"
         )
-    laid_out = [
-        s.name
-        for s in plan.steps
-        if s.kind == StepKind.ARRAY and s.param is not None and s.param.layout_of is not None
-    ]
-    if laid_out:
-        raise ValueError(
-            "cython_declaration() does not pass the shadow parameters of a derivative of a "
-            f"function taking strided views ({', '.join(laid_out)}) yet: call this "
-            "derivative from Python, or declare the function's views C-contiguous "
-            "(double[::1]) to call its higher derivatives from Cython"
-        )
-    label = name if name is not None else f"d{fn.display_name}"
+    # default: d<function>, spaces and all made an identifier (a derivative's function
+    # is named "reverse derivative of f": "dreverse_derivative_of_f")
+    label = name if name is not None else _identifier(f"d{fn.display_name}")
     if not isinstance(label, str) or not label.isidentifier():
         raise ValueError(f"name must be a Python identifier; got {label!r}")
     tag = _identifier(f"{label}_{derivative.entry:x}")
-    names = [_identifier(n) for n in plan.argument_names]
-    ranks = plan.ranks
+    names: list[str] = []
+    for n in plan.argument_names:  # distinct: a second derivative's x's shadow and the
+        text = _identifier(n)  # first derivative's shadow parameter are both "dx"
+        while text in names:
+            text = f"{text}_"
+        names.append(text)
+    ranks = dict(plan.ranks)
     strided = {
         step.source for step in plan.steps if step.kind == StepKind.STRIDE
     }  # arrays whose strides are passed: views of any layout
+    # A derivative's shadow parameter (Param.layout_of, a second derivative of a
+    # function over strided views) has no shapes of its own: it is indexed with the
+    # shape and strides of its array (step.source), so it is a view of that array's
+    # rank and layout, checked to have its shape and strides.
+    like: dict[int, int] = {}  # such a parameter -> its array
+    for step in plan.steps:
+        if step.kind == StepKind.ARRAY and step.param is not None and step.source >= 0:
+            like[step.arg] = step.source
+            if step.source in ranks:
+                ranks[step.arg] = ranks[step.source]
+            if step.source in strided:
+                strided.add(step.arg)
     params: list[str] = []
     body: list[str] = []
     arrays: list[tuple[str, int, str]] = []  # (name, rank, element) of arrays, shadows
@@ -187,6 +198,15 @@ def declaration(derivative: Any, name: str | None = None) -> str:
     total = n_in + len(out_codes)
 
     checks: list[str] = []
+    for arg, source in like.items():
+        rank = ranks.get(arg)
+        for d in range(rank or 0):
+            own, array = names[arg], names[source]
+            checks.append(
+                f"    if {own}.shape[{d}] != {array}.shape[{d}] or "
+                f"{own}.strides[{d}] != {array}.strides[{d}]:\n"
+                f"        return {BAD_ARGUMENTS}"
+            )
     for shadow, own, rank in shadows:
         for d in range(rank):
             checks.append(

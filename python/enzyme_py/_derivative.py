@@ -200,8 +200,6 @@ class Derivative:
         plan = self.plan
         if plan.in_codes != self._compiled.in_slots:
             return None
-        if any(s.param is not None and s.param.layout_of is not None for s in plan.steps):
-            return None  # shadows laid out as their arrays: the checked path's work
         result = plan.result
         steps = [
             native.ArgStep(
@@ -212,6 +210,8 @@ class Derivative:
                 if step.kind in (_convention.StepKind.SHAPE, _convention.StepKind.STRIDE)
                 else step.lanes,
                 step.kind == _convention.StepKind.SHADOW and plan.runtime_activity,
+                # an array step's source: the array a shadow parameter is indexed as
+                # (Param.layout_of; the caller takes C-contiguous arrays of its shape)
                 step.source,
             )
             for step in plan.steps
@@ -383,17 +383,19 @@ class Derivative:
         fn = self.function
         index: dict[int, int] = {}
         params: list[Param] = []
+        # arrays whose shapes are passed (memoryviews, Numba arrays; not raw pointers)
+        shaped = {p.hidden[1] for p in fn.params if p.hidden and p.hidden[0] == "shape"}
         for i, (p, act) in enumerate(zip(fn.params, self.activities, strict=True)):
             index[i] = len(params)
             params.append(p)
             if act.shadow:
                 prefix = "d" if self.mode is Reverse else "t"
-                # A strided array's shadow is indexed with the array's shape and
-                # strides: calls lay it out so (Param.layout_of).
-                like = i if p.kind == "pointer" and p.strided else None
-                strided = like is not None
+                # An array's shadow is indexed with the array's shape (and strides):
+                # calls check its shape and lay it out so (Param.layout_of).
+                array = p.kind == "pointer" and (p.strided or i in shaped)
+                like = i if array else None
                 params.append(
-                    Param(prefix + p.name, p.kind, p.dtype, strided=strided, layout_of=like)
+                    Param(prefix + p.name, p.kind, p.dtype, strided=p.strided, layout_of=like)
                 )
         if self.mode is Reverse and self.return_activity in (Active, ActiveOnly):
             assert fn.ret is not None

@@ -85,6 +85,7 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     params: list[Param] = []
     layout_checks: list[tuple[str, int, str, int]] = []  # (name, ndim, C type, error)
     layout_errors: list[str] = []
+    size_checks: list[tuple[str, int, int]] = []  # (struct pointer, its fields, error)
     for arg in info["args"]:
         name, kind = arg["name"], arg["kind"]
         where = f"parameter '{name}' ({arg['text']}) of '{label}'"
@@ -99,6 +100,33 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
                     "a 2-D memoryview instead (double[:, ::1], or double[:, :] strided)"
                 )
             spelled = arg["dtype"].removeprefix("const ")
+            struct = arg.get("struct")
+            if struct is not None:
+                # A struct of doubles (or of floats) by pointer: an array of its
+                # fields, its size checked in the wrapper.
+                types = {t.removeprefix("const ") for _, t in struct["fields"]}
+                if len(types) != 1 or not types <= {"double", "float"}:
+                    raise TypeError(
+                        f"{where} points to a struct whose fields are not all double or all "
+                        "float; enzyme_py passes structs of doubles (or of floats) by pointer"
+                    )
+                (element,) = types
+                const = "const " if "const" in arg["text"] else ""
+                decls += [f"{const}{element} *{name}", f"int64_t {name}_shape0"]
+                call.append(f"({const}{struct['c']} *){name}")
+                count = len(struct["fields"])
+                fields = ", ".join(n for n, _ in struct["fields"])
+                size_checks.append((name, count, len(layout_errors)))
+                layout_errors.append(
+                    f"{where} is a struct of {count} {element}s ({fields}): pass a 1-D "
+                    f"{element} array of at least {count} values"
+                )
+                index = len(params)
+                params.append(Param(name, "pointer", DTYPES[element], readonly=bool(const)))
+                params.append(
+                    Param(f"{name}.shape0", "int", np.dtype(np.int64), hidden=("shape", index, 0))
+                )
+                continue
             _dtype(spelled, where)
             decls.append(f"{'const ' if 'const' in arg['text'] else ''}{spelled} *{name}")
             call.append(name)
@@ -188,6 +216,13 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     invoke = ("" if void else "result = ") + f"{info['cname']}({', '.join(call)});"
     check = "  if (PyErr_Occurred()) __enzyme_py_cython_fetch(errors);"
     body = [*setup, *([] if void else [f"  {ret['c']} result;"])]
+    for name, count, error in size_checks:
+        body += [
+            f"  if ({name}_shape0 < {count}) {{",
+            f"    errors[0] = {LAYOUT_ERROR + error};",
+            f"    return{'' if void else ' 0'};",
+            "  }",
+        ]
     for name, nd, ctype, error in layout_checks:
         conditions = []
         expected = f"(int64_t)sizeof({ctype})"

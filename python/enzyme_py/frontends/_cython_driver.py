@@ -35,12 +35,21 @@ def _type(t: Any) -> dict[str, Any]:
         }
     if getattr(t, "is_ptr", False):
         base = t.base_type
-        return {
+        found = {
             "kind": "pointer",
             "text": str(t),
             "dtype": str(getattr(base, "const_base_type", base)),
             "pointee_is_pointer": bool(getattr(base, "is_ptr", False)),
         }
+        # (a const struct: its fields are the struct's own, behind cv_base_type)
+        struct = getattr(base, "cv_base_type", None) or getattr(base, "const_base_type", base)
+        if getattr(struct, "is_struct", False) and getattr(struct, "scope", None) is not None:
+            # a cdef struct: its C name and its fields' types, in order
+            found["struct"] = {
+                "c": struct.empty_declaration_code(),
+                "fields": [[e.name, str(e.type)] for e in struct.scope.var_entries],
+            }
+        return found
     if getattr(t, "is_void", False):
         return {"kind": "void", "text": "void"}
     if getattr(t, "is_float", False) or getattr(t, "is_int", False):
