@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
-from enzyme_py import _bridge, _transforms
 
 numba = pytest.importorskip("numba")
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
+
+from enzyme_py import _bridge, _transforms  # noqa: E402
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -140,6 +141,10 @@ def test_grad_and_jit_grad_run_only_the_reverse_pass(dtype, spy):
             close(got, ref, rtol=rtol, how=how)  # JAX's autodiff
             close(got, f, rtol=1e-6 if dtype == "float64" else 2e-4, how=how)
     assert spy.recompute == 3  # only the three recomputed() calls
+    # The value is the augmented forward pass's.
+    value, _ = jax.jit(jax.value_and_grad(G), static_argnums=2)(x, K, 6)
+    close(value, reference(x, K), rtol=rtol)
+    close(value, loss(np.asarray(x), np.asarray(x).dtype.type(K), 6), rtol=rtol)
 
 
 def test_registry_off_is_the_recompute_path(spy):
