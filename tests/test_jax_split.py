@@ -336,6 +336,13 @@ def test_integer_arguments_and_c_functions_in_split_mode(spy):
     close(gx, 1.5 * X**2)
     close(gw, np.sum(X**3))
     assert spy.recompute == 0 and spy.pull == 2
+    # A float for the int parameter: refused before tracing, with the fix.
+    for call in (
+        lambda: jax.jit(jax.grad(ez.jax.primitive(m.wsq)))(x, 0.5, 6.0),
+        lambda: jax.grad(ez.jax.primitive(m.wsq))(x, 0.5, jnp.asarray(6.0)),
+    ):
+        with pytest.raises(TypeError, match=r"parameter 2 \('n'\).*is an integer.*Python int"):
+            call()
 
 
 def test_second_derivatives_stay_refused():

@@ -304,6 +304,15 @@ def _check_dtypes(name: str, params: list[Param], args: tuple[Any, ...]) -> None
     """An array of the wrong dtype for a pointer parameter fails inside JAX's callback,
     where its message is buried in JAX's; say it here, before tracing."""
     for i, (p, a) in enumerate(zip(params, args, strict=False)):
+        if p.kind == "int" and not isinstance(a, (int, np.integer, np.bool_)):
+            got = np.dtype(jnp.asarray(a).dtype)
+            if got.kind == "f":
+                raise TypeError(
+                    f"ez.jax.primitive('{name}'): {p.describe(i)} is an integer; got a "
+                    f"{got} value: pass a Python int (a constant, also when jit traces it) "
+                    "or an integer array"
+                )
+            continue
         if p.kind != "pointer" or p.dtype is None or isinstance(a, int):
             continue
         got = np.dtype(jnp.asarray(a).dtype)
