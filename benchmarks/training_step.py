@@ -16,6 +16,11 @@ gradient with respect to ``w1`` and ``w2``, taken two ways, each timed in this r
   combined reverse pass, which computes the primal again), as before split mode.
 - ``ez.vjp(loss, w1, w2, x, y)`` then its pullback ``vjp_fn(1.0)``: *split* as it is;
   *recompute*: the pullback of a combined reverse pass (what ``vjp`` did before).
+- ``ez.jax.primitive(loss)`` (custom_vjp form) under
+  ``jax.jit(jax.value_and_grad(g, argnums=(0, 1)))``, float64: *split*: the forward host
+  call keeps the tape in ``ez.jax.tapes``, the backward host call runs only the reverse
+  pass; *recompute*: with ``ez.jax.tapes.limit(0)`` (the backward host call runs the
+  combined reverse pass), as before split mode.
 
 Also the loss alone (the primal), and ``ez.value_and_grad`` (one combined reverse
 pass). Median wall time over repeats (``benchmarks/common.py``) and median CPU time
@@ -66,19 +71,23 @@ def loss(w1: Any, w2: Any, x: Any, y: Any) -> float:
 
 @contextlib.contextmanager
 def split_off() -> Iterator[None]:
-    """Split mode refused everywhere: the bridges and vjp recompute, as before it."""
-    from enzyme_py import _transforms
+    """Split mode refused everywhere: the bridges and vjp recompute, as before it (the
+    JAX bridge's tape registry off, so that its forward host call is the primal's)."""
+    from enzyme_py import _bridge, _transforms
 
     original = _transforms.SplitCall.__init__
+    limits = _bridge.TAPES.max_count, _bridge.TAPES.max_bytes
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
         raise ez.ActivityError("split mode off (benchmark)")
 
     _transforms.SplitCall.__init__ = refuse  # type: ignore[method-assign]
+    _bridge.TAPES.limit(0)
     try:
         yield
     finally:
         _transforms.SplitCall.__init__ = original  # type: ignore[method-assign]
+        _bridge.TAPES.limit(*limits)
 
 
 def median_cpu_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -164,6 +173,24 @@ def main(argv: list[str] | None = None) -> int:
             with split_off() if how == "recompute" else contextlib.nullcontext():
                 row("ez.torch.function: forward + backward", how, torch_step, torch_step())
 
+    try:
+        import jax
+    except ImportError:
+        jax = None
+    if jax is not None:
+        jax.config.update("jax_enable_x64", True)
+        gj = ez.jax.primitive(loss)
+        jitted = jax.jit(jax.value_and_grad(gj, argnums=(0, 1)))
+        jw1, jw2, jx, jy = (jax.numpy.asarray(a) for a in (w1, w2, x, y))
+
+        def jax_step() -> Any:
+            _, (d1, d2) = jitted(jw1, jw2, jx, jy)
+            return np.asarray(d1), np.asarray(d2)
+
+        for how in ("recompute", "split"):
+            with split_off() if how == "recompute" else contextlib.nullcontext():
+                row("ez.jax.primitive: jit(value_and_grad)", how, jax_step, jax_step())
+
     measure()
     meta = {
         "date": time.strftime("%Y-%m-%d"),
@@ -177,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "loss": float(value),
         "torch": None if torch is None else torch.__version__,
+        "jax": None if jax is None else jax.__version__,
     }
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,9 @@ reverse). Arguments are lists of NumPy arrays and scalars, as f takes them."""
 
 from __future__ import annotations
 
+import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -164,3 +167,135 @@ def first_float_dtype(dtypes: Iterable[Any]) -> np.dtype:
 
 def _float_dtype(values: Sequence[Any]) -> np.dtype:
     return first_float_dtype(_dtype_of(v) for v in values if not isinstance(v, (int, bool)))
+
+
+class SavedTape:
+    """A split-mode tape kept between a bridge's forward and backward host calls:
+    the SplitCall (``pull(seed)``) and the arguments its forward pass was given, so
+    that a backward call can check that it has the very same ones."""
+
+    __slots__ = ("__weakref__", "nbytes", "split", "values")
+
+    def __init__(self, split: SplitCall, values: Sequence[Any]):
+        self.split = split
+        self.values = tuple(values)
+        held = [*values, *getattr(split, "_call", ())]
+        arrays = {id(a): a for a in held if isinstance(a, np.ndarray)}
+        tape = getattr(split, "_tape", None)
+        self.nbytes = sum(int(a.nbytes) for a in arrays.values()) + int(getattr(tape, "bytes", 0))
+
+    def made_from(self, values: Sequence[Any]) -> bool:
+        """Whether values are, bit for bit, the arguments this tape was made from."""
+        return len(values) == len(self.values) and all(
+            _same_bits(a, b) for a, b in zip(values, self.values, strict=True)
+        )
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    x, y = np.asarray(a), np.asarray(b)
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    return bool(
+        np.array_equal(
+            np.ascontiguousarray(x).reshape(-1).view(np.uint8),
+            np.ascontiguousarray(y).reshape(-1).view(np.uint8),
+        )
+    )
+
+
+class TapeRegistry:
+    """Split-mode tapes under integer handles, for a bridge whose forward and backward
+    passes can only pass arrays between them (JAX: the handle is an int32 residual).
+
+    ``put`` stores a tape under a fresh handle (never 0, never one in use; 0 means "not
+    stored"); ``take`` removes and returns it (None if it is not there: evicted, taken
+    before, or never stored): a tape serves one backward host call and is freed after
+    it. Bounded: at most ``max_count`` tapes and ``max_bytes`` bytes (tape, arguments
+    and shadows), the least recently stored evicted (and freed) first; ``max_count=0``
+    disables it (the bridge then recomputes). Thread-safe."""
+
+    def __init__(self, max_count: int = 64, max_bytes: int = 256 << 20):
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[int, SavedTape] = OrderedDict()
+        self._bytes = 0
+        # A random start: handles of another process (or registry) are unlikely to
+        # name a tape here, and a tape is only used for arguments it was made from.
+        self._next = secrets.randbelow(1 << 30) + 1
+        self.max_count = 0
+        self.max_bytes = 0
+        self.limit(max_count, max_bytes)
+
+    def limit(self, max_count: int | None = None, max_bytes: int | None = None) -> None:
+        """Set the bounds (None: keep it); tapes over them are evicted now."""
+        for n in (max_count, max_bytes):
+            if n is not None and (not isinstance(n, int) or n < 0):
+                raise ValueError(f"tape registry bounds are ints >= 0; got {n!r}")
+        with self._lock:
+            if max_count is not None:
+                self.max_count = max_count
+            if max_bytes is not None:
+                self.max_bytes = max_bytes
+            evicted = self._evict()
+        del evicted  # freed here, outside the lock
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_count > 0 and self.max_bytes > 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, saved: SavedTape) -> int:
+        """Store saved; its handle, or 0 if it is not stored (disabled, too big)."""
+        with self._lock:
+            if self.max_count <= 0 or saved.nbytes > self.max_bytes:
+                return 0
+            handle = self._fresh()
+            self._entries[handle] = saved
+            self._bytes += saved.nbytes
+            evicted = self._evict()
+        del evicted
+        return handle
+
+    def take(self, handle: int) -> SavedTape | None:
+        with self._lock:
+            saved = self._entries.pop(handle, None)
+            if saved is not None:
+                self._bytes -= saved.nbytes
+            return saved
+
+    def clear(self) -> None:
+        with self._lock:
+            entries, self._entries, self._bytes = self._entries, OrderedDict(), 0
+        del entries
+
+    def _fresh(self) -> int:
+        while True:
+            handle = self._next
+            self._next = handle % (2**31 - 1) + 1  # 1 .. 2**31 - 1: an int32
+            if handle not in self._entries:
+                return handle
+
+    def _evict(self) -> list[SavedTape]:
+        evicted = []
+        while self._entries and (
+            len(self._entries) > self.max_count or self._bytes > self.max_bytes
+        ):
+            _, saved = self._entries.popitem(last=False)
+            self._bytes -= saved.nbytes
+            evicted.append(saved)
+        return evicted
+
+    def __repr__(self) -> str:
+        return (
+            f"<enzyme_py tape registry: {len(self)} tapes, {self.nbytes} bytes (at most "
+            f"{self.max_count} tapes, {self.max_bytes} bytes)>"
+        )
+
+
+# The process's registry, used by the JAX bridge (ez.jax.tapes).
+TAPES = TapeRegistry()

@@ -17,12 +17,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from enzyme_py._bridge import HostKernel, first_float_dtype
+from enzyme_py._bridge import TAPES, HostKernel, SavedTape, TapeRegistry, first_float_dtype
 from enzyme_py._signature import Param
 from enzyme_py._state import require_autodiff as _require_autodiff
 from enzyme_py.frontends import IRFunction
 
-__all__ = ["primitive"]
+__all__ = ["primitive", "tapes"]
+
+#: The split-mode tapes the custom_vjp form keeps between its forward and backward
+#: host calls (process-wide; see :func:`primitive`). ``tapes.limit(max_count,
+#: max_bytes)`` sets its bounds (default 64 tapes, 256 MiB), ``tapes.limit(0)`` turns
+#: split mode off; ``len(tapes)``, ``tapes.nbytes`` and ``tapes.clear()``.
+tapes: TapeRegistry = TAPES
 
 # One host call per batch element under jax.vmap: the host functions take unbatched
 # arguments, as the function they call does.
@@ -49,13 +55,25 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
     the dtype of the first floating-point argument (float64 if there is none).
 
     - ``mode="vjp"`` (``jax.custom_vjp``): ``jax.grad``, ``jax.vjp``, ``jax.jacrev``
-      by enzyme_py's reverse mode. JAX applies no forward mode to a custom_vjp
-      function: ``jax.jvp`` and ``jax.jacfwd`` raise JAX's ``TypeError``.
+      by enzyme_py's reverse mode, in split mode: the forward host call is Enzyme's
+      augmented forward pass, which keeps its tape in :data:`tapes` under an int32
+      handle (a residual, next to the inputs); the backward host call takes that tape
+      and runs only the reverse pass, then frees it. Where it finds no tape (split
+      mode off or not applicable, the tape evicted, or taken by an earlier backward
+      call: ``jax.vjp``'s pullback called a second time) or one made from other
+      inputs (compared bit for bit), it recomputes (a combined reverse pass at the
+      residual inputs, the same numbers). One tape serves all the cotangents of one
+      backward call (``jacrev``); under ``vmap`` each batch element has its own.
+      :data:`tapes` is bounded (64 tapes, 256 MiB by default, the oldest evicted
+      first): a forward pass whose backward never runs holds its tape until then.
+      JAX applies no forward mode to a custom_vjp function: ``jax.jvp`` and
+      ``jax.jacfwd`` raise JAX's ``TypeError``.
     - ``mode="jvp"`` (``jax.custom_jvp``): ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``,
       ``jax.vjp`` and ``jax.jacrev``. The tangent is <gradient, tangent>, the gradient
       by enzyme_py's reverse mode (one host call per point, for any number of
       tangents), so that JAX can transpose the rule for reverse mode.
-    - both: ``jax.jit`` and ``jax.vmap`` (one host call per batch element). First
+    - both: ``jax.jit`` and ``jax.vmap`` (one host call per batch element; the
+      custom_vjp form's backward, one host call for the whole batch). First
       derivatives only: ``jax.hessian`` or a grad of a grad raise
       ``NotImplementedError`` (use ``ez.hessian``).
 
@@ -78,6 +96,13 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
     True
     >>> jax.vmap(e, in_axes=(0, None, None))(jnp.stack([x, 2 * x]), 2.0, 4).shape
     (2,)
+    >>> v = ez.jax.primitive(energy)                    # custom_vjp, split mode
+    >>> before = len(ez.jax.tapes)
+    >>> value, pullback = jax.vjp(lambda a: v(a, 2.0, 4), x)
+    >>> len(ez.jax.tapes) - before                      # the forward pass's tape, kept
+    1
+    >>> bool(jnp.allclose(pullback(1.0)[0], 6.0 * x**2)), len(ez.jax.tapes) - before
+    (True, 0)
     """
     _require_autodiff("ez.jax.primitive")
     if mode not in ("vjp", "jvp"):
@@ -104,6 +129,9 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
         def call(*dynamic: Any) -> Any:
             return jax.pure_callback(value_on_host, out_type, *dynamic, vmap_method=_VMAP)
 
+        if mode == "vjp":
+            return _split_vjp(kernel, call, statics, avals, nums, diff, name)
+
         def grads_on_host(ct: Any, *dynamic: Any) -> tuple[np.ndarray, ...]:
             args = _merge(statics, [_host(d) for d in dynamic])
             found = kernel.gradient(args, nums, float(np.asarray(ct)))
@@ -120,20 +148,6 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
             name,
         )
         primal = _first_order(call, name)
-
-        if mode == "vjp":
-            wrapped = jax.custom_vjp(call)
-
-            def fwd(*dynamic: Any) -> tuple[Any, Any]:
-                return primal(*dynamic), dynamic
-
-            def bwd(saved: Any, cotangent: Any) -> tuple[Any, ...]:
-                found = iter(grads(cotangent, *saved))
-                # None: the zero cotangent of an integer argument (a constant).
-                return tuple(next(found) if k in diff else None for k in range(len(avals)))
-
-            wrapped.defvjp(fwd, bwd)
-            return wrapped
 
         forward = jax.custom_jvp(call)
 
@@ -171,6 +185,98 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
     return apply
 
 
+def _split_vjp(
+    kernel: HostKernel,
+    call: Callable[..., Any],
+    statics: tuple[tuple[int, Any], ...],
+    avals: tuple[Any, ...],
+    nums: tuple[int, ...],
+    diff: list[int],
+    name: str,
+) -> Callable[..., Any]:
+    """The custom_vjp form, in split mode: its forward host call runs Enzyme's
+    augmented forward pass and stores the tape in :data:`tapes` under a fresh int32
+    handle, a residual next to the inputs; the backward host call takes the tape of
+    that handle and runs only the reverse pass. Where there is no tape for the handle
+    (0: split mode off or refused, or the tape was evicted or taken by an earlier
+    backward call) or the tape was not made from these very inputs (compared bit for
+    bit), the backward call recomputes: a combined reverse pass at the residual
+    inputs, as without split mode."""
+    dtype = first_float_dtype(d for _, d in avals)
+    value_type = jax.ShapeDtypeStruct((), dtype)
+    handle_type = jax.ShapeDtypeStruct((), np.int32)
+    grad_types = tuple(jax.ShapeDtypeStruct(avals[k][0], avals[k][1]) for k in diff)
+
+    def forward_on_host(*dynamic: Any) -> tuple[np.ndarray, np.ndarray]:
+        values = [_host(d) for d in dynamic]
+        args = _merge(statics, values)
+        handle = 0
+        if nums and TAPES.enabled:
+            value, split = kernel.split_value(args, nums)
+            if split is not None:
+                handle = TAPES.put(SavedTape(split, values))
+        else:
+            value = kernel.value(args)
+        return np.asarray(value, dtype=dtype), np.asarray(handle, dtype=np.int32)
+
+    def backward_on_host(ct: Any, handle: Any, *dynamic: Any) -> tuple[np.ndarray, ...]:
+        # vmap_method="expand_dims": under k vmaps every argument has k leading axes
+        # (of size 1 where it is not batched); the handle's are all it has.
+        handles = np.asarray(handle)
+        arrays = [np.asarray(ct), *(np.asarray(d) for d in dynamic)]
+        k = handles.ndim
+        batch = np.broadcast_shapes(handles.shape, *(a.shape[:k] for a in arrays))
+        out = [np.empty(batch + t.shape, dtype=t.dtype) for t in grad_types]
+        taken: dict[int, SavedTape | None] = {}
+        for lane in np.ndindex(*batch):
+            h = int(_lane(handles, lane))
+            seed, *values = (_lane(a, lane) for a in arrays)
+            if h not in taken:  # each tape serves every lane of this call, then is freed
+                taken[h] = TAPES.take(h) if h else None
+            saved = taken[h]
+            if saved is not None and saved.made_from(values):
+                found = saved.split.pull(float(seed))
+            else:
+                args = _merge(statics, [_host(v) for v in values])
+                found = kernel.gradient(args, nums, float(seed))
+            for o, g, t in zip(out, found, grad_types, strict=True):
+                o[lane] = np.asarray(g, dtype=t.dtype).reshape(t.shape)
+        return tuple(out)
+
+    augmented = _first_order(
+        lambda *dynamic: jax.pure_callback(
+            forward_on_host, (value_type, handle_type), *dynamic, vmap_method=_VMAP
+        ),
+        name,
+    )
+    # ct * gradient with respect to each differentiated argument (reverse mode).
+    reverse = _first_order(
+        lambda ct, handle, *dynamic: jax.pure_callback(
+            backward_on_host, grad_types, ct, handle, *dynamic, vmap_method="expand_dims"
+        ),
+        name,
+    )
+    wrapped = jax.custom_vjp(call)
+
+    def fwd(*dynamic: Any) -> tuple[Any, Any]:
+        value, handle = augmented(*dynamic)
+        return value, (handle, dynamic)
+
+    def bwd(saved: Any, cotangent: Any) -> tuple[Any, ...]:
+        handle, dynamic = saved
+        found = iter(reverse(cotangent, handle, *dynamic))
+        # None: the zero cotangent of an integer argument (a constant).
+        return tuple(next(found) if k in diff else None for k in range(len(avals)))
+
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
+def _lane(a: np.ndarray, lane: tuple[int, ...]) -> Any:
+    """Batch element ``lane`` of ``a`` (its leading axes; index 0 of an axis of size 1)."""
+    return a[tuple(0 if n == 1 else i for n, i in zip(a.shape, lane, strict=False))]
+
+
 def _first_order(callback: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``callback`` (a host call), refusing to be differentiated with a message of its
     own instead of JAX's about pure callbacks."""
@@ -198,6 +304,15 @@ def _check_dtypes(name: str, params: list[Param], args: tuple[Any, ...]) -> None
     """An array of the wrong dtype for a pointer parameter fails inside JAX's callback,
     where its message is buried in JAX's; say it here, before tracing."""
     for i, (p, a) in enumerate(zip(params, args, strict=False)):
+        if p.kind == "int" and not isinstance(a, (int, np.integer, np.bool_)):
+            got = np.dtype(jnp.asarray(a).dtype)
+            if got.kind == "f":
+                raise TypeError(
+                    f"ez.jax.primitive('{name}'): {p.describe(i)} is an integer; got a "
+                    f"{got} value: pass a Python int (a constant, also when jit traces it) "
+                    "or an integer array"
+                )
+            continue
         if p.kind != "pointer" or p.dtype is None or isinstance(a, int):
             continue
         got = np.dtype(jnp.asarray(a).dtype)
