@@ -234,12 +234,15 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
     if lapack:
         hints.append(
             f"'{fn.display_name}' calls LAPACK through Numba's helper library "
-            f"({', '.join(lapack)}: np.linalg.solve, inv, det, cholesky, eig, svd, qr, "
-            "lstsq, a matrix norm), for which enzyme_py has no derivative yet. Write that "
-            "step as loops in the @njit function (an LU or Cholesky factorisation and "
-            "triangular solves differentiate), or compute it outside the function and "
-            "pass the result in as a Const argument. np.dot and @ on float arrays "
-            "differentiate."
+            f"({', '.join(lapack)}). np.linalg.solve, inv, det, slogdet, cholesky and norm "
+            "of float arrays differentiate in the function differentiated itself (enzyme_py "
+            "gives it loops instead), not in the @njit functions it calls nor on complex "
+            "arrays; np.linalg.eig, eigh, eigvals, svd, qr, lstsq, pinv and cond have no "
+            "derivative. What to do: call solve, inv, det, slogdet, cholesky and norm in the "
+            "function differentiated rather than in a callee, write the step as loops in "
+            "the @njit function (an LU or Cholesky factorisation and triangular solves "
+            "differentiate), or compute it outside the function and pass the result in as "
+            "a Const argument."
         )
     blas = [m for m in missing if m not in lapack and (m.startswith("numba_xx") or "blas" in m)]
     if blas:
@@ -303,10 +306,11 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         )
         if fn.origin and fn.origin[0] == "numba" and any("xxnrm2" in n for n in _called(fn)):
             hints.append(
-                f"'{fn.display_name}' calls np.linalg.norm, whose Numba code for a matrix or "
-                "a view (np.linalg.norm(a) of a 2-d array, ord=1, ord=np.inf) Enzyme cannot "
-                "type: write it out, math.sqrt(np.sum(a * a)) or np.sum(np.abs(a)) (the "
-                "2-norm of a contiguous vector differentiates)."
+                f"'{fn.display_name}' calls np.linalg.norm, whose Numba code for a matrix "
+                "(np.linalg.norm(a) of a 2-d array, ord=1, ord=np.inf) Enzyme cannot type "
+                "in an @njit function it calls (in the function differentiated itself, "
+                "norms of vectors and matrices differentiate): move it there, or write it "
+                "out, math.sqrt(np.sum(a * a)) or np.sum(np.abs(a))."
             )
         if fn.origin and fn.origin[0] == "numba":
             hints.append(

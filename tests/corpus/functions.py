@@ -4,7 +4,8 @@ these tests, each with the arguments a user would pass and its expected outcome.
 Categories: distance metrics, probability densities and log-likelihoods, economics,
 time series, astrodynamics, interpolation, optimal transport, Numba's own examples,
 and the constructs issue #16 lists (list-literal arrays, reshape/ravel, np.max/np.min,
-lgamma, print, exceptions with run-time values).
+lgamma, print, exceptions with run-time values, np.linalg solve, inv, det, slogdet,
+cholesky and norm).
 """
 
 from __future__ import annotations
@@ -1281,3 +1282,112 @@ def rank_one_quadratic(x):
 @njit
 def cosine_distance(u, v):
     return 1.0 - np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))
+
+
+# --------------------------------------------------------------------------- np.linalg
+
+
+def _spd(n: int, seed: int) -> np.ndarray:
+    m = _rng(seed).standard_normal((n, n))
+    return m @ m.T + n * np.eye(n)
+
+
+@entry(
+    "density",
+    lambda: (_vec(4, 120), _vec(4, 121), _spd(4, 122)),
+    diff=(0, 1, 2),
+    note="np.linalg.cholesky, np.linalg.solve",
+)
+@njit
+def mvn_logpdf(x, mean, cov):
+    lower = np.linalg.cholesky(cov)
+    z = np.linalg.solve(lower, x - mean)
+    half_logdet = 0.0
+    for i in range(x.shape[0]):
+        half_logdet += math.log(lower[i, i])
+    return -0.5 * (z @ z) - half_logdet - 0.5 * x.shape[0] * math.log(2.0 * math.pi)
+
+
+@entry(
+    "density",
+    lambda: (np.linspace(0.0, 2.0, 5) + _vec(5, 123) * 0.1, _vec(5, 124), 0.7),
+    diff=(0, 1, 2),
+    note="Gaussian-process evidence: cholesky, solve with L.T",
+)
+@njit
+def gp_log_marginal_likelihood(x, y, lengthscale, noise=0.1):
+    n = x.shape[0]
+    k = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            k[i, j] = math.exp(-0.5 * ((x[i] - x[j]) / lengthscale) ** 2)
+        k[i, i] += noise
+    lower = np.linalg.cholesky(k)
+    alpha = np.linalg.solve(lower.T, np.linalg.solve(lower, y))
+    s = 0.0
+    for i in range(n):
+        s += math.log(lower[i, i])
+    return -0.5 * (y @ alpha) - s - 0.5 * n * math.log(2.0 * math.pi)
+
+
+@entry(
+    "economics",
+    lambda: (_rng(125).standard_normal((6, 3)), _vec(6, 126), 0.5),
+    diff=(0, 1),
+    jacobian=True,
+    note="ridge regression: np.linalg.solve of the normal equations, array result",
+)
+@njit
+def ridge_coefficients(x, y, penalty):
+    gram = x.T @ x + penalty * np.eye(x.shape[1])
+    return np.linalg.solve(gram, x.T @ y)
+
+
+@entry(
+    "time series",
+    lambda: (_spd(3, 127) * 0.3, _rng(128).standard_normal((2, 3)), _spd(2, 129) * 0.2),
+    diff=(0, 2),
+    note="Kalman covariance update: np.linalg.inv, 2-d result",
+)
+@njit
+def kalman_covariance_update(p, h, r):
+    s = h @ p @ h.T + r
+    gain = p @ h.T @ np.linalg.inv(s)
+    return (np.eye(p.shape[0]) - gain @ h) @ p
+
+
+@entry(
+    "interpolation",
+    lambda: (np.array([0.0, 0.4, 1.1, 1.5, 2.2]), _vec(5, 130), 0.9),
+    diff=(0, 1, 2),
+    note="Vandermonde system: np.linalg.solve",
+)
+@njit
+def vandermonde_interpolate(xs, ys, t):
+    n = xs.shape[0]
+    v = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            v[i, j] = xs[i] ** j
+    c = np.linalg.solve(v, ys)
+    s = 0.0
+    for j in range(n - 1, -1, -1):
+        s = s * t + c[j]
+    return s
+
+
+@entry(
+    "constructs",
+    lambda: (_rng(131).standard_normal((4, 4)) + 2.0 * np.eye(4),),
+    note="np.linalg.slogdet, det, norm (Frobenius, 1, inf)",
+)
+@njit
+def log_volume_and_norms(a):
+    sign, logdet = np.linalg.slogdet(a)
+    return (
+        sign * logdet
+        + np.linalg.det(a)
+        + np.linalg.norm(a)
+        + np.linalg.norm(a, 1)
+        + np.linalg.norm(a, np.inf)
+    )

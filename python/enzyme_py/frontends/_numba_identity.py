@@ -88,6 +88,7 @@ def _environment() -> bytes:
                 "_numba_signatures.py",
                 "_numba_runtime.py",
                 "_numba_substitutes.py",
+                "_numba_linalg.py",
                 "_numba_openmp.py",
                 "ir.py",
             )

@@ -13,6 +13,11 @@ globals seen through ``with_substitutes``: the names bound to NumPy (``np``,
   same (ties are equal values);
 - ``np.outer`` of float arrays and ``np.diff`` of a 1-d float array: Numba's
   broadcasting machinery Enzyme cannot type ("Illegal updateAnalysis"); here loops;
+- ``np.linalg.solve``, ``inv``, ``det``, ``slogdet``, ``cholesky`` and ``norm`` of
+  float matrices: Numba's code calls LAPACK, which Enzyme cannot see into; here LU and
+  Cholesky factorisations as loops (``_numba_linalg``). ``np.linalg`` is seen through
+  a view too (``np.linalg.solve``, ``import numpy.linalg as la``, ``from numpy import
+  linalg``, ``from numpy.linalg import solve``);
 - ``print``: a function that does nothing. print only has side effects (it cannot
   change the derivative), and Numba's needs an environment object the compile
   differentiated lacks. The derivative's call therefore prints nothing; the
@@ -138,41 +143,56 @@ def _definitions() -> dict[str, Any]:
     def print_nothing(*args):  # type: ignore[no-untyped-def]
         return None
 
+    from enzyme_py.frontends._numba_linalg import definitions as linalg_definitions
+
     _made.update(sort=sort, median=median, outer=outer, diff=diff, print=print_nothing)
+    _made.update({f"linalg.{k}": v for k, v in linalg_definitions().items()})
     return _made
 
 
-def _numpy_view(made: dict[str, Any]) -> pytypes.ModuleType:
-    """A module with NumPy's names, the substitutes in place of theirs."""
-    view = pytypes.ModuleType("numpy")
-    view.__dict__.update(np.__dict__)
-    for name in ("sort", "median", "outer", "diff"):
-        view.__dict__[name] = made[name]
-    return view
+_NUMPY = ("sort", "median", "outer", "diff")
+_LINALG = ("solve", "inv", "det", "slogdet", "cholesky", "norm")
 
 
-_views: dict[str, pytypes.ModuleType] = {}
+def _views(made: dict[str, Any]) -> tuple[pytypes.ModuleType, pytypes.ModuleType]:
+    """Modules with NumPy's and numpy.linalg's names, the substitutes in place of
+    theirs (made once)."""
+    if not _made_views:
+        linalg = pytypes.ModuleType("numpy.linalg")
+        linalg.__dict__.update(np.linalg.__dict__)
+        for name in _LINALG:
+            linalg.__dict__[name] = made[f"linalg.{name}"]
+        view = pytypes.ModuleType("numpy")
+        view.__dict__.update(np.__dict__)
+        for name in _NUMPY:
+            view.__dict__[name] = made[name]
+        view.__dict__["linalg"] = linalg
+        _made_views.extend((view, linalg))
+    return _made_views[0], _made_views[1]
+
+
+_made_views: list[pytypes.ModuleType] = []
 
 
 def with_substitutes(func: Any) -> Any:
     """``func`` with its globals seeing the substitutes (``func`` itself when it uses
     none of the names replaced)."""
     made = _definitions()
-    by_identity = {id(getattr(np, n)): made[n] for n in ("sort", "median", "outer", "diff")}
+    numpy_view, linalg_view = _views(made)
+    originals = {id(getattr(np, n)): (getattr(np, n), made[n]) for n in _NUMPY}
+    for n in _LINALG:
+        originals[id(getattr(np.linalg, n))] = (getattr(np.linalg, n), made[f"linalg.{n}"])
     names = set(func.__code__.co_names)
     replaced: dict[str, Any] = {}
     for name in names:
         value = func.__globals__.get(name)
+        known = originals.get(id(value))
         if value is np:
-            if "numpy" not in _views:
-                _views["numpy"] = _numpy_view(made)
-            replaced[name] = _views["numpy"]
-        elif (
-            value is not None
-            and id(value) in by_identity
-            and value is getattr(np, _name_of(value), None)
-        ):
-            replaced[name] = by_identity[id(value)]
+            replaced[name] = numpy_view
+        elif value is np.linalg:
+            replaced[name] = linalg_view
+        elif known is not None and value is known[0]:
+            replaced[name] = known[1]
         elif name == "print" and name not in func.__globals__:
             replaced[name] = made["print"]
     if not replaced:
@@ -188,11 +208,7 @@ def with_substitutes(func: Any) -> Any:
     return clone
 
 
-def _name_of(value: Any) -> str:
-    return str(getattr(value, "__name__", ""))
-
-
-_SUBSTITUTED = frozenset(("sort", "median", "outer", "diff", "print"))
+_SUBSTITUTED = frozenset((*_NUMPY, *_LINALG, "print"))
 
 
 def uses_substitutes(func: Any) -> bool:
