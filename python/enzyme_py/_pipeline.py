@@ -17,9 +17,11 @@ changes to where loads are carried across loop iterations (GVN's load PRE):
   two-element vectors that the CPU cannot forward: 16 ms instead of 1.4 ms for
   n = 10^6. Carried in a register instead, as ``default<O2>`` does.
 
-Heat 1000 x 1000: reverse / primal 8.8 -> 6.2 on a 2-core AMD EPYC (4 more loops of
-the derivative vectorised); Rosenbrock's reverse loop is the same code as with
-``default<O2>``. Part of the derivative cache's key (``_build._environment_parts``).
+Heat 1000 x 1000: reverse / primal 8.8 -> 6.2 on a 2-core AMD EPYC (its forward
+stencil vectorised again, 4 of the derivative's loops as at commit 7619c85, 3 with
+``default<O2>`` after the rewrites before Enzyme lost their load PRE); Rosenbrock's
+reverse loop is the same code as with ``default<O2>``. Part of the derivative cache's key
+(``_build._environment_parts``).
 """
 
 from __future__ import annotations
