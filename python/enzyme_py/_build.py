@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from enzyme_py import _cache, _log, _state
 from enzyme_py._info import ENZYME_VERSION
+from enzyme_py._pipeline import PASSES
 from enzyme_py._signature import Param
 from enzyme_py._version import __version__
 from enzyme_py.core import EnzymeError
@@ -25,8 +26,8 @@ from enzyme_py.frontends import IRFunction
 if TYPE_CHECKING:
     from enzyme_py._native import BuildArtifact
 
-PASSES = "default<O2>"
-# For a derivative that Enzyme differentiates again: O2's cleanup without its
+# PASSES (_pipeline.py): LLVM 15's default<O2>, its load PRE moved after the loop
+# vectoriser. For a derivative that Enzyme differentiates again: O2's cleanup without its
 # vectorizers, since Enzyme has no derivatives of libmvec's vector math calls
 # (_ZGVdN4v_sin) or of masked gathers. (LLVM 15's C API runs the vectorizers in
 # default<O2> even when its pass-builder options turn them off.) No load PRE, as in

@@ -239,7 +239,18 @@ class Derivative:
         if hook is not None:
             self._first_call = None
             return hook(self, args)
-        return self.call(args)
+        # call(args), inlined: a Python frame less per call (~0.1 us of a scalar
+        # derivative's ~1 us).
+        try:
+            if self._fast is not None:
+                return self._fast(*args)
+        except _state.native.ArgumentsRejected:
+            pass  # the checked path below says what is wrong
+        except _state.native.CalleeFailed as exc:
+            self._callee_failed(exc)
+        except _state.native.OutOfMemory as exc:
+            self._raise_out_of_memory(exc)
+        return self._call_checked(args)
 
     def call(self, args: tuple[Any, ...]) -> Any:
         """A call with ``args`` (a tuple), without the first-call hook."""
@@ -249,11 +260,15 @@ class Derivative:
         except _state.native.ArgumentsRejected:
             pass  # the checked path below says what is wrong
         except _state.native.CalleeFailed as exc:
-            status, detail = (int(v) for v in str(exc).split())
-            self._raise_callee_error(status, detail)
+            self._callee_failed(exc)
         except _state.native.OutOfMemory as exc:
             self._raise_out_of_memory(exc)
         return self._call_checked(args)
+
+    def _callee_failed(self, exc: Exception) -> None:
+        """Raises the function's own error, from the fast caller's CalleeFailed."""
+        status, detail = (int(v) for v in str(exc).split())
+        self._raise_callee_error(status, detail)
 
     def alias_safe_twin(self) -> Derivative:
         """The same derivative without the promise that arrays do not overlap."""

@@ -62,6 +62,11 @@ class _Bound:
         return self.derivative(*args)
 
 
+def _inserts_nothing(bound: _Bound) -> bool:
+    """Whether ``bound`` passes a call's arguments on unchanged to its derivative."""
+    return not bound.defaults and not bound.functions and bound.results is None
+
+
 __all__ = ["NumbaDerivative"]
 
 
@@ -109,6 +114,10 @@ class NumbaDerivative:
         self._by_types: dict[tuple[Any, ...], _Bound] = {}
         # Calls pick their specialisation by a cheap key of the arguments' kinds.
         self._by_kinds: dict[tuple[Any, ...], _Bound] = {}
+        # Cheaper still, for calls whose arguments' kinds are their types (no array,
+        # no Numba object among them: scalars): the argument types -> the derivative
+        # of a specialisation that inserts nothing (no defaults, functions or results).
+        self._by_scalar_types: dict[tuple[type, ...], Derivative] = {}
         self._single: _Bound | None = None
         n, given = self._n_params, len(activities)
         if not (self._required <= given <= n + 1):
@@ -233,6 +242,12 @@ class NumbaDerivative:
             try:
                 signature, given = self._types_of(args)
                 found = self._by_kinds[kinds] = self._specialize(signature, given)
+                if _inserts_nothing(found) and all(
+                    k is type(a) for k, a in zip(kinds, args, strict=True)
+                ):
+                    # argument_kind of each argument is its type, as it is for any
+                    # later call with arguments of these types: the same specialisation.
+                    self._by_scalar_types[kinds] = found.derivative
             except TypingError as exc:
                 types = [self.dispatcher.typeof_pyval(a) for a in args]
                 listed = ", ".join(f"'{n}': {t}" for n, t in zip(self._names, types, strict=False))
@@ -304,6 +319,17 @@ class NumbaDerivative:
         single = self._single
         if single is not None:
             return single(args)
+        n = len(args)  # the key built directly for the common arities: ~0.1 us less
+        key = (
+            (type(args[0]), type(args[1]))
+            if n == 2
+            else (type(args[0]),)
+            if n == 1
+            else tuple(map(type, args))
+        )
+        direct = self._by_scalar_types.get(key)
+        if direct is not None:
+            return direct(*args)
         return self._bound_for(args)(args)
 
     def only(self) -> Derivative:
