@@ -178,7 +178,10 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
         uint8_t there[3] = {0, 0, 0};
         api.ExtractReturnInfo(augmented, at, there, 3);
         // The entry point flattens the returned struct in order: the tape first.
-        if (!there[0] || at[0] != 0 || (there[1] && at[1] != 1) || there[2]) {
+        // Without a primal to return (a void function, an ActiveOnly return) the
+        // tape is the whole return value (its place -1), flattened the same way.
+        const bool tape_alone = there[0] && at[0] == -1 && !there[1] && !there[2];
+        if (!tape_alone && (!there[0] || at[0] != 0 || (there[1] && at[1] != 1) || there[2])) {
           api.FreeTypeAnalysis(analysis);
           api.FreeEnzymeLogic(logic);
           throw EnzymeFailure("the augmented forward pass of '" + req.function +

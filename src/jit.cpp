@@ -165,6 +165,9 @@ void HostJit::define_symbol(const std::string &name, uint64_t address) {
 }
 
 uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
+  // A MemoryError if its code cannot fit (src/jit_memory.h), before the load.
+  std::string full = room_problem(object);
+  if (!full.empty()) throw JitMemoryFull(full);
   LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
       object.data(), object.size(), symbol.c_str());
   // Its own resource tracker, to unload it if its symbols do not resolve.

@@ -6,22 +6,42 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <system_error>
+#include <vector>
 
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/SectionMemoryManager.h>
+#include <llvm/Object/ELFObjectFile.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Support/Memory.h>
+#include <llvm/Support/MemoryBuffer.h>
 
 namespace enzyme_py {
 namespace {
 
 // 1 GiB of address space (reserved, not committed: pages cost memory only once
 // code is written into them). Any two addresses in it are closer than 2 GiB.
-constexpr size_t kReservation = size_t{1} << 30;
+// ENZYME_PY_JIT_RESERVATION_MIB (read once, when the first object is loaded)
+// makes it smaller (1 to 1024 MiB; anything else is the default), for tests of
+// what a full reservation does.
+constexpr size_t kMaxReservationMiB = 1024;
+
+size_t reservation_bytes() {
+  size_t mib = kMaxReservationMiB;
+  if (const char *text = std::getenv("ENZYME_PY_JIT_RESERVATION_MIB")) {
+    char *end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (end != text && *end == '\0' && value >= 1 && value <= kMaxReservationMiB) {
+      mib = static_cast<size_t>(value);
+    }
+  }
+  return mib << 20;
+}
 
 size_t page_size() {
   static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -59,6 +79,42 @@ class Reservation {
     return nullptr;
   }
 
+  size_t largest_free() {
+    std::lock_guard<std::mutex> hold(lock_);
+    if (!base_) return reservation_bytes();
+    size_t largest = 0;
+    for (const auto &range : free_) largest = range.second > largest ? range.second : largest;
+    return largest;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> hold(lock_);
+    return base_ ? size_ : reservation_bytes();
+  }
+
+  // size, bytes allocated, bytes resident (committed), free ranges, largest free range.
+  void stats(uint64_t out[5]) {
+    std::lock_guard<std::mutex> hold(lock_);
+    for (int i = 0; i < 5; ++i) out[i] = 0;
+    if (!base_) return;
+    size_t free_bytes = 0, largest = 0;
+    for (const auto &range : free_) {
+      free_bytes += range.second;
+      if (range.second > largest) largest = range.second;
+    }
+    const size_t page = page_size();
+    std::vector<unsigned char> resident(size_ / page);
+    uint64_t committed = 0;
+    if (mincore(base_, size_, resident.data()) == 0) {
+      for (unsigned char r : resident) committed += (r & 1) ? page : 0;
+    }
+    out[0] = size_;
+    out[1] = size_ - free_bytes;
+    out[2] = committed;
+    out[3] = free_.size();
+    out[4] = largest;
+  }
+
   void release(void *address, size_t bytes) {
     auto *p = static_cast<char *>(address);
     // Its pages dropped, the range inaccessible again.
@@ -82,16 +138,18 @@ class Reservation {
 
  private:
   bool reserve() {
-    void *p = mmap(nullptr, kReservation, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    const size_t bytes = reservation_bytes();
+    void *p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
     base_ = static_cast<char *>(p);
-    free_[0] = kReservation;
+    size_ = bytes;
+    free_[0] = bytes;
     return true;
   }
 
   std::mutex lock_;
   char *base_ = nullptr;
+  size_t size_ = 0;
   std::map<size_t, size_t> free_;
 };
 
@@ -158,6 +216,39 @@ class ReservationMemoryManager final : private MapperHolder, public llvm::Sectio
 
 }  // namespace
 
+std::string room_problem(const std::string &object) {
+  // An upper bound of what RuntimeDyld asks the memory manager for: each loaded
+  // section, with alignment padding twice (SectionMemoryManager adds one
+  // alignment) and a page of rounding, stubs and GOT entries (at most 24 bytes
+  // per relocation on x86-64), and a page per kind of memory.
+  auto parsed = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "derivative"));
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return "";  // the load reports it
+  }
+  const size_t page = page_size();
+  uint64_t bound = 3 * page;
+  const bool elf = llvm::isa<llvm::object::ELFObjectFileBase>(parsed->get());
+  for (const llvm::object::SectionRef &section : (*parsed)->sections()) {
+    uint64_t relocations = 0;
+    for (auto it = section.relocation_begin(); it != section.relocation_end(); ++it) ++relocations;
+    bound += 24 * relocations;
+    // What RuntimeDyld loads: allocatable sections (not debug info, relocations).
+    if (elf && !(llvm::object::ELFSectionRef(section).getFlags() & llvm::ELF::SHF_ALLOC)) continue;
+    bound += section.getSize() + 2 * section.getAlignment() + page;
+  }
+  const size_t largest = reservation().largest_free();
+  if (bound <= largest) return "";
+  return "the JIT's code reservation is full: this derivative's code needs up to " +
+         std::to_string(bound / 1024) + " KiB, and its largest free range holds " +
+         std::to_string(largest / 1024) + " KiB of " +
+         std::to_string(reservation().size() >> 20) +
+         " MiB (ENZYME_PY_JIT_RESERVATION_MIB). Derivatives no longer referenced give "
+         "their code back at the next request: drop those you do not use, or run such "
+         "work in a worker process";
+}
+
 LLVMOrcObjectLayerRef create_object_layer(void *, LLVMOrcExecutionSessionRef session,
                                           const char *) {
   // LLJIT's own default for ELF on x86-64 (a RuntimeDyld layer), with this memory.
@@ -168,3 +259,10 @@ LLVMOrcObjectLayerRef create_object_layer(void *, LLVMOrcExecutionSessionRef ses
 }
 
 }  // namespace enzyme_py
+
+// For measurements (scripts/memory_run.py, tests/test_jit_memory.py, through ctypes):
+// the reservation's size, the bytes allocated in it, the bytes committed (resident
+// pages), its number of free ranges and the largest; all 0 before the first load.
+extern "C" __attribute__((visibility("default"))) void enzyme_py_jit_reservation(uint64_t *out) {
+  enzyme_py::reservation().stats(out);
+}

@@ -13,7 +13,28 @@
 
 #include <llvm-c/LLJIT.h>
 
+#include <new>
+#include <string>
+
 namespace enzyme_py {
+
+// The reservation has no room for an object's code: a MemoryError in Python
+// (pybind11 maps std::bad_alloc, with this message), thrown before the load,
+// so that the process lives on (RuntimeDyld would abort it: "Unable to allocate
+// section memory!"). Thrown by jit.cpp only: jit_memory.cpp has no RTTI, and
+// pybind11's translation dynamic_casts what it catches.
+struct JitMemoryFull : std::bad_alloc {
+  explicit JitMemoryFull(std::string text) : text_(std::move(text)) {}
+  const char *what() const noexcept override { return text_.c_str(); }
+
+ private:
+  std::string text_;
+};
+
+// Empty if the reservation's largest free range holds an upper bound of what
+// loading `object` (an ELF relocatable object) allocates; else why not (for
+// JitMemoryFull).
+std::string room_problem(const std::string &object);
 
 // An LLJIT object linking layer (RuntimeDyld) whose memory comes from the
 // reservation: for LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator.

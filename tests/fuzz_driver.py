@@ -1,11 +1,15 @@
 """Random derivative calls, run by tests/test_fuzz.py in a child process.
 
-``python tests/fuzz_driver.py SEED CALLS`` makes CALLS random calls (modes, activities,
-widths, dtypes, layouts, overlapping shadows, bad values) of derivatives of C and
-Numba functions. Every array lies between guard bytes. It prints one JSON line: counts,
-and the failures: a write outside the guards, an error that is not typed
-(TypeError, ValueError, EnzymeError) or does not name what is wrong, a success whose
-numbers differ from central finite differences of a NumPy reference.
+``python tests/fuzz_driver.py SEED CALLS [SPLIT]`` makes CALLS random calls (modes,
+activities, widths, dtypes, layouts, overlapping shadows, bad values) of derivatives of
+C and Numba functions. A fraction SPLIT of them (default 0) are split-mode calls instead:
+``ez.ReverseSplit``'s two halves (the reverse half run twice from one tape), ``ez.vjp``
+and its pullback (twice), and the PyTorch bridge's backward from the tape (when torch is
+installed). Every array lies between guard bytes. It prints one JSON line: counts, the
+failures by kind, and the first failures: a write outside the guards, an error that is
+not typed (TypeError, ValueError, EnzymeError) or does not name what is wrong, a success
+whose numbers differ from central finite differences of a NumPy reference. With
+FUZZ_TRACE=path each case is written there before it runs (to find one that crashes).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ FUNCTIONS: dict[str, tuple[list[tuple[str, str]], bool, Ref]] = {
     "ndot": ([("x", "in"), ("y", "in")], True, lambda v: (v["x"] @ v["y"], {})),
 }
 NAMES = ("parameter", "shadow", "seed", "tangent", "width", "activit", "return value", "mode")
+NAMES += ("tape", "cotangent", "split mode")
 NAMES += ("True or False", "'x'", "'y'", "'a'", "'b'", "'out'", "'dot'", "'sq'", "'poly'", "'ndot'")
 
 
@@ -120,8 +125,14 @@ def fd_forward(
     return dr, {o: (op[o] - om[o]) / (2 * h) for o in op}
 
 
+class FuzzFailure(Exception):
+    """What a case found wrong on its own (not an error of enzyme_py's)."""
+
+
 class Case:
     """One random call: its derivative's request, arguments, and what they should give."""
+
+    split = False  # SplitCase: the two halves of ez.ReverseSplit
 
     def __init__(self, rng: np.random.Generator, mods: dict[str, Any]):
         self.rng = rng
@@ -130,6 +141,8 @@ class Case:
         self.f = mods["numba"] if self.name == "ndot" else getattr(mods["c"], self.name)
         self.mode = ez.Forward if (self.name != "ndot" and rng.random() < 0.4) else ez.Reverse
         self.k = int(rng.choice([1, 1, 2, 3]))
+        if self.split:
+            self.mode, self.k = ez.Reverse, 1
         self.width: Any = self.k
         fwd = self.mode is ez.Forward
         self.acts: list[Any] = []
@@ -237,11 +250,16 @@ class Case:
                 self.args[i] = arrays and self.args[arrays[0]]
         return choice
 
+    def call(self) -> Any:
+        df = ez.autodiff(self.f, self.mode, *self.acts, width=self.width, **self.flags)
+        return df(*self.args)
+
     def run(self) -> tuple[str, str]:
         """('ok' | 'refused' | 'failed', detail)."""
         try:
-            df = ez.autodiff(self.f, self.mode, *self.acts, width=self.width, **self.flags)
-            result = df(*self.args)
+            result = self.call()
+        except FuzzFailure as exc:
+            return "failed", str(exc)
         except (TypeError, ValueError, ez.EnzymeError) as exc:
             text = str(exc)
             if not any(name in text for name in NAMES):
@@ -263,6 +281,11 @@ class Case:
             i = self._arg_index(p)
             if kind == "in" and isinstance(self.args[i], np.ndarray):
                 self.values[p] = np.asarray(self.args[i], np.float64)
+            if kind in ("in", "out") and p in self.shadows:
+                # A shadow replaced by a view of a copy (strided): the one passed.
+                given = self.args[i + 1]
+                if isinstance(given, np.ndarray) and given.shape == self.shadows[p].shape:
+                    self.shadows[p] = given
             elif kind == "float":
                 self.values[p] = float(self.args[i])
                 if p in self.shadows:  # its tangent, as given
@@ -370,10 +393,242 @@ class Case:
 
     def describe(self) -> str:
         acts = [getattr(a, "name", repr(a)) for a in self.acts]
-        return f"{self.name} {self.mode.name} {acts} width={self.width!r} {self.perturbation}"
+        mode = "ReverseSplit" if self.split else self.mode.name
+        return f"{self.name} {mode} {acts} width={self.width!r} {self.perturbation}"
 
 
-def main(seed: int, calls: int) -> None:
+class SplitCase(Case):
+    """A Reverse case run as ez.ReverseSplit's halves: forward (the arguments without
+    the seed), then reverse from the tape; the reverse half is run a second time from
+    the same tape, with the shadows as they were before the first, and must give the
+    same numbers. Sometimes the reverse half is given a tape that is not its own."""
+
+    split = True
+
+    def call(self) -> Any:
+        df = ez.autodiff(self.f, ez.ReverseSplit, *self.acts, width=self.width, **self.flags)
+        seeded = self.returns and self.ret in (ez.Active, ez.ActiveOnly)
+        fargs = self.args[:-1] if seeded else self.args
+        tail = self.args[-1:] if seeded else []
+        primal, tape = df.forward(*fargs)
+        if self.rng.random() < 0.05:  # a tape that is not its own: a TypeError naming it
+            other = pick(self.rng, [None, object(), "tape", _other_tape()])
+            try:
+                df.reverse(other, *fargs, *tail)
+            except TypeError as exc:
+                if "tape" not in str(exc):
+                    raise FuzzFailure(f"a wrong tape refused without naming it: {exc}") from exc
+            else:
+                raise FuzzFailure(f"accepted a tape not its own: {other!r}")
+        arrays = [a for a in self.args if isinstance(a, np.ndarray)]
+        before = [a.copy() for a in arrays]
+        adjoints = df.reverse(tape, *fargs, *tail)
+        after = [a.copy() for a in arrays]
+        for a, b in zip(arrays, before, strict=True):
+            if a.flags.writeable:
+                a[...] = b
+        again = df.reverse(tape, *fargs, *tail)
+        same = len(again) == len(adjoints) and all(
+            np.array_equal(np.asarray(x), np.asarray(y))
+            for x, y in zip(again, adjoints, strict=True)
+        )
+        same = same and all(np.array_equal(a, b) for a, b in zip(arrays, after, strict=True))
+        if not same:
+            raise FuzzFailure(f"the reverse half gave other numbers the second time: {again}")
+        return (primal, *adjoints)
+
+
+_tapes: list[Any] = []
+
+
+def _other_tape() -> Any:
+    """A tape of another split derivative."""
+    if not _tapes:
+        g = ez.autodiff(
+            ez.llvm_ir(
+                "define double @sq1(double %x) {\n %y = fmul double %x, %x\n ret double %y\n}\n",
+                "sq1",
+            ),
+            ez.ReverseSplit,
+            ez.Active,
+            ez.Active,
+        )
+        _tapes.append(g.forward(1.0)[1])
+    return _tapes[0]
+
+
+class VjpCase:
+    """``ez.vjp(f, *primals)`` and its pullback (split mode for functions returning a
+    float), called twice, against central differences; sometimes float32 arrays, a
+    strided array or a bad cotangent (a TypeError naming it)."""
+
+    split = True
+
+    def __init__(self, rng: np.random.Generator, mods: dict[str, Any]):
+        self.rng = rng
+        self.name = str(rng.choice(list(FUNCTIONS)))
+        self.params, self.returns, self.ref = FUNCTIONS[self.name]
+        self.f = mods["numba"] if self.name == "ndot" else getattr(mods["c"], self.name)
+        self.perturbation = ""
+        if rng.random() < 0.3:
+            self.perturbation = str(rng.choice(["float32", "strided", "cotangent"]))
+        self.args: list[Any] = []
+        for _, kind in self.params:
+            if kind == "int":
+                self.args.append(N)
+            elif kind == "float":
+                self.args.append(float(rng.normal()))
+            else:
+                a = guarded(np.zeros(N) if kind == "out" else rng.normal(size=N))
+                if self.perturbation == "float32" and self.name == "ndot":
+                    a = guarded(a.astype(np.float32))
+                if self.perturbation == "strided" and kind == "in":
+                    a = guarded(np.repeat(a, 2))[::2]
+                self.args.append(a)
+
+    def run(self) -> tuple[str, str]:
+        v = {
+            p: (np.asarray(a, np.float64).copy() if isinstance(a, np.ndarray) else a)
+            for (p, _), a in zip(self.params, self.args, strict=True)
+        }
+        outs_of = [p for p, kind in self.params if kind == "out"]
+        if self.returns:
+            seed: Any = float(self.rng.normal())
+        else:
+            seed = tuple(self.rng.normal(size=N) if p in outs_of else None for p, _ in self.params)
+        bad = self.perturbation == "cotangent"
+        if bad:
+            seed = pick(self.rng, [None, "1", np.ones(2), [1.0, 2.0]]) if self.returns else 1.0
+        try:
+            value, pull = ez.vjp(self.f, *self.args)
+            first = pull(seed)
+            second = pull(seed)
+        except (TypeError, ValueError, ez.EnzymeError) as exc:
+            text = str(exc)
+            if not any(name in text for name in NAMES):
+                return "failed", f"{type(exc).__name__} naming nothing: {text[:200]}"
+            return "refused", type(exc).__name__
+        except Exception as exc:
+            return "failed", f"untyped {type(exc).__name__}: {str(exc)[:200]}"
+        if bad:
+            return "failed", f"accepted a bad cotangent {seed!r}"
+        r, _ = self.ref(v)
+        tol = (
+            {"rtol": 1e-4, "atol": 1e-5}
+            if self.perturbation == "float32"
+            else {"rtol": 1e-5, "atol": 1e-6}
+        )
+        problems = []
+        if self.returns and not np.isclose(value, r, **tol):
+            problems.append(f"value {value!r} != {r!r}")
+        douts = (
+            {}
+            if self.returns
+            else {o: seed[i] for i, (o, _) in enumerate(self.params) if o in outs_of}
+        )
+        for i, (p, kind) in enumerate(self.params):
+            got, got2 = first[i], second[i]
+            if kind == "int":
+                want = None
+            elif kind == "out":
+                want = np.zeros(N)  # f does not read what out held
+            else:
+                want = fd_reverse(self.ref, v, seed if self.returns else 0.0, douts, p)
+            if want is None:
+                if got is not None:
+                    problems.append(f"pullback of {p}: {got!r} != None")
+                continue
+            if not np.allclose(np.asarray(got, np.float64), want, **tol):
+                problems.append(f"pullback of {p}: {got!r} != {want!r}")
+            if not np.array_equal(np.asarray(got), np.asarray(got2)):
+                problems.append(f"pullback of {p} the second time: {got2!r} != {got!r}")
+        if problems:
+            return "failed", "; ".join(problems)[:400]
+        return "ok", ""
+
+    def describe(self) -> str:
+        return f"{self.name} vjp {self.perturbation}"
+
+
+class TorchCase:
+    """``ez.torch.function(f)`` (Numba ndot, C poly): backward from the tape (twice, with
+    retain_graph) against central differences."""
+
+    split = True
+
+    def __init__(self, rng: np.random.Generator, mods: dict[str, Any]):
+        import torch
+
+        self.torch = torch
+        self.rng = rng
+        self.name = str(rng.choice(["ndot", "poly"]))
+        self.f = mods["numba"] if self.name == "ndot" else mods["c"].poly
+        self.dtype = str(rng.choice(["float64", "float32"]))
+        self.perturbation = self.dtype
+
+    def run(self) -> tuple[str, str]:
+        torch = self.torch
+        dt = getattr(torch, self.dtype)
+        if self.name == "ndot":
+            x, y = self.rng.normal(size=N), self.rng.normal(size=N)
+        else:
+            x, y = np.array(self.rng.normal()), np.array(self.rng.normal())
+        seed = float(self.rng.normal())
+        tx = torch.tensor(x, dtype=dt, requires_grad=True)
+        ty = torch.tensor(y, dtype=dt, requires_grad=True)
+        try:
+            g = ez.torch.function(self.f)
+            loss = g(tx, ty) * seed
+            loss.backward(retain_graph=True)
+            gx, gy = tx.grad.clone(), ty.grad.clone()
+            tx.grad = ty.grad = None
+            loss.backward()
+        except (TypeError, ValueError, ez.EnzymeError) as exc:
+            return "failed", f"refused a valid call: {type(exc).__name__}: {str(exc)[:200]}"
+        except Exception as exc:
+            return "failed", f"untyped {type(exc).__name__}: {str(exc)[:200]}"
+        xs = tx.detach().double().numpy()
+        ys = ty.detach().double().numpy()
+        if self.name == "ndot":
+            want = (seed * ys, seed * xs)
+        else:
+            a, b = float(xs), float(ys)
+            want = (seed * 2 * a * b, seed * (a * a + 3))
+        tol = (
+            {"rtol": 1e-4, "atol": 1e-4}
+            if self.dtype == "float32"
+            else {"rtol": 1e-10, "atol": 1e-12}
+        )
+        problems = []
+        for label, got, again, w in (("x", gx, tx.grad, want[0]), ("y", gy, ty.grad, want[1])):
+            if not np.allclose(got.double().numpy(), w, **tol):
+                problems.append(f"grad of {label}: {got} != {w}")
+            if not torch.equal(got, again):
+                problems.append(f"grad of {label} from the tape again: {again} != {got}")
+        if problems:
+            return "failed", "; ".join(problems)[:400]
+        return "ok", ""
+
+    def describe(self) -> str:
+        return f"{self.name} torch {self.dtype}"
+
+
+def kind_of(detail: str) -> str:
+    """A failure's kind, for the counts."""
+    if detail.startswith("a write outside"):
+        return "outside_guards"
+    if detail.startswith("untyped"):
+        return "untyped_error"
+    if "naming nothing" in detail or "without naming" in detail:
+        return "unnamed_refusal"
+    if detail.startswith(("accepted", "refused a valid")):
+        return "wrong_acceptance"
+    return "wrong_numbers"
+
+
+def main(seed: int, calls: int, split: float = 0.0) -> None:
+    import os
+
     import numba
 
     @numba.njit
@@ -386,20 +641,40 @@ def main(seed: int, calls: int) -> None:
     mods = {"c": ez.c(C_SOURCE), "numba": ndot}
     rng = np.random.default_rng(seed)
     counts = {"ok": 0, "refused": 0, "failed": 0}
+    kinds: dict[str, int] = {}
     failures = []
-    for _ in range(calls):
-        case = Case(rng, mods)
+    trace = None
+    if "FUZZ_TRACE" in os.environ:
+        trace = open(os.environ["FUZZ_TRACE"], "a", buffering=1)  # noqa: SIM115
+    split_kinds: list[Any] = [SplitCase, VjpCase]
+    try:
+        import torch  # noqa: F401
+
+        split_kinds.append(TorchCase)
+    except ImportError:
+        pass
+    for i in range(calls):
+        case: Any
+        if split and rng.random() < split:
+            case = pick(rng, split_kinds)(rng, mods)
+        else:
+            case = Case(rng, mods)
+        if trace:
+            trace.write(f"{seed} {i} {case.describe()}\n")
         status, detail = case.run()
         if not guards_intact():
             status, detail = "failed", "a write outside the guard bytes"
         counts[status] += 1
+        label = type(case).__name__
+        kinds[f"{label} {status}"] = kinds.get(f"{label} {status}", 0) + 1
         if status == "failed":
+            kinds[kind_of(detail)] = kinds.get(kind_of(detail), 0) + 1
             failures.append(f"{case.describe()}: {detail}")
             _buffers.clear()  # report a damaged guard once
         if len(_buffers) > 2000:
             _buffers[:] = [b for b in _buffers[-64:]]
-    print(json.dumps({"counts": counts, "failures": failures[:20]}))
+    print(json.dumps({"counts": counts, "kinds": kinds, "failures": failures[:20]}))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)

@@ -93,3 +93,57 @@ def test_code_and_its_constants_stay_within_reach_in_a_fragmented_address_space(
     proc = run_python(CHILD, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
     assert "RESULT ok" in proc.stdout
+
+
+FILL = r"""
+import ctypes, gc
+import enzyme_py as ez
+from enzyme_py import _native
+
+IR = ("define double @f(double %x) {\n  %y = fmul double %x, C\n"
+      "  %z = fmul double %y, %x\n  ret double %z\n}\n")
+
+def make(c):
+    return ez.autodiff(ez.llvm_ir(IR.replace("C", repr(c)), "f"), ez.Reverse, ez.Active, ez.Active)
+
+def reservation():
+    out = (ctypes.c_uint64 * 5)()
+    ctypes.CDLL(_native.__file__).enzyme_py_jit_reservation(out)
+    return list(out)
+
+held = []
+for i in range(2000):
+    try:
+        df = make(1.0 + i)
+    except MemoryError as exc:
+        print("RESULT full after", i, reservation(), exc)
+        break
+    assert df(1.5, 1.0)[1] == 3.0 * (1.0 + i)
+    held.append(df)
+else:
+    raise SystemExit("never full")
+assert reservation()[0] == 1 << 20
+assert all(d(1.5, 1.0)[1] == 3.0 * (1.0 + i) for i, d in enumerate(held))  # still loaded
+del held, df
+gc.collect()
+# Dropped: their code makes room for new derivatives (the retry lets go of the recent ones).
+for j in range(40):
+    assert make(-1.0 - j)(1.5, 1.0)[1] == 3.0 * (-1.0 - j)
+print("RESULT again", reservation())
+"""
+
+
+def test_a_full_reservation_is_a_memory_error_and_frees_up_again():
+    # A reservation of 1 MiB (ENZYME_PY_JIT_RESERVATION_MIB) fills after ~120
+    # derivatives held at once. RuntimeDyld aborted the process there ("LLVM ERROR:
+    # Unable to allocate section memory!"); now the load is refused before it starts.
+    proc = run_python(
+        FILL,
+        env={"ENZYME_PY_JIT_RESERVATION_MIB": "1", "ENZYME_PY_DISK_CACHE": "0"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert "RESULT full after" in proc.stdout, proc.stdout
+    assert "the JIT's code reservation is full" in proc.stdout
+    assert "ENZYME_PY_JIT_RESERVATION_MIB" in proc.stdout
+    assert "RESULT again" in proc.stdout

@@ -6,6 +6,7 @@ process): its assertions are enabled, and an abort there must not kill the calle
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
@@ -394,7 +395,7 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
         with _log.progress(f"the derivative of {description} (Enzyme)"):
             artifact = _build_artifact(fn, request, key, description)
         try:
-            entry = native.load_object(artifact.object, artifact.entry_name)
+            entry = _load_object(artifact)
         except native.MissingSymbols as exc:
             raise _missing_symbols_error(str(exc), fn, description) from None
     assert artifact is not None
@@ -452,6 +453,23 @@ def _build_artifact(
     return artifact
 
 
+def _load_object(artifact: _cache.Artifact) -> int:
+    """Load ``artifact``'s code into the JIT. Its reservation full (a MemoryError from
+    src/jit_memory.cpp, before anything is loaded): the recent derivatives nobody else
+    holds are let go and their code removed, then one more try; still full, the
+    MemoryError (which says what to do) goes to the caller, and the process lives on."""
+    native = _state.native
+    try:
+        return int(native.load_object(artifact.object, artifact.entry_name))
+    except MemoryError:
+        if not UNLOAD_CODE:
+            raise
+    _recent.clear()
+    gc.collect()
+    _release_unused()
+    return int(native.load_object(artifact.object, artifact.entry_name))
+
+
 def _load_cached(key: str, artifact: _cache.Artifact, implied: SlotCounts | None) -> int | None:
     """The entry point of a disk-cache artifact, or None (a miss: the entry is removed)."""
     if implied is not None and _slot_counts(artifact) != implied:
@@ -459,9 +477,10 @@ def _load_cached(key: str, artifact: _cache.Artifact, implied: SlotCounts | None
             key, f"slot codes {artifact.in_slots} -> {artifact.out_slots} do not match the request"
         )
         return None
-    native = _state.native
     try:
-        return int(native.load_object(artifact.object, artifact.entry_name))
+        return int(_load_object(artifact))
+    except MemoryError:
+        raise  # the JIT's reservation is full: the entry is fine
     except Exception as exc:  # the JIT's error, a missing symbol: rebuilt, then reported
         _cache.discard(key, f"the JIT could not load it ({exc})")
         return None
