@@ -26,7 +26,8 @@ ENZYME_PY_AD=OFF .venv-stub/bin/python -m pip install --quiet ".[test]"
 .venv-stub/bin/python -c "import enzyme_py, sys; sys.exit('stub build has AD' if enzyme_py.has_autodiff() else 0)"
 .venv-stub/bin/python -m pytest -q tests
 
-echo "[test] ruff, mypy"
-.venv/bin/ruff check python tests examples benchmarks
+echo "[test] ruff (lint and format), mypy"
+.venv/bin/ruff check python tests examples benchmarks scripts
+.venv/bin/ruff format --check python tests examples benchmarks scripts
 .venv/bin/mypy
 echo "[test] all passed"

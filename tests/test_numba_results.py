@@ -65,7 +65,7 @@ def test_reverse_mode_of_an_array_result_takes_its_cotangent():
     cotangent = np.linspace(1.0, 2.0, 6)
     kept = cotangent.copy()
     dx = np.zeros(6)
-    result, = df(X, dx, 3.0, cotangent)
+    (result,) = df(X, dx, 3.0, cotangent)
     np.testing.assert_allclose(result, smooth(X, 3.0))
     expected = cotangent @ jacobian_fd(lambda v: smooth(v, 3.0), X)
     np.testing.assert_allclose(dx, expected, rtol=1e-6)
@@ -98,7 +98,7 @@ def test_a_two_dimensional_result():
 def test_a_tuple_of_an_array_and_a_scalar():
     dx = np.zeros(6)
     cot_array = np.linspace(0.0, 1.0, 6)
-    (doubled, total), = ez.autodiff(stats, ez.Reverse, ez.Duplicated, ez.Duplicated)(
+    ((doubled, total),) = ez.autodiff(stats, ez.Reverse, ez.Duplicated, ez.Duplicated)(
         X, dx, (cot_array, 0.5)
     )
     np.testing.assert_allclose(doubled, 2 * X)
@@ -123,7 +123,7 @@ def test_a_result_whose_shape_depends_on_the_values():
 
 def test_a_result_that_is_a_strided_view():
     dx = np.zeros(6)
-    y, = ez.autodiff(view_result, ez.Reverse, ez.Duplicated, ez.Duplicated)(X, dx, np.ones(3))
+    (y,) = ez.autodiff(view_result, ez.Reverse, ez.Duplicated, ez.Duplicated)(X, dx, np.ones(3))
     np.testing.assert_allclose(y, 3 * X[::2])
     np.testing.assert_allclose(dx, [3.0, 0, 3.0, 0, 3.0, 0])
 

@@ -195,6 +195,7 @@ _VARIADIC_CALL = (
     "@PySys_FormatStdout(",
 )
 
+
 def _called(fn: IRFunction) -> list[str]:
     """The functions fn's module defines or declares (Enzyme's errors often name
     another value than the call that stops it)."""

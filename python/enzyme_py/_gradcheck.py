@@ -111,9 +111,7 @@ def check_grad(
                     call[i] = x + t * e
                     return value(call)
 
-                worst_fd_coord = max(
-                    worst_fd_coord, rel(flat[j], (along(h) - along(-h)) / (2 * h))
-                )
+                worst_fd_coord = max(worst_fd_coord, rel(flat[j], (along(h) - along(-h)) / (2 * h)))
         row: dict[str, Any] = {
             "argument": f"arg {i}",
             "reverse_vs_fd": max(rel(reverse_dir, fd_dir), worst_fd_coord),

@@ -284,9 +284,7 @@ def jacobian(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callabl
     >>> ez.jacobian(two, argnums=(0, 1), output=2)(2.0, 3.0, np.zeros(2))
     (array([3., 1.]), array([2., 6.]))
     """
-    return _of_gradient(f, argnums, output, "jacobian") or _Jacobian(
-        f, argnums, output, "jacobian"
-    )
+    return _of_gradient(f, argnums, output, "jacobian") or _Jacobian(f, argnums, output, "jacobian")
 
 
 def jacfwd(f: Any, argnums: Argnums = 0, output: int | None = None) -> Callable[..., Any]:

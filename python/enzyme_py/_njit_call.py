@@ -264,9 +264,7 @@ def compile_njit(
     else:
         result = primal
 
-    array_args = [
-        f"a{step.arg}" for step in plan if step.kind in (StepKind.ARRAY, StepKind.SHADOW)
-    ]
+    array_args = [f"a{step.arg}" for step in plan if step.kind in (StepKind.ARRAY, StepKind.SHADOW)]
     entry_lines = ["    entry = ENTRY"]
     if safe_entry is not None and len(array_args) > 1:
         # Overlapping arrays break the noalias promise: use the safe build.

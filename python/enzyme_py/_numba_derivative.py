@@ -381,4 +381,3 @@ class NumbaDerivative:
     def __repr__(self) -> str:
         acts = ", ".join(a.name for a in self.activities)
         return f"<enzyme_py derivative of Numba function '{self.name}' {self.mode.name}({acts})>"
-

@@ -273,9 +273,7 @@ def _specialize(
                 # C-contiguous strides, innermost first.
                 body.append(f"  %{v}.stride{nd - 1} = add i64 0, {dtype.itemsize}")
                 for d in range(nd - 2, -1, -1):
-                    body.append(
-                        f"  %{v}.stride{d} = mul i64 %{v}.stride{d + 1}, %{v}.shape{d + 1}"
-                    )
+                    body.append(f"  %{v}.stride{d} = mul i64 %{v}.stride{d + 1}, %{v}.shape{d + 1}")
             # nitems: the product of the shape.
             body.append(f"  %{v}.n0 = add i64 0, 1")
             for d in range(nd):
