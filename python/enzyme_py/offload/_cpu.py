@@ -92,10 +92,16 @@ def range_driver(
         lines = [line for line in lines if line != "next_index:"]
     module = parse_module(body.module.ir() + "\n" + "\n".join(lines) + "\n")
     index = Param("start", "int", np.dtype(np.int64))
+    # Every parameter moves one place up (the index became start, end): so do the
+    # positions that hidden shapes and shadows' layouts (Param.layout_of) refer to.
     shifted = tuple(
-        replace(p, hidden=(p.hidden[0], p.hidden[1] + 1, p.hidden[2]))
-        if p.hidden is not None and p.hidden[0] == "shape"
-        else p
+        replace(
+            p,
+            hidden=(p.hidden[0], p.hidden[1] + 1, p.hidden[2])
+            if p.hidden is not None and p.hidden[0] == "shape"
+            else p.hidden,
+            layout_of=None if p.layout_of is None else p.layout_of + 1,
+        )
         for p in body.params[1:]
     )
     params = (index, Param("end", "int", np.dtype(np.int64)), *shifted)
