@@ -232,6 +232,28 @@ def test_only_callees_using_substitutes_are_cloned():
     assert subs.with_substitutes(_power.py_func) is _power.py_func
 
 
+@numba.njit
+def _printing(x):
+    s = np.sum(x * x)
+    print("s =", s)
+    return s
+
+
+@numba.njit
+def calls_printing(x):
+    return _printing(x) * 2.0
+
+
+def test_print_in_a_callee_is_skipped_by_the_derivative(capfd):
+    x = np.array([1.0, 2.0, -0.5])
+    check(calls_printing, (x,), (0,))  # its finite differences print
+    capfd.readouterr()
+    np.testing.assert_allclose(ez.grad(calls_printing)(x), 4.0 * x, rtol=1e-15)
+    assert "s =" not in capfd.readouterr().out
+    calls_printing(x)
+    assert "s = 5.25" in capfd.readouterr().out
+
+
 SOURCE = """
 import numpy as np
 import numba
