@@ -444,7 +444,23 @@ def calls_solve(a, b):
     return np.sum(solve_in_callee(a, b))
 
 
-def test_linalg_in_a_called_function_is_refused_with_advice():
+def test_linalg_in_a_called_function():
+    # The @njit functions it calls see the substitutes too (more forms:
+    # tests/test_numba_substitutes_in_callees.py).
     a, b = _general(3, 52), _b(3)
-    with pytest.raises(ez.EnzymeError, match=r"(?s)LAPACK.*in the function differentiated"):
-        ez.grad(calls_solve, (0, 1))(a, b)
+    check(calls_solve, (a, b), (0, 1))
+
+
+@numba.njit
+def eig_in_callee(a):
+    return np.sum(np.linalg.eigvals(a).real)
+
+
+@numba.njit
+def calls_eig(a):
+    return eig_in_callee(a) * 2.0
+
+
+def test_linalg_without_loops_in_a_called_function_is_refused_with_advice():
+    with pytest.raises(ez.EnzymeError, match=r"(?s)LAPACK.*numba_ez_rgeev.*eigvals.*no derivative"):
+        ez.grad(calls_eig)(_general(3, 53))

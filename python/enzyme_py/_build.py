@@ -238,14 +238,14 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         hints.append(
             f"'{fn.display_name}' calls LAPACK through Numba's helper library "
             f"({', '.join(lapack)}). np.linalg.solve, inv, det, slogdet, cholesky and norm "
-            "of float arrays differentiate in the function differentiated itself (enzyme_py "
-            "gives it loops instead), not in the @njit functions it calls nor on complex "
-            "arrays; np.linalg.eig, eigh, eigvals, svd, qr, lstsq, pinv and cond have no "
-            "derivative. What to do: call solve, inv, det, slogdet, cholesky and norm in the "
-            "function differentiated rather than in a callee, write the step as loops in "
-            "the @njit function (an LU or Cholesky factorisation and triangular solves "
-            "differentiate), or compute it outside the function and pass the result in as "
-            "a Const argument."
+            "of float arrays differentiate, in the function differentiated and in the @njit "
+            "functions it calls by name (enzyme_py gives them loops instead), but not in "
+            "@njit functions passed as arguments nor on complex arrays; np.linalg.eig, eigh, "
+            "eigvals, svd, qr, lstsq, pinv and cond have no derivative. What to do: call "
+            "solve, inv, det, slogdet, cholesky and norm by their names (not through a "
+            "function passed in), write the step as loops in the @njit function (an LU or "
+            "Cholesky factorisation and triangular solves differentiate), or compute it "
+            "outside the function and pass the result in as a Const argument."
         )
     blas = [m for m in missing if m not in lapack and (m.startswith("numba_xx") or "blas" in m)]
     if blas:
@@ -273,10 +273,12 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
         hints.append(
             f"{', '.join(runtime)} {are} of Numba's runtime, which Numba calls for some "
             "operations (lists that grow: list.append, NRT_MemInfo_varsize_realloc; "
-            "strings; nested lists, np.sort and np.median in the @njit functions it calls) "
-            f"and Enzyme cannot see into. In '{fn.display_name}', use arrays instead of "
-            "lists that grow (np.empty(n) and element assignments); nested-list literals, "
-            "np.sort, np.median, np.outer and np.diff differentiate in the function itself."
+            "strings; nested lists in the @njit functions it calls, np.sort and np.median "
+            f"in @njit functions passed as arguments) and Enzyme cannot see into. In "
+            f"'{fn.display_name}', use arrays instead of lists that grow (np.empty(n) and "
+            "element assignments); nested-list literals differentiate in the function "
+            "itself, np.sort, np.median, np.outer and np.diff there and in the @njit "
+            "functions it calls by name."
         )
     others = [m for m in missing if m not in blas and m not in runtime]
     if others:
@@ -297,8 +299,9 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "Numba's code for some operations calls Python's C API through variadic "
             "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "
             "differentiate through: print(), objmode blocks and exceptions raised with "
-            f"values known at run time. In the @njit functions '{fn.display_name}' calls, "
-            "leave print() out (print in the function itself is skipped by its derivative) "
+            f"values known at run time. In @njit functions passed to '{fn.display_name}' "
+            "as arguments, leave print() out (print in the function itself and in the @njit "
+            "functions it calls by name is skipped by the derivative) "
             "and give exceptions constant messages (slice and fancy-index assignments "
             "differentiate)."
         )
@@ -311,9 +314,10 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             hints.append(
                 f"'{fn.display_name}' calls np.linalg.norm, whose Numba code for a matrix "
                 "(np.linalg.norm(a) of a 2-d array, ord=1, ord=np.inf) Enzyme cannot type "
-                "in an @njit function it calls (in the function differentiated itself, "
-                "norms of vectors and matrices differentiate): move it there, or write it "
-                "out, math.sqrt(np.sum(a * a)) or np.sum(np.abs(a))."
+                "in an @njit function passed as an argument (in the function differentiated "
+                "and the @njit functions it calls by name, norms of vectors and matrices "
+                "differentiate): call it by name, or write it out, math.sqrt(np.sum(a * a)) "
+                "or np.sum(np.abs(a))."
             )
         if fn.origin and fn.origin[0] == "numba":
             hints.append(

@@ -23,7 +23,9 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     Enzyme cache far more); the derivative is optimised after Enzyme.
 
     A private clone of the dispatcher compiles it, after the original has compiled
-    the signature, so that every callee keeps its normal, fully optimised compile.
+    the signature, so that every callee that uses no substitute keeps its normal, fully
+    optimised compile (those that do, transitively, are cloned with the substitutes:
+    ``with_substitutes``; ``uses_substitutes`` then chooses the full form below).
     LLVM IR only where Numba allows (``_ad_compile_ir``); else (a function with
     object-mode blocks, whose lifted code needs machine code) a full compile.
     """

@@ -23,14 +23,22 @@ globals seen through ``with_substitutes``: the names bound to NumPy (``np``,
   differentiated lacks. The derivative's call therefore prints nothing; the
   function called by itself prints as before.
 
-Other argument types go to NumPy's function as before. The substitutes apply to the
-function differentiated, not to the @njit functions it calls (those keep their
-own compiles, and a refusal names the construct).
+Other argument types go to NumPy's function as before.
+
+The substitutes reach the @njit functions it calls too: a global or closure cell bound
+to an @njit dispatcher whose code (or that of an @njit function it calls, transitively)
+names a substitute sees, in the clone, a clone of that dispatcher with the substitutes
+(the same options but ``cache`` and ``parallel``, made once per dispatcher in one
+compile: calls that recurse or form a cycle reach the same clone). @njit functions that
+use none keep their own compiles, as do those passed as arguments and those reached
+through an attribute of a user's module (``mymodule.helper``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import types as pytypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -174,17 +182,52 @@ def _views(made: dict[str, Any]) -> tuple[pytypes.ModuleType, pytypes.ModuleType
 _made_views: list[pytypes.ModuleType] = []
 
 
-def with_substitutes(func: Any) -> Any:
-    """``func`` with its globals seeing the substitutes (``func`` itself when it uses
-    none of the names replaced)."""
-    made = _definitions()
-    numpy_view, linalg_view = _views(made)
+def _originals(made: dict[str, Any]) -> dict[int, tuple[Any, Any]]:
+    """NumPy's functions replaced, by id: (NumPy's, the substitute)."""
     originals = {id(getattr(np, n)): (getattr(np, n), made[n]) for n in _NUMPY}
     for n in _LINALG:
         originals[id(getattr(np.linalg, n))] = (getattr(np.linalg, n), made[f"linalg.{n}"])
-    names = set(func.__code__.co_names)
+    return originals
+
+
+def _names(code: pytypes.CodeType) -> set[str]:
+    """The global and attribute names ``code`` (and the code nested in it) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _is_dispatcher(value: Any) -> bool:
+    """An @njit function's dispatcher (CPU target)."""
+    from numba.core.registry import CPUDispatcher
+
+    return isinstance(value, CPUDispatcher)
+
+
+def _cells(func: Any) -> tuple[Any, ...]:
+    """The contents of ``func``'s closure cells (empty cells left out)."""
+    found = []
+    for cell in func.__closure__ or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            found.append(cell.cell_contents)
+    return tuple(found)
+
+
+def _callees(func: Any) -> list[Any]:
+    """The @njit dispatchers ``func`` reads from its globals or closure cells."""
+    found = [func.__globals__.get(name) for name in sorted(_names(func.__code__))]
+    found += _cells(func)
+    return [value for value in found if _is_dispatcher(value)]
+
+
+def _replacements(func: Any, made: dict[str, Any]) -> dict[str, Any]:
+    """The globals of ``func`` the substitutes replace (its callees not included)."""
+    numpy_view, linalg_view = _views(made)
+    originals = _originals(made)
     replaced: dict[str, Any] = {}
-    for name in names:
+    for name in _names(func.__code__):
         value = func.__globals__.get(name)
         known = originals.get(id(value))
         if value is np:
@@ -195,24 +238,109 @@ def with_substitutes(func: Any) -> Any:
             replaced[name] = known[1]
         elif name == "print" and name not in func.__globals__:
             replaced[name] = made["print"]
-    if not replaced:
+    return replaced
+
+
+def _uses_directly(func: Any) -> bool:
+    """Whether ``func``'s own code names a substitute (by name, see ``uses_substitutes``)."""
+    code = getattr(func, "__code__", None)
+    return code is not None and not _SUBSTITUTED.isdisjoint(_names(code))
+
+
+def _uses(func: Any, seen: set[int]) -> bool:
+    """Whether ``func`` or an @njit function it calls (transitively) names a substitute;
+    ``seen``: the functions visited (a cycle adds nothing to what its members use)."""
+    if id(func) in seen or getattr(func, "__code__", None) is None:
+        return False
+    seen.add(id(func))
+    if _uses_directly(func):
+        return True
+    return any(_uses(callee.py_func, seen) for callee in _callees(func))
+
+
+def _substituted(
+    func: Any,
+    clones: dict[int, tuple[Any, Any]],
+    register: Callable[[Any], None] | None = None,
+) -> Any:
+    """A copy of ``func`` whose globals see the substitutes, and whose globals and
+    closure cells bound to @njit functions that use substitutes (transitively) see
+    their clones (``_clone``), or ``func`` itself when nothing is replaced.
+    ``register`` is called with the copy before the callees' clones are made."""
+    made = _definitions()
+    replaced = _replacements(func, made)
+    using = {id(callee): callee for callee in _callees(func) if _uses(callee.py_func, set())}
+    if not replaced and not using:
+        if register is not None:
+            register(func)
         return func
     new_globals = dict(func.__globals__)
     new_globals.update(replaced)
+    closure = func.__closure__
+    if closure is not None and any(id(v) in using for v in _cells(func)):
+        closure = tuple(pytypes.CellType() for _ in closure)
     clone = pytypes.FunctionType(
-        func.__code__, new_globals, func.__name__, func.__defaults__, func.__closure__
+        func.__code__, new_globals, func.__name__, func.__defaults__, closure
     )
     clone.__kwdefaults__ = func.__kwdefaults__
     clone.__qualname__ = func.__qualname__
     clone.__module__ = func.__module__
+    if register is not None:
+        register(clone)
+    # The callees' clones after this copy is registered: a callee that calls back
+    # (recursion, a cycle) finds it in ``clones``. Numba reads globals and cells when
+    # it compiles, after this.
+    for name in _names(func.__code__):
+        value = func.__globals__.get(name)
+        if id(value) in using:
+            new_globals[name] = _clone(value, clones)
+    if closure is not func.__closure__:
+        for old, new in zip(func.__closure__ or (), closure or (), strict=True):
+            try:
+                value = old.cell_contents
+            except ValueError:
+                continue  # an empty cell stays empty
+            new.cell_contents = _clone(value, clones) if id(value) in using else value
     return clone
+
+
+def _clone(dispatcher: Any, clones: dict[int, tuple[Any, Any]]) -> Any:
+    """A dispatcher of ``dispatcher``'s function with the substitutes (``_substituted``)
+    and its options (fastmath, error_model, boundscheck, ...) but ``cache``,
+    ``nopython`` and ``parallel`` (compiled serially, as the function differentiated
+    is); one per dispatcher in ``clones``, which keeps the originals alive (their ids
+    stay unique)."""
+    import numba
+
+    known = clones.get(id(dispatcher))
+    if known is not None:
+        return known[1]
+    options = {
+        k: v
+        for k, v in dispatcher.targetoptions.items()
+        if k not in ("cache", "nopython", "parallel")
+    }
+
+    def register(func: Any) -> None:
+        clone = dispatcher if func is dispatcher.py_func else numba.njit(**options)(func)
+        clones[id(dispatcher)] = (dispatcher, clone)
+
+    _substituted(dispatcher.py_func, clones, register)
+    return clones[id(dispatcher)][1]
+
+
+def with_substitutes(func: Any) -> Any:
+    """``func`` with its globals seeing the substitutes, and its @njit callees that use
+    them (transitively) seeing clones that do (``func`` itself when nothing is
+    replaced)."""
+    return _substituted(func, {})
 
 
 _SUBSTITUTED = frozenset((*_NUMPY, *_LINALG, "print"))
 
 
 def uses_substitutes(func: Any) -> bool:
-    """Whether ``func``'s code names a function this module substitutes (by name:
-    an over-approximation, which only costs the slower full compile)."""
-    code = getattr(func, "__code__", None)
-    return code is not None and not _SUBSTITUTED.isdisjoint(code.co_names)
+    """Whether ``func``'s code, or that of an @njit function it calls (transitively,
+    through its globals and closure cells), names a function this module substitutes
+    (by name: an over-approximation, which only costs the slower full compile)."""
+    return _uses(func, set())
