@@ -33,7 +33,9 @@ from enzyme_py._arguments import (
     lanes,
     scalar,
 )
-from enzyme_py._arguments import real_number as real_number  # (_compose, _transforms)
+
+# Re-exported: _compose and _transforms import it from here.
+from enzyme_py._arguments import real_number as real_number
 from enzyme_py._signature import Param
 from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, DualOnly, Mode, Reverse
 from enzyme_py.frontends import IRFunction
