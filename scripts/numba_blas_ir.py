@@ -3,7 +3,7 @@
     python scripts/numba_blas_ir.py
 
 The loops are compiled without vectorization or unrolling (Enzyme differentiates them
-after src/rewrites.cpp links them in for Numba's BLAS helpers), then stripped of what
+after src/numba_rewrites.cpp links them in for Numba's BLAS helpers), then stripped of what
 ties them to clang's module: attributes, metadata, the target.
 """
 

@@ -44,6 +44,23 @@ void *allocation_failed(size_t bytes) {
   return nullptr;
 }
 
+// entry(slots), with a failed allocation returning here (the exit of an outer
+// call, a derivative called from one, restored after): 0, or the bytes the
+// allocation that failed asked for.
+size_t run_to_out_of_memory(void (*entry)(void *), void *slots) {
+  sigjmp_buf here;
+  sigjmp_buf *const outer = out_of_memory_exit;
+  size_t failed = 0;
+  if (sigsetjmp(here, /*savemask=*/0) == 0) {
+    out_of_memory_exit = &here;
+    entry(slots);
+  } else {
+    failed = out_of_memory_bytes;
+  }
+  out_of_memory_exit = outer;
+  return failed;
+}
+
 bool power_of_two(size_t n) { return n && !(n & (n - 1)); }
 
 void *allocate(size_t size, size_t align) {
@@ -352,16 +369,7 @@ void arena_release() {
 }
 
 size_t call_entry(void (*entry)(void *), void *slots) {
-  sigjmp_buf here;
-  sigjmp_buf *const outer = out_of_memory_exit;  // a derivative called from one
-  size_t failed = 0;
-  if (sigsetjmp(here, /*savemask=*/0) == 0) {
-    out_of_memory_exit = &here;
-    entry(slots);
-  } else {
-    failed = out_of_memory_bytes;
-  }
-  out_of_memory_exit = outer;
+  const size_t failed = run_to_out_of_memory(entry, slots);
   arena_release();
   return failed;
 }
@@ -393,16 +401,7 @@ size_t call_entry_split(void (*entry)(void *), void *slots, SplitTape &split, bo
     active_blocks = nullptr;
     frozen = &split.state_->tape;
   }
-  sigjmp_buf here;
-  sigjmp_buf *const outer = out_of_memory_exit;
-  size_t failed = 0;
-  if (sigsetjmp(here, /*savemask=*/0) == 0) {
-    out_of_memory_exit = &here;
-    entry(slots);
-  } else {
-    failed = out_of_memory_bytes;
-  }
-  out_of_memory_exit = outer;
+  const size_t failed = run_to_out_of_memory(entry, slots);
   active_tape = outer_tape;
   active_blocks = outer_blocks;
   frozen = outer_frozen;

@@ -6,6 +6,7 @@
 
 #include "jit.h"
 #include "llvm_util.h"
+#include "numba_rewrites.h"
 #include "register.h"
 #include "rewrites.h"
 #include "source_module.h"
@@ -75,7 +76,7 @@ void register_module(py::module_ &m) {
           "simplify_for_enzyme",
           [](SourceModule &self) { simplify_for_enzyme(self.get(), the_engine().jit()); },
           "Prepare Numba code for Enzyme in place: temporaries made provably distinct,\n"
-          "linked-in callees inlined, loops simplified (see rewrites.h).")
+          "linked-in callees inlined, loops simplified (see numba_rewrites.h).")
       .def(
           "make_adds_plain",
           [](SourceModule &self, const std::string &function,

@@ -125,6 +125,17 @@ def fd_forward(
     return dr, {o: (op[o] - om[o]) / (2 * h) for o in op}
 
 
+def judged(exc: Exception) -> tuple[str, str]:
+    """How a call that raised ``exc`` ends: refused (a typed error naming what is
+    wrong) or failed (an untyped error, or one naming nothing)."""
+    if isinstance(exc, (TypeError, ValueError, ez.EnzymeError)):
+        text = str(exc)
+        if not any(name in text for name in NAMES):
+            return "failed", f"{type(exc).__name__} naming nothing: {text[:200]}"
+        return "refused", type(exc).__name__
+    return "failed", f"untyped {type(exc).__name__}: {str(exc)[:200]}"
+
+
 class FuzzFailure(Exception):
     """What a case found wrong on its own (not an error of enzyme_py's)."""
 
@@ -260,13 +271,8 @@ class Case:
             result = self.call()
         except FuzzFailure as exc:
             return "failed", str(exc)
-        except (TypeError, ValueError, ez.EnzymeError) as exc:
-            text = str(exc)
-            if not any(name in text for name in NAMES):
-                return "failed", f"{type(exc).__name__} naming nothing: {text[:200]}"
-            return "refused", type(exc).__name__
         except Exception as exc:
-            return "failed", f"untyped {type(exc).__name__}: {str(exc)[:200]}"
+            return judged(exc)
         if self.perturbation:
             try:
                 self._refresh()
@@ -503,13 +509,8 @@ class VjpCase:
             value, pull = ez.vjp(self.f, *self.args)
             first = pull(seed)
             second = pull(seed)
-        except (TypeError, ValueError, ez.EnzymeError) as exc:
-            text = str(exc)
-            if not any(name in text for name in NAMES):
-                return "failed", f"{type(exc).__name__} naming nothing: {text[:200]}"
-            return "refused", type(exc).__name__
         except Exception as exc:
-            return "failed", f"untyped {type(exc).__name__}: {str(exc)[:200]}"
+            return judged(exc)
         if bad:
             return "failed", f"accepted a bad cotangent {seed!r}"
         r, _ = self.ref(v)

@@ -16,6 +16,8 @@ import pytest
 
 import enzyme_py as ez
 
+from reference import fd_gradient
+
 pytestmark = pytest.mark.needs_enzyme
 
 CASES_DIR = Path(__file__).parent / "c_cases"
@@ -73,20 +75,11 @@ def _input(name):
     return np.random.default_rng(seed).uniform(low, high, n)
 
 
-def _fd_gradient(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 def _case(modules, name):
     fn = modules[CASES[name][0]][name]
     x = _input(name)
     n = x.size
-    reference = _fd_gradient(lambda z: fn(z.copy(), n), x)
+    reference = fd_gradient(lambda z: fn(z.copy(), n), x)
     return fn, x, n, reference
 
 
@@ -216,7 +209,7 @@ def test_cpp_templates_and_operators():
         }"""
     )
     p = np.random.default_rng(8).uniform(0.0, 2.0, 12)
-    reference = _fd_gradient(lambda z: m.spring(z, 4), p)
+    reference = fd_gradient(lambda z: m.spring(z, 4), p)
     dp = np.zeros_like(p)
     ez.autodiff(m.spring, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)(p, dp, 4, 1.0)
     np.testing.assert_allclose(dp, reference, rtol=1e-5, atol=1e-7)

@@ -7,6 +7,8 @@ import pytest
 
 import enzyme_py as ez
 
+from reference import fd_gradient
+
 pytestmark = pytest.mark.needs_enzyme
 
 LOOP_NESTS = r"""
@@ -122,21 +124,12 @@ def _primal(module, name, x, extra):
     return lambda z: value(z.copy(), *extra)
 
 
-def _fd(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_loop_nest_reverse(nests, name):
     size = KERNELS[name][1]
     x0 = np.random.default_rng(3).uniform(0.1, 0.9, size)
     extra = _args(name, size)
-    reference = _fd(_primal(nests, name, x0, extra), x0)
+    reference = fd_gradient(_primal(nests, name, x0, extra), x0)
     nconst = len(nests[name].params) - 1
     df = ez.autodiff(nests[name], ez.Reverse, ez.Duplicated, *[ez.Const] * nconst, ez.Active)
     dx = np.zeros_like(x0)
@@ -151,7 +144,7 @@ def test_loop_nest_forward(nests, name):
     x0 = rng.uniform(0.1, 0.9, size)
     v = rng.normal(size=size)
     extra = _args(name, size)
-    reference = float(_fd(_primal(nests, name, x0, extra), x0) @ v)
+    reference = float(fd_gradient(_primal(nests, name, x0, extra), x0) @ v)
     nconst = len(nests[name].params) - 1
     df = ez.autodiff(nests[name], ez.Forward, ez.Dual, *[ez.Const] * nconst, ez.Dual)
     _, dy = df(x0.copy(), v.copy(), *extra)
@@ -181,7 +174,7 @@ def test_two_state_map_iterated():
     x0 = np.array([0.9, 0.7])
     dx = np.array([1.0, 2.0])
     ez.autodiff(m.iterate, ez.Reverse, ez.Duplicated)(x0.copy(), dx)
-    np.testing.assert_allclose(dx, _fd(f, x0), rtol=1e-6)
+    np.testing.assert_allclose(dx, fd_gradient(f, x0), rtol=1e-6)
 
 
 # A TENO5-style reconstruction: smoothness indicators, pow, a cut-off of stencils whose
@@ -247,7 +240,7 @@ def test_teno_reverse_forward_and_const(teno):
         value = ez.autodiff(teno.teno_energy, ez.Forward, *[ez.Const] * 6)
         return value(z, np.zeros(2 * n), count, n, 1e-5)
 
-    reference = _fd(energy, u)
+    reference = fd_gradient(energy, u)
     assert 0 < count[0] < 3 * (n - 4)  # the cut-off is taken at some faces only
     acts = [ez.Duplicated, ez.Duplicated, ez.Const, ez.Const, ez.Const, ez.Active]
     du = np.zeros(n)
@@ -313,7 +306,7 @@ def test_limiter_in_comparison(expr):
     )
     x = np.linspace(0.13, 0.91, 6)
     value = ez.autodiff(m.g, ez.Forward, ez.Const, ez.Const, ez.Const)
-    reference = _fd(lambda z: value(z, 6), x)
+    reference = fd_gradient(lambda z: value(z, 6), x)
     dx = np.zeros(6)
     ez.autodiff(m.g, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)(x, dx, 6, 1.0)
     np.testing.assert_allclose(dx, reference, rtol=1e-6, atol=1e-8)
@@ -338,7 +331,7 @@ def test_numba_gauss_seidel():
 
     u0 = 0.1 + 0.08 * np.arange(9.0)
     f = np.arange(9.0) / 8
-    reference = _fd(lambda z: sweeps(z.copy(), f, 4), u0)
+    reference = fd_gradient(lambda z: sweeps(z.copy(), f, 4), u0)
     du = np.zeros(9)
     ez.autodiff(sweeps, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)(
         u0.copy(), du, f, 4, 1.0

@@ -4,30 +4,17 @@ success matching central finite differences (issue 22)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.needs_enzyme
+from _helpers import run_fuzz_driver
 
-DRIVER = Path(__file__).with_name("fuzz_driver.py")
+pytestmark = pytest.mark.needs_enzyme
 
 
 @pytest.mark.parametrize("seed", [20261201])
 def test_fuzzed_calls(seed):
     pytest.importorskip("numba")
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(seed), "250"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, f"the child crashed ({proc.returncode}): {proc.stderr[-3000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_fuzz_driver(str(seed), "250")
     assert report["failures"] == []
     counts = report["counts"]
     assert sum(counts.values()) == 250

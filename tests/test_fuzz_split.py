@@ -6,19 +6,14 @@ larger run (scripts/fuzz_run.py) found: split derivatives with no primal to retu
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import enzyme_py as ez
 
-pytestmark = pytest.mark.needs_enzyme
+from _helpers import run_fuzz_driver
 
-DRIVER = Path(__file__).with_name("fuzz_driver.py")
+pytestmark = pytest.mark.needs_enzyme
 
 C = """
 void sq(double *out, const double *x, double a, int n) {
@@ -59,15 +54,7 @@ def test_split_mode_with_an_active_only_return(m):
 @pytest.mark.parametrize("seed", [20261202])
 def test_fuzzed_split_calls(seed):
     pytest.importorskip("numba")
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(seed), "150", "1.0"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, f"the child crashed ({proc.returncode}): {proc.stderr[-3000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_fuzz_driver(str(seed), "150", "1.0")
     assert report["failures"] == []
     kinds = report["kinds"]
     assert sum(report["counts"].values()) == 150

@@ -11,24 +11,10 @@ import pytest
 
 import enzyme_py as ez
 
-from reference import fd_gradient, fd_scalar
+from reference import fd_gradient, fd_jacobian, fd_scalar
 
 numba = pytest.importorskip("numba")
 pytestmark = pytest.mark.needs_enzyme
-
-
-def fd_jacobian(g, x, h=1e-6):
-    """d g(x) / d x (x an array or a float), shape g(x).shape + np.shape(x)."""
-    if not isinstance(x, np.ndarray):
-        return (np.asarray(g(x + h)) - np.asarray(g(x - h))) / (2 * h)
-    y = np.asarray(g(x))
-    jac = np.zeros((y.size, x.size))
-    for k in range(x.size):
-        step = np.zeros(x.size)
-        step[k] = h
-        step = step.reshape(x.shape)
-        jac[:, k] = (np.asarray(g(x + step)) - np.asarray(g(x - step))).reshape(-1) / (2 * h)
-    return jac.reshape(*y.shape, *x.shape)
 
 
 @numba.njit

@@ -9,23 +9,10 @@ import pytest
 
 import enzyme_py as ez
 
-from reference import fd_gradient
+from reference import fd_gradient, fd_jacobian
 
 numba = pytest.importorskip("numba")
 pytestmark = pytest.mark.needs_enzyme
-
-
-def fd_jacobian(g, x, h=1e-6):
-    """d g(x) / d x for an array-valued g, shape g(x).shape + x.shape."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(g(x))
-    jac = np.zeros((y.size, x.size))
-    for k in range(x.size):
-        step = np.zeros(x.size)
-        step[k] = h
-        step = step.reshape(x.shape)
-        jac[:, k] = (np.asarray(g(x + step)) - np.asarray(g(x - step))).reshape(-1) / (2 * h)
-    return jac.reshape(*y.shape, *x.shape)
 
 
 @numba.njit

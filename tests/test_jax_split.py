@@ -6,7 +6,6 @@ the recompute path, JAX's own autodiff of the same function and finite differenc
 on ``SplitCall`` and ``HostKernel.gradient`` tell which path ran."""
 
 import gc
-import math
 import threading
 import weakref
 
@@ -21,15 +20,10 @@ jnp = pytest.importorskip("jax.numpy")
 
 from enzyme_py import _bridge, _transforms  # noqa: E402
 
+from _helpers import close  # noqa: E402
+from numba_functions import loss  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
-
-
-@numba.njit
-def loss(x, k, n):
-    s = 0.0
-    for i in range(n):
-        s += k * math.sin(x[i]) * x[i] * x[i]
-    return s
 
 
 def reference(x, k):
@@ -102,10 +96,6 @@ class Spy:
 @pytest.fixture
 def spy(monkeypatch):
     return Spy(monkeypatch)
-
-
-def close(got, want, rtol=1e-12, how=""):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=rtol, err_msg=how)
 
 
 def recomputed(fn, *args):

@@ -1,8 +1,6 @@
 """ez.jax.primitive in both forms (custom_vjp, custom_jvp) under JAX's transforms, against
 JAX's own autodiff of the same function written in jax.numpy."""
 
-import math
-
 import numpy as np
 import pytest
 
@@ -12,15 +10,10 @@ numba = pytest.importorskip("numba")
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
+from _helpers import close  # noqa: E402
+from numba_functions import loss  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
-
-
-@numba.njit
-def loss(x, k, n):
-    s = 0.0
-    for i in range(n):
-        s += k * math.sin(x[i]) * x[i] * x[i]
-    return s
 
 
 @numba.njit
@@ -40,10 +33,6 @@ def x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", True)
-
-
-def close(got, want, rtol=1e-12, how=""):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=rtol, err_msg=how)
 
 
 X = np.linspace(-1.0, 1.5, 6)

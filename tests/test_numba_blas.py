@@ -1,7 +1,7 @@
 """Slice and fancy-index assignment, and Numba's BLAS helpers (np.dot, @),
 differentiated in forward and reverse mode against finite differences.
 
-src/rewrites.cpp keeps Numba's exception helpers (a slice assignment's shape check)
+src/numba_rewrites.cpp keeps Numba's exception helpers (a slice assignment's shape check)
 out of Enzyme's way and gives numba_xxdot / numba_xxgemv / numba_xxgemm / numba_xxnrm2
 loop bodies with BLAS's semantics (src/numba_blas.c)."""
 

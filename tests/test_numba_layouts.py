@@ -280,7 +280,7 @@ def test_arrays_that_overlap_below_a_reversed_view_use_the_alias_safe_build():
 
 
 def test_the_overlap_check_sees_the_bytes_below_a_reversed_view():
-    from enzyme_py._convention import byte_span, overlapping
+    from enzyme_py._arguments import byte_span, overlapping
 
     base = np.zeros(10)
     x, y = base[4:9][::-1], base[:5]

@@ -18,59 +18,21 @@ from numpy.linalg import solve
 
 import enzyme_py as ez
 
+from _helpers import check_grad_and_jvp, general_matrix, spd_matrix
+from reference import fd_jacobian, fd_partial
+
 pytestmark = pytest.mark.needs_enzyme
 
 LinAlgError = np.linalg.LinAlgError
 
 
-def _general(n, seed):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, n)) + 2.0 * np.eye(n)
-
-
-def _spd(n, seed):
-    m = np.random.default_rng(seed).standard_normal((n, n))
-    return m @ m.T + n * np.eye(n)
+def check(f, args, diff, rtol=1e-6, atol=1e-8, dtype=np.float64):
+    """check_grad_and_jvp with the arrays in ``dtype`` (float64 unless asked)."""
+    check_grad_and_jvp(f, args, diff, rtol, atol, dtype)
 
 
 # Partial pivoting swaps rows at every step of this one (tiny leading pivots).
 PIVOTING = np.array([[1e-3, 2.0, 0.5], [1.0, 2e-3, 3.0], [2.5, 1.0, 3e-3]])
-
-
-def _fd_grad(f, args, k, h=1e-6):
-    x = np.asarray(args[k], dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[i] += h
-        minus[i] -= h
-        call_p = [plus if j == k else a for j, a in enumerate(args)]
-        call_m = [minus if j == k else a for j, a in enumerate(args)]
-        g[i] = (f(*call_p) - f(*call_m)) / (2 * h)
-    return g
-
-
-def check(f, args, diff, rtol=1e-6, atol=1e-8, dtype=np.float64):
-    """ez.grad (reverse) and ez.jvp (forward, random tangents) of f in ``dtype``
-    against float64 central differences of f, for the arguments ``diff``."""
-    f64 = [np.asarray(a, dtype=np.float64) if isinstance(a, np.ndarray) else a for a in args]
-    call = [a.astype(dtype) if isinstance(a, np.ndarray) else a for a in f64]
-    want = [_fd_grad(f, f64, k) for k in diff]
-    grads = ez.grad(f, tuple(diff))(*call)
-    for g, w in zip(grads, want, strict=True):
-        assert g.dtype == dtype
-        scale = max(1.0, float(np.max(np.abs(w))))
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
-    rng = np.random.default_rng(3)
-    tangents = [
-        rng.standard_normal(np.shape(a)).astype(dtype) if k in diff else None
-        for k, a in enumerate(call)
-    ]
-    value, dy = ez.jvp(f, tuple(call), tuple(tangents))
-    assert value == pytest.approx(f(*call), rel=max(rtol, 1e-12), abs=1e-12)
-    directional = sum(float(np.sum(w * tangents[k])) for w, k in zip(want, diff, strict=True))
-    scale = max(1.0, abs(directional))
-    assert dy == pytest.approx(directional, rel=rtol, abs=atol * scale)
 
 
 # ---------------------------------------------------------------- the functions
@@ -139,15 +101,15 @@ def _bb(n, seed=6):
 
 
 CASES = {
-    "solve(A, b)": (solve_vector, lambda n, s: (_general(n, s), _b(n)), (0, 1)),
-    "solve(A, B)": (solve_matrix, lambda n, s: (_general(n, s), _bb(n)), (0, 1)),
-    "inv": (inverse, lambda n, s: (_general(n, s),), (0,)),
-    "det": (determinant, lambda n, s: (_general(n, s),), (0,)),
-    "slogdet": (log_determinant, lambda n, s: (_general(n, s),), (0,)),
-    "cholesky": (cholesky_cubes, lambda n, s: (_spd(n, s),), (0,)),
-    "norm": (norm_frobenius, lambda n, s: (_general(n, s),), (0,)),
-    "norm(A, 1)": (norm_one, lambda n, s: (_general(n, s),), (0,)),
-    "norm(A, inf)": (norm_inf, lambda n, s: (_general(n, s),), (0,)),
+    "solve(A, b)": (solve_vector, lambda n, s: (general_matrix(n, s), _b(n)), (0, 1)),
+    "solve(A, B)": (solve_matrix, lambda n, s: (general_matrix(n, s), _bb(n)), (0, 1)),
+    "inv": (inverse, lambda n, s: (general_matrix(n, s),), (0,)),
+    "det": (determinant, lambda n, s: (general_matrix(n, s),), (0,)),
+    "slogdet": (log_determinant, lambda n, s: (general_matrix(n, s),), (0,)),
+    "cholesky": (cholesky_cubes, lambda n, s: (spd_matrix(n, s),), (0,)),
+    "norm": (norm_frobenius, lambda n, s: (general_matrix(n, s),), (0,)),
+    "norm(A, 1)": (norm_one, lambda n, s: (general_matrix(n, s),), (0,)),
+    "norm(A, inf)": (norm_inf, lambda n, s: (general_matrix(n, s),), (0,)),
 }
 
 
@@ -178,7 +140,7 @@ def test_values_equal_numpys():
     rng = np.random.default_rng(8)
     for n in (1, 3, 6):
         a = rng.standard_normal((n, n)) + np.eye(n)
-        s = _spd(n, n)
+        s = spd_matrix(n, n)
         b = rng.standard_normal(n)
         bb = rng.standard_normal((n, 3))
 
@@ -222,41 +184,31 @@ def cholesky_of(a):
     return np.linalg.cholesky(a)
 
 
-def _fd_jacobian(f, x, h=1e-6):
-    cols = []
-    for i in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[i] += h
-        minus[i] -= h
-        cols.append(((f(plus) - f(minus)) / (2 * h)).ravel())
-    return np.stack(cols, axis=1).reshape(f(x).shape + x.shape)
-
-
 def test_array_results_through_jacobian():
     # inv and 2-d solve give Fortran-ordered arrays, as Numba's.
-    a = _general(3, 31)
+    a = general_matrix(3, 31)
     np.testing.assert_allclose(
-        ez.jacobian(inverse_of)(a), _fd_jacobian(inverse_of, a), rtol=1e-6, atol=1e-8
+        ez.jacobian(inverse_of)(a), fd_jacobian(inverse_of, a), rtol=1e-6, atol=1e-8
     )
     bb = _bb(3)
     np.testing.assert_allclose(
         ez.jacobian(solution_of, 1)(a, bb),
-        _fd_jacobian(lambda b: solution_of(a, b), bb),
+        fd_jacobian(lambda b: solution_of(a, b), bb),
         rtol=1e-6,
         atol=1e-8,
     )
-    s = _spd(3, 32)
+    s = spd_matrix(3, 32)
     np.testing.assert_allclose(
-        ez.jacobian(cholesky_of)(s), _fd_jacobian(cholesky_of, s), rtol=1e-6, atol=1e-8
+        ez.jacobian(cholesky_of)(s), fd_jacobian(cholesky_of, s), rtol=1e-6, atol=1e-8
     )
 
 
 def test_cholesky_reads_the_lower_triangle():
     # As Numba and NumPy: the entries above the diagonal are not read (zero derivative).
-    s = _spd(4, 33)
+    s = spd_matrix(4, 33)
     s[0, 3] += 5.0
     g = ez.grad(cholesky_cubes)(s)
-    np.testing.assert_allclose(g, _fd_grad(cholesky_cubes, [s], 0), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g, fd_partial(cholesky_cubes, [s], 0), rtol=1e-6, atol=1e-8)
     assert np.all(g[np.triu_indices(4, 1)] == 0.0)
 
 
@@ -302,17 +254,17 @@ def imported_names(a, b):
 
 
 def test_used_twice_and_with_matmul():
-    a, b = _general(3, 41), _b(3)
+    a, b = general_matrix(3, 41), _b(3)
     check(used_twice, (a, b), (0, 1))
 
 
 def test_inside_a_loop():
-    a, b = _general(3, 42), _b(3)
+    a, b = general_matrix(3, 42), _b(3)
     check(in_a_loop, (a, b), (0, 1))
 
 
 def test_gaussian_log_density():
-    x, mean, cov = _b(4, 1), _b(4, 2), _spd(4, 43)
+    x, mean, cov = _b(4, 1), _b(4, 2), spd_matrix(4, 43)
     check(gaussian_log_density, (x, mean, cov), (0, 1, 2))
     s = np.linalg.slogdet(cov)[1]
     d = x - mean
@@ -321,18 +273,18 @@ def test_gaussian_log_density():
 
 
 def test_names_imported_from_numpy_linalg():
-    a, b = _general(3, 44), _b(3)
+    a, b = general_matrix(3, 44), _b(3)
     check(imported_names, (a, b), (0, 1))
 
 
 def test_fortran_and_strided_inputs():
-    a = _general(4, 45)
+    a = general_matrix(4, 45)
     check(inverse, (np.asfortranarray(a),), (0,))
-    big = _general(6, 46)
+    big = general_matrix(6, 46)
     view = big[::2, 1::2]
     g = ez.grad(determinant)(view)
     np.testing.assert_allclose(
-        g, _fd_grad(determinant, [np.ascontiguousarray(view)], 0), rtol=1e-6, atol=1e-8
+        g, fd_partial(determinant, [np.ascontiguousarray(view)], 0), rtol=1e-6, atol=1e-8
     )
 
 
@@ -404,7 +356,7 @@ def named_norm(a):
 
 
 def test_norm_orders_needing_an_svd_are_refused():
-    a = _general(3, 51)
+    a = general_matrix(3, 51)
     assert spectral_norm(a) == pytest.approx(np.linalg.norm(a, 2), rel=1e-12)
     with pytest.raises(ez.EnzymeError, match=r"np\.linalg\.norm\(A, 2\).*What to do"):
         ez.grad(spectral_norm)(a)
@@ -447,7 +399,7 @@ def calls_solve(a, b):
 def test_linalg_in_a_called_function():
     # The @njit functions it calls see the substitutes too (more forms:
     # tests/test_numba_substitutes_in_callees.py).
-    a, b = _general(3, 52), _b(3)
+    a, b = general_matrix(3, 52), _b(3)
     check(calls_solve, (a, b), (0, 1))
 
 
@@ -463,4 +415,4 @@ def calls_eig(a):
 
 def test_linalg_without_loops_in_a_called_function_is_refused_with_advice():
     with pytest.raises(ez.EnzymeError, match=r"(?s)LAPACK.*numba_ez_rgeev.*eigvals.*no derivative"):
-        ez.grad(calls_eig)(_general(3, 53))
+        ez.grad(calls_eig)(general_matrix(3, 53))

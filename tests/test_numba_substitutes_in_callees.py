@@ -14,50 +14,10 @@ import pytest
 import enzyme_py as ez
 from enzyme_py.frontends import _numba_substitutes as subs
 
+from _helpers import check_grad_and_jvp as check
+from _helpers import general_matrix, random_vector, spd_matrix
+
 pytestmark = pytest.mark.needs_enzyme
-
-
-def _general(n, seed):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((n, n)) + 2.0 * np.eye(n)
-
-
-def _spd(n, seed):
-    m = np.random.default_rng(seed).standard_normal((n, n))
-    return m @ m.T + n * np.eye(n)
-
-
-def _vec(n, seed):
-    return np.random.default_rng(seed).standard_normal(n)
-
-
-def _fd_grad(f, args, k, h=1e-6):
-    x = np.asarray(args[k], dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[i] += h
-        minus[i] -= h
-        call_p = [plus if j == k else a for j, a in enumerate(args)]
-        call_m = [minus if j == k else a for j, a in enumerate(args)]
-        g[i] = (f(*call_p) - f(*call_m)) / (2 * h)
-    return g
-
-
-def check(f, args, diff, rtol=1e-6, atol=1e-8):
-    """ez.grad (reverse) and ez.jvp (forward, random tangents) of f against float64
-    central differences of f, for the arguments ``diff``."""
-    want = [_fd_grad(f, args, k) for k in diff]
-    grads = ez.grad(f, tuple(diff))(*args)
-    for g, w in zip(grads, want, strict=True):
-        scale = max(1.0, float(np.max(np.abs(w))))
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
-    rng = np.random.default_rng(3)
-    tangents = [rng.standard_normal(np.shape(a)) if k in diff else None for k, a in enumerate(args)]
-    value, dy = ez.jvp(f, tuple(args), tuple(tangents))
-    assert value == pytest.approx(f(*args), rel=1e-12, abs=1e-12)
-    directional = sum(float(np.sum(w * tangents[k])) for w, k in zip(want, diff, strict=True))
-    assert dy == pytest.approx(directional, rel=rtol, abs=atol * max(1.0, abs(directional)))
 
 
 # ---------------------------------------------------------------- the functions
@@ -171,13 +131,13 @@ calls_through_a_closure = _closing_over(_quadratic_solve)
 
 
 def test_cholesky_solve_slogdet_in_a_callee():
-    x, mu, cov = _vec(4, 1), _vec(4, 2), _spd(4, 3)
+    x, mu, cov = random_vector(4, 1), random_vector(4, 2), spd_matrix(4, 3)
     assert subs.uses_substitutes(loglik.py_func)
     check(loglik, (x, mu, cov), (0, 1, 2))
 
 
 def test_two_levels_deep():
-    check(two_levels, (_general(3, 4), _vec(3, 5)), (0, 1))
+    check(two_levels, (general_matrix(3, 4), random_vector(3, 5)), (0, 1))
 
 
 def test_sort_and_median_in_a_callee():
@@ -186,11 +146,11 @@ def test_sort_and_median_in_a_callee():
 
 
 def test_a_callee_called_twice():
-    check(called_twice, (_general(3, 6), _vec(3, 7)), (0, 1))
+    check(called_twice, (general_matrix(3, 6), random_vector(3, 7)), (0, 1))
 
 
 def test_a_callee_through_a_closure_cell():
-    check(calls_through_a_closure, (_general(3, 8), _vec(3, 9)), (0, 1))
+    check(calls_through_a_closure, (general_matrix(3, 8), random_vector(3, 9)), (0, 1))
 
 
 def test_a_recursive_callee_using_no_substitute_is_unchanged():
@@ -222,7 +182,7 @@ def test_a_callee_keeps_its_options():
     assert inner is not _fast_solve
     for option in ("fastmath", "error_model", "boundscheck"):
         assert inner.targetoptions[option] == _fast_solve.targetoptions[option]
-    check(calls_fast_solve, (_general(3, 10), _vec(3, 11)), (0, 1), rtol=1e-5)
+    check(calls_fast_solve, (general_matrix(3, 10), random_vector(3, 11)), (0, 1), rtol=1e-5)
 
 
 def test_only_callees_using_substitutes_are_cloned():
@@ -271,7 +231,7 @@ def f(a, b):
 def test_a_callee_edited_between_two_derivatives():
     # As in a notebook cell run again after an edit: the derivative is of the new
     # code (the caches key on the callee's code), not a stale one.
-    a, b = _general(3, 12), _vec(3, 13)
+    a, b = general_matrix(3, 12), random_vector(3, 13)
     grads = []
     for scale in ("1.0", "3.0 * b[1]"):
         namespace: dict = {"__name__": "edited_cell"}
@@ -293,6 +253,6 @@ def calls_eigvals(a):
 
 
 def test_lapack_without_loops_in_a_callee_is_refused_with_advice():
-    a = _spd(3, 14)
+    a = spd_matrix(3, 14)
     with pytest.raises(ez.EnzymeError, match=r"(?s)LAPACK.*eig"):
         ez.grad(calls_eigvals)(a)

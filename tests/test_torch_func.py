@@ -1,8 +1,6 @@
 """ez.torch.function under torch.func (grad, jacrev, jacfwd, hessian, vmap, jvp),
 against PyTorch's own autodiff of the same function written in torch."""
 
-import math
-
 import numpy as np
 import pytest
 
@@ -11,15 +9,9 @@ import enzyme_py as ez
 numba = pytest.importorskip("numba")
 torch = pytest.importorskip("torch")
 
+from numba_functions import loss  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
-
-
-@numba.njit
-def loss(x, k, n):
-    s = 0.0
-    for i in range(n):
-        s += k * math.sin(x[i]) * x[i] * x[i]
-    return s
 
 
 def reference(x, k):

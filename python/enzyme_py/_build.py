@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # vectorizers, since Enzyme has no derivatives of libmvec's vector math calls
 # (_ZGVdN4v_sin) or of masked gathers. (LLVM 15's C API runs the vectorizers in
 # default<O2> even when its pass-builder options turn them off.) No load PRE, as in
-# src/rewrites.h's kSimplifyPasses.
+# src/numba_rewrites.h's kSimplifyPasses.
 PASSES_TO_DIFFERENTIATE_AGAIN = (
     "cgscc(inline),function(sroa,early-cse<memssa>,simplifycfg,instcombine,"
     "loop(loop-rotate),loop-mssa(licm),gvn<no-load-pre>,sccp,dse,adce,instcombine,simplifycfg),"
@@ -185,7 +185,7 @@ _NUMBA_PARALLEL = (
     "numba_gil_",
 )
 # Numba's LAPACK wrappers (numba/np/linalg.py); its BLAS ones (numba_xxdot, numba_xxgemv,
-# numba_xxgemm, numba_xxnrm2) get loop bodies on real arrays (src/rewrites.cpp).
+# numba_xxgemm, numba_xxnrm2) get loop bodies on real arrays (src/numba_rewrites.cpp).
 _NUMBA_LAPACK = ("numba_xxgetrf", "numba_xxpotrf", "numba_xgesv", "numba_ez_")
 # What Enzyme's assertions say of a call to a variadic function.
 _VARIADIC_CALL = (

@@ -13,21 +13,29 @@ This module states the convention once for Python:
   (``ResultPlan``). The checked path below, the C++ fast caller (``src/caller.h``) and
   the compiled ``@njit`` callers (``_njit_call``) all follow it.
 - ``fill_slots`` / ``read_results``: the checked path, which names the offending
-  parameter of any argument that does not fit.
-- the argument rules every caller shares: ``check_array``, ``check_shadow``,
-  ``check_shadows_apart``, ``real_number``, ``scalar``, ``lanes``.
+  parameter of any argument that does not fit, by the argument rules every caller
+  shares (``_arguments``).
 """
 
 from __future__ import annotations
 
-import numbers
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from enzyme_py._arguments import (
+    check_array,
+    check_shadow,
+    check_shadows_apart,
+    laid_out_like,
+    lanes,
+    scalar,
+)
+
+# Re-exported: _compose and _transforms import it from here.
+from enzyme_py._arguments import real_number as real_number
 from enzyme_py._signature import Param
 from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, DualOnly, Mode, Reverse
 from enzyme_py.frontends import IRFunction
@@ -458,168 +466,3 @@ def _laid_out_as(
     used[...] = array
     stand_ins.append((array, used))
     return used
-
-
-def laid_out_like(array: np.ndarray) -> np.ndarray:
-    """Zeros with ``array``'s shape, dtype and strides: each element at the same byte
-    offset from the data pointer (a view's gaps and negative strides included)."""
-    if array.size == 0:
-        return np.zeros(array.shape, array.dtype)
-    low, high = byte_span(array)
-    buffer = np.zeros(high - low, dtype=np.uint8)
-    offset = array.ctypes.data - low
-    return np.ndarray(array.shape, array.dtype, buffer, offset=offset, strides=array.strides)
-
-
-# --- the argument rules every caller shares ---------------------------------------
-
-
-def byte_span(a: np.ndarray) -> tuple[int, int]:
-    """The bytes ``[low, high)`` an array's elements lie in: below its data pointer too
-    along negative strides, and its gaps included (a view such as ``x[::2]``)."""
-    start = a.ctypes.data
-    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides, strict=True))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides, strict=True))
-    return start + low, start + high + a.itemsize
-
-
-def overlapping(arrays: Sequence[np.ndarray]) -> bool:
-    """Whether the byte spans of any two of the arrays passed meet (the same array twice
-    does; views interleaved in one buffer do too, conservatively)."""
-    spans = sorted(byte_span(a) for a in arrays if a.size)
-    return any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
-
-
-def _share_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return bool(a.nbytes and b.nbytes and np.shares_memory(a, b))
-
-
-def check_shadows_apart(
-    shadows: Sequence[tuple[str, np.ndarray, np.ndarray | None]],
-    arrays: Sequence[tuple[str, np.ndarray]],
-    width: int,
-) -> None:
-    """No shadow (given as ``(where, shadow, its array)``) may share memory with an array
-    argument: the derivative writes into its shadows, which would change that array as
-    the function reads it (its own array is checked with the shadow). Two shadows may
-    share memory only as their arrays do (one array passed twice, its shadow twice):
-    Enzyme reads back the shadow of an array the function writes, so shadows shared
-    otherwise would mix the adjoints of different arrays. (A shadow's array given as
-    None, one that is not a host array, shares memory with nothing.)"""
-    for n, (shadow_where, shadow, primal) in enumerate(shadows):
-        for where, array in arrays:
-            if _share_memory(shadow, array):
-                raise ValueError(
-                    f"{shadow_where} overlaps {where}: the derivative writes into the "
-                    "shadow, which would change that array; give the shadow memory of its own"
-                )
-        for other_where, other, other_primal in shadows[:n]:
-            if not _share_memory(shadow, other):
-                continue
-            alike = (
-                primal is not None
-                and other_primal is not None
-                and shadow.ctypes.data - primal.ctypes.data
-                == other.ctypes.data - other_primal.ctypes.data
-                and (width == 1 or primal.nbytes == other_primal.nbytes)
-            )
-            if not alike:
-                raise ValueError(
-                    f"{shadow_where} overlaps {other_where}, and their arrays do not overlap "
-                    "alike: the adjoints of the two would mix; give each shadow memory of its "
-                    "own (an array passed twice may take the same shadow twice)"
-                )
-
-
-def real_number(value: Any, where: str, what: str) -> float:
-    """``value`` as a float, if it is one real number: a Python or NumPy int, float or
-    bool, or a 0-d array of one. Strings, None and complex numbers are refused rather
-    than converted (``float("1")`` works, and NumPy drops an imaginary part)."""
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
-        value = value[()]
-    if not isinstance(value, (numbers.Real, np.bool_)):
-        raise TypeError(
-            f"{where} is {what}: pass a real number (an int, a float or a NumPy real "
-            f"scalar); got {type(value).__name__}"
-        )
-    try:
-        return float(value)
-    except OverflowError:
-        raise ValueError(f"{where} is {what}; {value} does not fit in a float64") from None
-
-
-def scalar(value: Any, param: Param, where: str) -> Any:
-    """``value`` checked and converted for scalar parameter ``param``."""
-    assert param.dtype is not None
-    if param.kind == "float":
-        return param.dtype.type(real_number(value, where, f"a {param.dtype} scalar"))
-    try:
-        integer = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{where} is an integer ({param.dtype}); got {type(value).__name__}"
-        ) from None
-    if param.dtype == np.bool_:
-        return np.uint8(bool(integer))
-    info = np.iinfo(param.dtype)
-    if not info.min <= integer <= info.max:
-        raise ValueError(f"{where} is {param.dtype}; {integer} does not fit")
-    return integer
-
-
-def lanes(value: Any, k: int, param: Param, where: str) -> list[Any]:
-    """k scalar values for a tangent or seed: a scalar when k == 1, else length-k."""
-    assert param.dtype is not None
-    if k == 1:
-        return [scalar(value, param, where)]
-    if isinstance(value, np.ndarray):
-        shape = value.shape
-    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
-        shape = (len(value),)
-    elif isinstance(value, (numbers.Real, np.bool_)):
-        shape = ()
-    else:
-        raise TypeError(
-            f"{where} needs {k} real numbers (width={k}), a sequence or an array; "
-            f"got {type(value).__name__}"
-        )
-    if shape != (k,):
-        raise ValueError(f"{where} needs {k} values (width={k}); got shape {shape}")
-    what = f"a {param.dtype} scalar"
-    return [
-        param.dtype.type(real_number(v, f"{where} (value {lane})", what))
-        for lane, v in enumerate(value)
-    ]
-
-
-def check_array(value: Any, param: Param, where: str) -> np.ndarray:
-    """``value`` if it can be passed as array parameter ``param``."""
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{where} is an array; got {type(value).__name__} (pass a NumPy array)")
-    if param.dtype is not None and value.dtype != param.dtype:
-        raise ValueError(f"{where} needs dtype {param.dtype}; got {value.dtype}")
-    if not param.strided and not value.flags.c_contiguous:
-        raise ValueError(f"{where} must be C-contiguous; pass np.ascontiguousarray(...) of it")
-    if not param.readonly and not value.flags.writeable:
-        raise ValueError(f"{where} is read-only; the function may write it: pass a copy")
-    return value
-
-
-def check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarray:
-    """``value`` if it can be the shadow (k lanes) of array ``primal``: of any layout
-    (the call gives the derivative a stand-in laid out like ``primal`` where it is not)."""
-    shape = primal.shape if k == 1 else (k, *primal.shape)
-    if not isinstance(value, np.ndarray):
-        raise TypeError(
-            f"{where} must be a NumPy array of shape {shape}; got {type(value).__name__}"
-        )
-    if value.dtype != primal.dtype:
-        raise ValueError(f"{where} needs dtype {primal.dtype} (as its array); got {value.dtype}")
-    if value.shape != shape:
-        lane = f" (width={k})" if k > 1 else ""
-        raise ValueError(f"{where} needs shape {shape}{lane}; got {value.shape}")
-    if not value.flags.writeable:
-        raise ValueError(f"{where} must be writable: derivatives are accumulated into it")
-    if np.shares_memory(value, primal):
-        raise ValueError(f"{where} overlaps its array; give it memory of its own")
-    return value

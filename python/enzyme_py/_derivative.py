@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from enzyme_py import _build, _convention, _njit_call, _state, frontends, rules
+from enzyme_py import _arguments, _build, _convention, _njit_call, _state, frontends, rules
 from enzyme_py._activities import RecursionBatchRefused, check_activities
 from enzyme_py._signature import Param
 from enzyme_py.core import (
@@ -304,7 +304,7 @@ class Derivative:
                 f"({', '.join(self.plan.argument_names)}); got {len(args)}"
             )
         filled = _convention.fill_slots(self.plan, args, self._compiled.in_slots)
-        if self.may_overlap and _convention.overlapping(filled.arrays):
+        if self.may_overlap and _arguments.overlapping(filled.arrays):
             return self.alias_safe_twin()._call_checked(args)
         reader = self._run(
             filled, len(self.plan.in_codes), lambda: _state.native.invoke(self.entry, filled.slots)

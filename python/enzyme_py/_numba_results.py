@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py._convention import real_number
+from enzyme_py._arguments import real_number
 from enzyme_py._derivative import Derivative
 from enzyme_py.core import (
     Active,

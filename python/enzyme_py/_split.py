@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _convention, _state
+from enzyme_py import _arguments, _state
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options, resolve_function
 from enzyme_py._numba_derivative import NumbaDerivative
@@ -140,7 +140,7 @@ class SplitDerivative:
         halves = self._halves_for(args)
         full = halves.args(args)
         fwd, rev = halves.forward, halves.reverse
-        if fwd.may_overlap and _convention.overlapping(
+        if fwd.may_overlap and _arguments.overlapping(
             [a for a in full if isinstance(a, np.ndarray)]
         ):
             fwd, rev = fwd.alias_safe_twin(), rev.alias_safe_twin()

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _transforms as tf
+from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._compose import Gradient, GradientOfGradient, Pullback, hvp, is_result, refuse
-from enzyme_py._convention import real_number as _real_number
 from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (

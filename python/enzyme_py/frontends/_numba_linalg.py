@@ -125,6 +125,17 @@ def definitions() -> dict[str, Any]:
         return sign
 
     @numba.njit
+    def _lu_nonsingular(a):  # type: ignore[no-untyped-def]
+        """``_lu`` of the square ``a`` into new arrays of its dtype: ``(lu, perm)``;
+        ``LinAlgError`` at a zero pivot (``solve``, ``inv``: a singular matrix)."""
+        n = a.shape[0]
+        lu = np.empty((n, n), a.dtype)
+        perm = np.empty(n, np.int64)
+        if _lu(a, lu, perm) == 0:
+            raise LinAlgError(SINGULAR)
+        return lu, perm
+
+    @numba.njit
     def _lu_solve(lu, x):  # type: ignore[no-untyped-def]
         """Overwrite ``x`` (already permuted: P b) with the solution of L U x = P b."""
         n = lu.shape[0]
@@ -156,10 +167,7 @@ def definitions() -> dict[str, Any]:
                     raise LinAlgError(SIZES)
                 _check_square(a)
                 n = a.shape[0]
-                lu = np.empty((n, n), kind)
-                perm = np.empty(n, np.int64)
-                if _lu(a, lu, perm) == 0:
-                    raise LinAlgError(SINGULAR)
+                lu, perm = _lu_nonsingular(a)
                 x = np.empty(n, kind)
                 for i in range(n):
                     x[i] = b[perm[i]]
@@ -179,10 +187,7 @@ def definitions() -> dict[str, Any]:
             out = np.empty((nrhs, n), kind).T  # Fortran order, as Numba's
             if n == 0:
                 return out
-            lu = np.empty((n, n), kind)
-            perm = np.empty(n, np.int64)
-            if _lu(a, lu, perm) == 0:
-                raise LinAlgError(SINGULAR)
+            lu, perm = _lu_nonsingular(a)
             x = np.empty(n, kind)
             for j in range(nrhs):
                 for i in range(n):
@@ -210,10 +215,7 @@ def definitions() -> dict[str, Any]:
             out = np.empty((n, n), kind).T  # Fortran order, as Numba's
             if n == 0:
                 return out
-            lu = np.empty((n, n), kind)
-            perm = np.empty(n, np.int64)
-            if _lu(a, lu, perm) == 0:
-                raise LinAlgError(SINGULAR)
+            lu, perm = _lu_nonsingular(a)
             x = np.empty(n, kind)
             for j in range(n):
                 for i in range(n):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _convention, _state
+from enzyme_py import _arguments, _state
 from enzyme_py.offload import _ptx
 from enzyme_py.offload._body import KernelBody, launch_key
 from enzyme_py.offload._devices import Device, DeviceArray
@@ -156,7 +156,7 @@ class GpuLauncher:
                     values.append(("ptr", on_device.address))
                 else:
                     # Checked and converted as the CPU device's launcher does.
-                    values.append((llvm_type, _convention.scalar(arg, param, where)))
+                    values.append((llvm_type, _arguments.scalar(arg, param, where)))
             try:
                 _state.native.gpu_launch(
                     device.index, kernel, pack(values), max(1, -(-n // _GROUP)), _GROUP

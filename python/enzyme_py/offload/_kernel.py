@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _convention, _state
+from enzyme_py import _arguments, _state
 from enzyme_py._derivative import Options
 from enzyme_py.core import (
     Active,
@@ -138,7 +138,7 @@ class Kernel:
                 continue
             primal, shadow = args[pos], args[at]
             if isinstance(primal, np.ndarray) and isinstance(shadow, np.ndarray):
-                _convention.check_shadow(shadow, primal, 1, where(at))
+                _arguments.check_shadow(shadow, primal, 1, where(at))
             elif isinstance(primal, (np.ndarray, DeviceArray)):
                 if not isinstance(shadow, (np.ndarray, DeviceArray)):
                     raise TypeError(
@@ -152,7 +152,7 @@ class Kernel:
                     )
         # Host arrays: the rule of calls from Python (a shadow of a device array is
         # never like another's).
-        _convention.check_shadows_apart(
+        _arguments.check_shadows_apart(
             [
                 (where(at), args[at], args[pos] if isinstance(args[pos], np.ndarray) else None)
                 for pos, at in layout

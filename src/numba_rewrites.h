@@ -1,0 +1,48 @@
+// Rewrites of the LLVM modules Numba makes, before Enzyme: what makes its
+// analyses see what is true of Numba's code (temporaries that do not alias,
+// exception helpers kept inactive, BLAS helpers given bodies, callees inlined
+// and loops simplified). The rewrites for IR of any frontend are in rewrites.h.
+#pragma once
+
+#include <llvm-c/Core.h>
+
+namespace enzyme_py {
+
+class HostJit;
+
+// Numba's functions that only make an exception with run-time values (the
+// shape mismatch of a slice assignment: ol_raise_with_shape_context) are kept
+// out of line, marked enzyme_inactive and nofree, and lose the pointer to the
+// function that would unwrap the values (which calls the variadic PyTuple_Pack,
+// where Enzyme asserts): the exception keeps its class and constant arguments.
+// Everywhere, NRT_Allocate / NRT_Free (the scratch copy of an assignment's
+// source that may overlap its destination) become malloc / free, whose shadows
+// Enzyme makes. Returns how many helpers were changed.
+int keep_exception_helpers_inactive(LLVMModuleRef mod);
+
+// Direct calls of Numba's BLAS helpers for real kinds (numba_xxdot,
+// numba_xxgemv, numba_xxgemm, numba_xxnrm2: np.dot, @, np.linalg.norm) become
+// calls of loops with BLAS's semantics (src/numba_blas.c), which Enzyme
+// differentiates in every mode. Returns how many calls.
+int define_numba_blas(LLVMModuleRef mod);
+
+// The pass pipeline simplify_for_enzyme runs (no vectorisation, and no unrolling
+// but of loops of constant length, which leave Enzyme nothing to cache, such as
+// Numba's x ** 2: partial unrolling would make it cache more). GVN without load
+// PRE: the loop-carried phis it makes of loads (u[i+1] read again as u[i]) give
+// Enzyme v0.0.289 wrong gradients, without an error, where an outer loop
+// overwrites the array (Gauss-Seidel sweeps).
+extern const char *const kSimplifyPasses;
+
+// For Numba code, once per module:
+// - loads of a temporary's data pointer from its MemInfo header become the
+//   constant offset enzyme_py's arena puts the data at, from the (noalias)
+//   allocation call: LLVM and Enzyme then know temporaries do not alias;
+// - the functions Numba links in (linkonce_odr: callees, library code; not
+//   those marked noinline, such as NRT_incref) are inlined;
+// - kSimplifyPasses run: loop-invariant loads hoisted (Enzyme then caches them
+//   once per loop instead of once per iteration) and loop exits made
+//   computable (Enzyme sizes its caches once instead of growing them).
+void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
+
+}  // namespace enzyme_py
