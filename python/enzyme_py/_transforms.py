@@ -54,6 +54,12 @@ from enzyme_py.frontends._numba_signatures import argument_kind
 
 Argnums = int | Sequence[int]
 
+
+class NotComposable(TypeError):
+    """A composition of transforms that enzyme_py does not compute; the message says
+    what to write instead."""
+
+
 # Columns (or rows) of a Jacobian or Hessian computed per batched call.
 BATCH = 8
 
@@ -330,6 +336,22 @@ def as_tangent(t: Any, p: Any, i: int) -> Any:
             + (f"dtype {values.dtype}" if isinstance(t, np.ndarray) else type(t).__name__)
         )
     return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent
+
+
+def given_tangents(args: Sequence[Any], tangents: Sequence[Any], who: str) -> dict[int, Any]:
+    """The tangents given (None: none), one per primal, in their primals' dtypes."""
+    if len(tangents) > len(args):
+        raise ValueError(f"{who} got {len(tangents)} tangents for {len(args)} arguments")
+    given = {}
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        if not (is_float_array(args[i]) or is_float_scalar(args[i])):
+            raise TypeError(
+                f"{who}: argument {i} is not a float array or scalar: its tangent is None"
+            )
+        given[i] = as_tangent(t, args[i], i)
+    return given
 
 
 def reverse_derivative(derivatives: Derivatives, args: Sequence[Any], acts: Any) -> Derivative:

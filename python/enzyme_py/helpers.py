@@ -25,9 +25,20 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _transforms as tf
-from enzyme_py._compose import Gradient, GradientOfGradient, Pullback, hvp, is_result, refuse
+from enzyme_py._compose import (
+    Gradient,
+    GradientOfGradient,
+    Pullback,
+    as_gradient,
+    hvp,
+    is_result,
+    jvp_of,
+    refuse,
+    second_of,
+)
 from enzyme_py._convention import real_number as _real_number
 from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
+from enzyme_py._third_order import of_second
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
@@ -114,8 +125,13 @@ def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
 
 
 def _gradient(f: Any, argnums: Argnums, with_value: bool) -> Any:
-    if isinstance(f, Gradient):  # grad(grad(f, a), b): a second derivative
-        return GradientOfGradient(f, argnums, with_value)
+    outer = "value_and_grad" if with_value else "grad"
+    g = as_gradient(f)
+    if g is not None:  # grad(grad(f, a), b): a second derivative
+        return GradientOfGradient(g, argnums, with_value)
+    second = second_of(f)
+    if second is not None:  # grad(grad(grad(f))) and the like: a third derivative
+        return of_second(outer, second, argnums, with_value)
     if is_result(f):
         refuse("value_and_grad" if with_value else "grad", f)
     return Gradient(f, argnums, with_value)
@@ -153,8 +169,12 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
-    if isinstance(f, Gradient):  # JAX's Hessian-vector product idiom: forward over reverse
-        return f.jvp(primals, tangents)
+    g = as_gradient(f)
+    if g is not None:  # JAX's Hessian-vector product idiom: forward over reverse
+        return g.jvp(primals, tangents)
+    third = jvp_of(f, primals, tangents)  # of a second derivative: T v
+    if third is not None:
+        return third
     if is_result(f):
         refuse("jvp", f)
     args = tf.with_defaults(f, primals, f"jvp({tf.name_of(f)})")
@@ -212,9 +232,11 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
     n = len(primals)
-    if isinstance(f, Gradient):  # its pullback is H c: forward over reverse
-        point = tf.fresh(tf.with_defaults(f.f, primals, f"vjp({f.__name__})"))
-        return f(*primals), Pullback(f.pullback(point, n), f.__name__)
+    g = as_gradient(f)
+    if g is not None:  # its pullback is H c: forward over reverse
+        point = tf.fresh(tf.with_defaults(g.f, primals, f"vjp({g.__name__})"))
+        pullback = g.pullback(point, n)  # checks g first
+        return g(*primals), Pullback(pullback, g.__name__)
     if is_result(f):
         refuse("vjp", f)
     args = tf.with_defaults(f, primals, f"vjp({tf.name_of(f)})")
