@@ -22,9 +22,8 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from enzyme_py import _transforms as tf
-from enzyme_py._api import autodiff
 from enzyme_py._transforms import Argnums, NotComposable
-from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Forward, Reverse
+from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Reverse
 
 __all__ = ["Second", "ThirdDerivative", "jvp_of_second", "of_second", "third_vector"]
 
@@ -99,8 +98,8 @@ def third_vector(
             acts1.append(Const)
             acts2.append(Const)
             call.append(a)
-    middle = autodiff(reverse, Forward, *acts1, Const, *([DualOnly] if scalars else []))
-    outer = autodiff(middle, Forward, *acts2, Const, *([Dual] if scalars else []), width=width)
+    middle = tf.forward_of(derivatives, reverse, acts1, DualOnly if scalars else None, 1)
+    outer = tf.forward_of(derivatives, middle, acts2, Dual if scalars else None, width)
     result = outer(*call, 1.0)
     if scalars:
         values, dvalues = result

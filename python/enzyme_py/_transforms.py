@@ -363,6 +363,25 @@ def reverse_derivative(derivatives: Derivatives, args: Sequence[Any], acts: Any)
     return reverse
 
 
+def forward_of(
+    derivatives: Derivatives, inner: Any, acts: Sequence[Activity], ret: Activity | None, width: int
+) -> Any:
+    """``autodiff(inner, Forward, *acts, Const, ret, width=width)`` (the last parameter,
+    a seed, Const) of a derivative ``inner`` of f, made once per activities: kept with
+    ``derivatives``, and only for the very ``inner`` it was made of."""
+    key = (id(inner), tuple(acts), ret, width)
+    found = _forward.setdefault(derivatives, {}).get(key)
+    if found is not None and found[0] is inner:
+        return found[1]
+    made = autodiff(inner, Forward, *acts, Const, *([] if ret is None else [ret]), width=width)
+    _forward[derivatives][key] = (inner, made)
+    return made
+
+
+# Per Derivatives: forward derivatives of its reverse derivatives (see forward_of).
+_forward: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
 def hessian_vector(
     derivatives: Derivatives,
     args: Sequence[Any],
@@ -400,7 +419,7 @@ def hessian_vector(
         else:
             fwd_acts.append(Const)
     scalars = [i for i, act in enumerate(acts) if act is Active]
-    fwd = autodiff(reverse, Forward, *fwd_acts, Const, *([Dual] if scalars else []), width=width)
+    fwd = forward_of(derivatives, reverse, fwd_acts, Dual if scalars else None, width)
     result = fwd(*call, seed)
     if scalars:
         values, dvalues = result
