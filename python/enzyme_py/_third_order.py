@@ -12,6 +12,25 @@ struct of adjoints and their tangents only as a derivative, never as a primal.
 (``grad(grad(grad(f)))``, ``jacobian(hessian(f))``, ``jacfwd(jacrev(grad(f, a)))``,
 ...): the blocks ``d/dx_c d/dx_b df/dx_a`` for a in A, b in B, c in C, shaped
 ``x_a.shape + x_b.shape + x_c.shape`` and nested as JAX nests them ([a][b][c]).
+``jvp_of_second`` is ``jvp`` of a second derivative: ``(H, T v)``.
+
+>>> import numba, numpy as np, enzyme_py as ez
+>>> @numba.njit
+... def f(x):
+...     return x[0] ** 3 * x[1] + x[1] ** 4
+>>> x = np.array([1.0, 2.0])
+>>> ez.jacobian(ez.hessian(f))(x)[:, :, 1]          # d/dx_1 of the Hessian
+array([[ 6.,  0.],
+       [ 0., 48.]])
+>>> ez.jvp(ez.hessian(f), (x,), (np.array([1.0, 0.0]),))   # (H, T v)
+(array([[12.,  3.],
+       [ 3., 48.]]), array([[12.,  6.],
+       [ 6.,  0.]]))
+>>> @numba.njit
+... def cube(t):
+...     return t ** 3
+>>> ez.grad(ez.grad(ez.grad(cube)))(2.0)
+6.0
 """
 
 from __future__ import annotations

@@ -103,7 +103,9 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     respect to a float scalar argument ``a``, ``ez.grad(ez.grad(f, a), b)`` is the
     second derivative ``d/dx_b (df/dx_a)``, shaped like argument b; ``ez.vjp``,
     ``ez.jvp``, ``ez.jacfwd``, ``ez.jacrev`` and ``ez.autodiff`` of ``ez.grad(f)`` work
-    too (for the Hessian of an array argument: ``ez.hessian``, ``ez.hvp``).
+    too (for the Hessian of an array argument: ``ez.hessian``, ``ez.hvp``), and the
+    second derivatives once more: ``ez.grad(ez.grad(ez.grad(f)))`` of a scalar,
+    ``ez.jvp(ez.hessian(f), ...)``, ``ez.jacobian(ez.hessian(f))`` (third derivatives).
 
     >>> ez.grad(ez.grad(dist, 2), 0)(x, y, 2.0)   # d/dx (d/dp |x - y|^p): [1, -2 - 4 ln 2]
     array([ 1.        , -4.77258872])
