@@ -97,14 +97,10 @@ def refuse(outer: str, inner: Any) -> NoReturn:
     if order == 2:
         raise NotComposable(
             f"{outer} of {name}: a second derivative is differentiated again by ez.grad, "
-            "ez.value_and_grad, ez.jacobian / ez.jacfwd / ez.jacrev and ez.jvp (third "
-            f"derivatives), not by {outer}: write ez.jvp(second, primals, tangents) for "
-            "T v, or ez.jacobian(second) for the blocks"
-            + (
-                " (ez.autodiff of ez.autodiff derivatives nests by hand)"
-                if outer == "ez.autodiff"
-                else ""
-            )
+            "ez.value_and_grad, ez.jacobian / ez.jacfwd / ez.jacrev, ez.jvp and ez.vjp "
+            f"(third derivatives), not by {outer}: write ez.jvp(second, primals, tangents) "
+            "for T v, or ez.jacobian(second) for the blocks (ez.autodiff nests by hand over "
+            "ez.autodiff derivatives)"
         )
     raise NotComposable(
         f"{outer} of {name}: a Jacobian with output=, a vjp pullback, a value_and_grad or "

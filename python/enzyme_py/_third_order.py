@@ -35,7 +35,7 @@ array([[ 6.,  0.],
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -44,7 +44,14 @@ from enzyme_py import _transforms as tf
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Reverse
 
-__all__ = ["Second", "ThirdDerivative", "jvp_of_second", "of_second", "third_vector"]
+__all__ = [
+    "Second",
+    "ThirdDerivative",
+    "jvp_of_second",
+    "of_second",
+    "third_vector",
+    "vjp_of_second",
+]
 
 
 class Second(NamedTuple):
@@ -378,3 +385,83 @@ def of_second(
         )
     scalars = (*second.scalars, second.a, second.b)
     return ThirdDerivative(second.f, second.a, second.b, c, name, scalars, with_value)
+
+
+def vjp_of_second(
+    second: Second, primals: Sequence[Any]
+) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+    """``vjp`` of a second derivative: ``(H[a][b], vjp_fn)``; ``vjp_fn(C)``, C nested and
+    shaped as the blocks are, gives per primal j ``sum_ab C_ab d^3 f / dx_a dx_b dx_j``
+    (None for the primals that are not floats), one forward-over-forward-over-reverse
+    call per element of the b arguments (T is symmetric: ``sum_a T[e_b, C_b]``)."""
+    f, derivatives, a, b = second.f, second.derivatives, second.a, second.b
+    who = f"vjp({second.name})"
+    n = len(primals)
+    at = tuple(tf.fresh(tf.with_defaults(f, primals, who)))
+    rows, mids = tf.positions(a, len(at)), tf.positions(b, len(at))
+    scal = [tf.positions(g, len(at)) for g in second.scalars]
+    _checked(f, at, (rows, mids), scal, who)
+    floats = tuple(i for i in range(n) if tf.is_float_array(at[i]) or tf.is_float_scalar(at[i]))
+    columns: dict[tuple[int, int], Any] = {}
+    for m in mids:
+        for e in range(_size(at[m])):
+            _, hv = tf.hessian_vector(derivatives, tf.fresh(at), rows, {m: _units(at[m], e, e + 1)})
+            columns[m, e] = hv
+
+    def block(i: int, m: int) -> Any:
+        return _block({(m, e): columns[m, e][i] for e in range(_size(at[m]))}, at, (i, m))
+
+    value = _nest(len(at), (a, b), block)
+
+    def cotangent_block(c: Any, ai: int, bi: int) -> np.ndarray:
+        for k, (nums, pos) in enumerate(((a, ai), (b, bi))):
+            if not tf.single(nums):
+                if not isinstance(c, (tuple, list)) or len(c) != len(nums):  # type: ignore[arg-type]
+                    raise TypeError(
+                        f"the pullback of {second.name} takes a cotangent nested as its value "
+                        f"is: a tuple of {len(nums)} at level {k}"  # type: ignore[arg-type]
+                    )
+                c = c[pos]
+        i, m = rows[ai], mids[bi]
+        shape = np.shape(at[i]) + np.shape(at[m])
+        dtype = np.result_type(*(np.asarray(at[j]).dtype for j in (i, m)))
+        values = np.asarray(c)
+        if values.dtype.kind not in "biuf" or values.shape != shape:
+            raise ValueError(
+                f"the cotangent of block ({i}, {m}) of {second.name} must be real numbers "
+                f"of shape {shape}; got {values.dtype} of shape {values.shape}"
+            )
+        return values.astype(dtype).reshape(_size(at[i]), _size(at[m]))
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        cts = {
+            (i, m): cotangent_block(cotangent, ai, bi)
+            for ai, i in enumerate(rows)
+            for bi, m in enumerate(mids)
+        }
+        total: dict[int, Any] = {j: np.zeros(np.shape(at[j])) for j in floats}
+        for m in mids:
+            for e in range(_size(at[m])):
+                t2 = {}
+                for i in rows:
+                    col = cts[i, m][:, e]
+                    x = at[i]
+                    t2[i] = (
+                        col.reshape(x.shape).astype(x.dtype)
+                        if isinstance(x, np.ndarray)
+                        else float(col[0])
+                    )
+                if all(not np.any(t) for t in t2.values()):
+                    continue
+                _, _, tv = third_vector(
+                    derivatives, tf.fresh(at), floats, {m: _units(at[m], e, e + 1)}, t2
+                )
+                for j in floats:
+                    total[j] = total[j] + np.asarray(tv[j], dtype=np.float64)
+        found = {
+            j: (total[j].astype(at[j].dtype) if isinstance(at[j], np.ndarray) else float(total[j]))
+            for j in floats
+        }
+        return tuple(found.get(j) for j in range(n))
+
+    return value, vjp_fn

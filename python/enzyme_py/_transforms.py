@@ -358,6 +358,14 @@ def reverse_derivative(derivatives: Derivatives, args: Sequence[Any], acts: Any)
     """The reverse derivative of f (ActiveOnly) for these activities, specialised for
     these arguments (a Numba derivative's specialisation for their types)."""
     reverse = derivatives.get(Reverse, acts, ActiveOnly)
+    if not isinstance(reverse, Derivative) and not hasattr(reverse, "for_arguments"):
+        raise NotComposable(
+            f"{derivatives.f!r} is a reverse derivative that returns adjoints: its own "
+            "reverse derivative is computed by forward over reverse, and is not "
+            "differentiated again. Apply the helpers to the function itself "
+            "(ez.grad(ez.grad(ez.grad(f))), ez.jvp(ez.hessian(f), ...)), or to a forward "
+            "derivative of it"
+        )
     if not isinstance(reverse, Derivative):
         reverse = reverse.for_arguments((*interleave(args, acts, zero_shadows(args, acts)), 1.0))
     return reverse

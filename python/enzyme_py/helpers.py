@@ -38,7 +38,7 @@ from enzyme_py._compose import (
 )
 from enzyme_py._convention import real_number as _real_number
 from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
-from enzyme_py._third_order import of_second
+from enzyme_py._third_order import of_second, vjp_of_second
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
@@ -239,6 +239,10 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         point = tf.fresh(tf.with_defaults(g.f, primals, f"vjp({g.__name__})"))
         pullback = g.pullback(point, n)  # checks g first
         return g(*primals), Pullback(pullback, g.__name__)
+    second = second_of(f)
+    if second is not None:  # of a second derivative: C -> sum C_ab T_abj, third derivatives
+        value, pull = vjp_of_second(second, primals)
+        return value, Pullback(pull, second.name)
     if is_result(f):
         refuse("vjp", f)
     args = tf.with_defaults(f, primals, f"vjp({tf.name_of(f)})")
