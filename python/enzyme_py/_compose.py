@@ -7,13 +7,13 @@ at ``b``, ``vjp(grad(f, a))``'s pullback of ``c`` is ``H c`` (tangent ``c`` at `
 ``jvp(grad(f, a))`` is ``H v``. The results are those of reverse over reverse (JAX's
 ``grad(grad(f))``) wherever ``f`` is twice differentiable.
 
-Second derivatives differentiated again (third derivatives: ``grad``, ``jvp`` and the
-Jacobians of a second derivative, ``hessian`` and ``hvp`` of ``grad(f, a)``) are
+Second derivatives differentiated again (third derivatives: ``grad``, ``jvp``, ``vjp``
+and the Jacobians of a second derivative, ``hessian`` and ``hvp`` of ``grad(f, a)``) are
 ``_third_order``'s. A Jacobian of a scalar-valued function (no ``output=``) composes
 as the gradient it is. What does not compose raises a ``TypeError``
 (``NotComposable``) that says what to write instead: fourth derivatives, ``grad`` of a
-function whose value is an array or a pair, ``vjp``, ``hessian`` or ``ez.autodiff`` of
-a second derivative, a Jacobian with ``output=`` or a pullback differentiated again.
+function whose value is an array or a pair, ``hessian`` or ``ez.autodiff`` of a
+second derivative, a Jacobian with ``output=`` or a pullback differentiated again.
 
 >>> import math, numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
