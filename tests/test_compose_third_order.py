@@ -369,3 +369,29 @@ def test_helpers_over_raw_derivatives(m):
     assert ez.grad(rev)(0.7, 1.0) == pytest.approx(d2(0.7), rel=1e-12)
     with pytest.raises(NotComposable, match="forward over reverse"):
         ez.grad(ez.grad(rev))(0.7, 1.0)
+
+
+RECURSIVE = r"""
+double cubes_from(const double *x, int i, int n) {
+    if (i == n) return 0.0;
+    return x[i] * x[i] * x[i] * x[(i + 1) % n] + cubes_from(x, i + 1, n);
+}
+double cubes(const double *x, int n) { return cubes_from(x, 0, n); }
+"""
+
+
+def test_recursion_goes_one_lane_at_a_time():
+    # Enzyme batches derivatives of recursion wrongly: width is refused there, and the
+    # third derivatives are made one column at a time, with the same numbers.
+    m = ez.c(RECURSIVE)
+    n = X.size
+    t = np.zeros((n, n, n))
+    for a in range(n):  # the term x_a^3 x_b
+        b = (a + 1) % n
+        t[a, a, a] += 6 * X[b]
+        for p in ((a, a, b), (a, b, a), (b, a, a)):
+            t[p] += 6 * X[a]
+    np.testing.assert_allclose(ez.jacobian(ez.hessian(m.cubes))(X, n), t, rtol=1e-12)
+    v = np.array([1.0, -0.5, 2.0, 0.25])
+    _, tangent = ez.jvp(ez.hessian(m.cubes), (X, n), (v, None))
+    np.testing.assert_allclose(tangent, t @ v, rtol=1e-12, atol=1e-12)

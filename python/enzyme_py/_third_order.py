@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from enzyme_py import _transforms as tf
+from enzyme_py._activities import RecursionBatchRefused
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Reverse
 
@@ -135,6 +136,45 @@ def third_vector(
         {i: second[i] for i in nums},
         {i: first[i] for i in nums if i in first},
         {i: third[i] for i in nums},
+    )
+
+
+def _lanes(
+    derivatives: tf.Derivatives,
+    args: Sequence[Any],
+    nums: tuple[int, ...],
+    t1: dict[int, Any],
+    k: int,
+    start: int,
+    stop: int,
+) -> tuple[dict[int, Any], dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """third_vector on copies of args with ``t2`` the unit tangents of elements
+    start:stop of argument k, one per lane: ``(H t1, H t2, T[t1, t2])``, the last two as
+    ``(lanes, -1)`` per argument (H t2 for float arrays only). One call with Enzyme's
+    width, or one per lane where Enzyme refuses to batch (recursion)."""
+    width = stop - start
+    if width > 1:
+        try:
+            t2 = {k: _units(args[k], start, stop)}
+            hv, h2, tv = third_vector(derivatives, tf.fresh(args), nums, t1, t2, width)
+            return (
+                hv,
+                {i: np.asarray(v).reshape(width, -1) for i, v in h2.items()},
+                {i: np.asarray(v, dtype=np.float64).reshape(width, -1) for i, v in tv.items()},
+            )
+        except RecursionBatchRefused:
+            pass
+    found = [
+        third_vector(derivatives, tf.fresh(args), nums, t1, {k: _units(args[k], e, e + 1)})
+        for e in range(start, stop)
+    ]
+    return (
+        found[0][0],
+        {i: np.stack([np.asarray(f[1][i]).reshape(-1) for f in found]) for i in found[0][1]},
+        {
+            i: np.stack([np.asarray(f[2][i], dtype=np.float64).reshape(-1) for f in found])
+            for i in nums
+        },
     )
 
 
@@ -259,29 +299,24 @@ class ThirdDerivative:
         arrays = all(tf.is_float_array(args[i]) for g in groups for i in g)
         batch = tf.BATCH if arrays else 1
         second: dict[tuple[int, int], Any] = {}  # (m, e) -> {i: (H e_me)_i}
-        third: dict[tuple[int, int, int, int], Any] = {}  # (m, e, k, c) -> {i: T_i}
+        third: dict[tuple[int, int, int, int], dict[int, Any]] = {}  # (m, e, k, c) -> {i: T_i}
         for m in mids:
             for e in range(_size(args[m])):
                 for k in cols:
                     for start in range(0, _size(args[k]), batch):
                         stop = min(start + batch, _size(args[k]))
-                        width = stop - start
-                        hv, _, tv = third_vector(
+                        hv, _, tv = _lanes(
                             self._derivatives,
-                            tf.fresh(args),
+                            args,
                             rows,
                             {m: _units(args[m], e, e + 1)},
-                            {k: _units(args[k], start, stop)},
-                            width,
+                            k,
+                            start,
+                            stop,
                         )
                         second[m, e] = hv
-                        for i in rows:
-                            lanes = np.asarray(tv[i], dtype=np.float64).reshape(width, -1)
-                            for lane in range(width):
-                                third[m, e, k, start + lane] = {
-                                    **third.get((m, e, k, start + lane), {}),
-                                    i: lanes[lane],
-                                }
+                        for lane in range(stop - start):
+                            third[m, e, k, start + lane] = {i: tv[i][lane] for i in rows}
 
         def block(i: int, m: int, k: int) -> Any:
             flat = {
@@ -336,22 +371,10 @@ def jvp_of_second(
         if arrays:  # t1 = v, t2 = the unit columns in lanes: H t2 and T[v, e] per lane
             for start in range(0, args[m].size, tf.BATCH):
                 stop = min(start + tf.BATCH, args[m].size)
-                width = stop - start
-                _, hv, tv = third_vector(
-                    derivatives,
-                    tf.fresh(args),
-                    rows,
-                    given,
-                    {m: _units(args[m], start, stop)},
-                    width,
-                )
-                for lane in range(width):
-                    second[m, start + lane] = {
-                        i: np.asarray(hv[i]).reshape(width, -1)[lane] for i in rows
-                    }
-                    third[m, start + lane] = {
-                        i: np.asarray(tv[i]).reshape(width, -1)[lane] for i in rows
-                    }
+                _, hv, tv = _lanes(derivatives, args, rows, given, m, start, stop)
+                for lane in range(stop - start):
+                    second[m, start + lane] = {i: hv[i][lane] for i in rows}
+                    third[m, start + lane] = {i: tv[i][lane] for i in rows}
         else:
             for e in range(_size(args[m])):
                 unit = {m: _units(args[m], e, e + 1)}
