@@ -337,8 +337,9 @@ class ThirdDerivative:
 
 FOURTH = (
     "{outer} of {name}: fourth derivatives do not compose through the helpers (they stop "
-    "at third derivatives); nest ez.autodiff(..., ez.Forward, ...) of a reverse "
-    "derivative by hand for higher orders"
+    "at third derivatives); apply the third-derivative helpers to a forward derivative "
+    "instead: ez.grad(ez.grad(ez.grad(df))) of df = ez.autodiff(f, ez.Forward, ez.Dual, "
+    "ez.DualOnly) is the fourth derivative of a scalar f along df's tangent"
 )
 
 
