@@ -395,3 +395,34 @@ def test_recursion_goes_one_lane_at_a_time():
     v = np.array([1.0, -0.5, 2.0, 0.25])
     _, tangent = ez.jvp(ez.hessian(m.cubes), (X, n), (v, None))
     np.testing.assert_allclose(tangent, t @ v, rtol=1e-12, atol=1e-12)
+
+
+@njit
+def squares_in_place(x):
+    # Overwrites its argument: each of the many calls behind a third derivative must
+    # start from the point (and the tangents) given.
+    for i in range(x.shape[0]):
+        x[i] = x[i] * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def test_a_function_that_overwrites_its_argument():
+    n = 10  # more than one batch of columns
+    x0 = np.linspace(-1.0, 1.3, n)
+    t = np.zeros((n, n, n))
+    t[np.arange(n), np.arange(n), np.arange(n)] = 24 * x0  # f = sum x^4
+    x = x0.copy()
+    np.testing.assert_allclose(ez.jacobian(ez.hessian(squares_in_place))(x), t, rtol=1e-12)
+    np.testing.assert_array_equal(x, x0)
+    v = np.cos(np.arange(n))
+    hess, tangent = ez.jvp(ez.hessian(squares_in_place), (x,), (v,))
+    np.testing.assert_allclose(hess, np.diag(12 * x0**2), rtol=1e-12)
+    np.testing.assert_allclose(tangent, t @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(v, np.cos(np.arange(n)))  # the caller's tangent
+    _, vjp_fn = ez.vjp(ez.hessian(squares_in_place), x0.copy())
+    c = np.cos(np.arange(n * n)).reshape(n, n)
+    (dx,) = vjp_fn(c)
+    np.testing.assert_allclose(dx, np.einsum("ab,abj->j", c, t), rtol=1e-12, atol=1e-12)

@@ -178,6 +178,12 @@ def _lanes(
     )
 
 
+def _copies(tangents: dict[int, Any]) -> dict[int, Any]:
+    """Copies of the tangent arrays: f may overwrite an argument, and forward mode its
+    tangent with it, and the same tangents serve several calls."""
+    return {i: t.copy() if isinstance(t, np.ndarray) else t for i, t in tangents.items()}
+
+
 def _size(a: Any) -> int:
     return a.size if isinstance(a, np.ndarray) else 1
 
@@ -372,14 +378,14 @@ def jvp_of_second(
         if arrays:  # t1 = v, t2 = the unit columns in lanes: H t2 and T[v, e] per lane
             for start in range(0, args[m].size, tf.BATCH):
                 stop = min(start + tf.BATCH, args[m].size)
-                _, hv, tv = _lanes(derivatives, args, rows, given, m, start, stop)
+                _, hv, tv = _lanes(derivatives, args, rows, _copies(given), m, start, stop)
                 for lane in range(stop - start):
                     second[m, start + lane] = {i: hv[i][lane] for i in rows}
                     third[m, start + lane] = {i: tv[i][lane] for i in rows}
         else:
             for e in range(_size(args[m])):
                 unit = {m: _units(args[m], e, e + 1)}
-                hv, _, tv = third_vector(derivatives, tf.fresh(args), rows, unit, given)
+                hv, _, tv = third_vector(derivatives, tf.fresh(args), rows, unit, _copies(given))
                 second[m, e], third[m, e] = hv, tv
 
     def pick(found: dict[tuple[int, int], Any]) -> Any:
