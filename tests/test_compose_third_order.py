@@ -286,6 +286,8 @@ def test_keywords_pickles_and_the_callers_arrays():
         (lambda: ez.grad(ez.hessian(chain))(X, K), "argument 0 is an array"),
         (lambda: ez.grad(ez.grad(ez.grad(chain, 1)))(X, K), "argument 0 is an array"),
         (lambda: ez.grad(ez.value_and_grad(ez.grad(cube_sin)))(0.5), "returns a pair"),
+        (lambda: ez.jacfwd(ez.value_and_grad(ez.grad(cube_sin))), "ez.grad\\(grad\\(cube"),
+        (lambda: ez.jvp(ez.value_and_grad(ez.grad(cube_sin)), (0.5,), (1.0,)), "a pair"),
         (lambda: ez.grad(ez.jacfwd(ez.grad(mixed, (0, 1)), (0, 1)))(0.5, 0.7), "tuple"),
         (lambda: ez.hessian(ez.grad(mixed, (0, 1))), "tuple of gradients"),
         (lambda: ez.jacobian(ez.jacobian(vector))(X), "returns an array"),

@@ -258,8 +258,9 @@ class GradientOfGradient:
     def second_order(self) -> Second:
         if self.with_value:
             raise NotComposable(
-                f"{self.__name__} returns a pair (second derivative, third); differentiate "
-                f"grad(...) of {self.inner.__name__} instead"
+                f"{self.__name__} returns a pair (the first derivative, the second); "
+                "ez.grad needs a scalar-valued function: differentiate "
+                f"ez.grad({self.inner.__name__}, b) instead"
             )
         inner = self.inner
         return Second(
