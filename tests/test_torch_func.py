@@ -146,3 +146,38 @@ def test_non_contiguous_tensor_is_copied():
     expected = torch.zeros(12, dtype=torch.float64)
     expected[::2] = want
     torch.testing.assert_close(strided.grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_hessian_columns_go_through_enzymes_width(dtype, monkeypatch):
+    # torch.func.hessian (jacfwd over jacrev) vmaps the Hessian-vector products over
+    # the unit tangents: they are taken 8 at a time by Enzyme's width, not one per
+    # column, with the same numbers.
+    from enzyme_py import _bridge
+
+    widths = []
+    original = _bridge.hessian_vector
+
+    def spy(derivatives, args, nums, tangents, seed=1.0, width=1):
+        widths.append(width)
+        return original(derivatives, args, nums, tangents, seed, width)
+
+    monkeypatch.setattr(_bridge, "hessian_vector", spy)
+    fn = ez.torch.function(loss)
+    x = torch.linspace(-1.0, 1.5, 11, dtype=dtype)
+    k = torch.tensor(1.7, dtype=dtype)
+    want = torch.func.hessian(reference)(x, k)
+    h = torch.func.hessian(fn)(x, k, 11)
+    torch.testing.assert_close(h, want, **tolerance(dtype))
+    assert widths == [8, 8]  # 11 columns: two batches (the second padded with zeros)
+    widths.clear()
+    f = lambda a: fn(a, k, 11)  # noqa: E731
+    torch.testing.assert_close(torch.func.jacfwd(torch.func.jacrev(f))(x), want, **tolerance(dtype))
+    assert widths == [8, 8]
+    # With respect to the 0-d tensor k too: one column at a time, as before.
+    widths.clear()
+    blocks = torch.func.hessian(fn, argnums=(0, 1))(x, k, 11)
+    ref_blocks = torch.func.hessian(reference, argnums=(0, 1))(x, k)
+    for row, ref_row in zip(blocks, ref_blocks, strict=True):
+        for got, ref in zip(row, ref_row, strict=True):
+            torch.testing.assert_close(got, ref, **tolerance(dtype))
+    assert widths and set(widths) == {1}

@@ -60,6 +60,19 @@ def autodiff(
     Forward mode: ``x`` for Const, ``x, dx`` for Dual(Only); returns ``(y, dy)`` for a
     Dual return, ``dy`` for DualOnly, ``y`` for Const, ``None`` with no return value.
 
+    >>> import numpy as np, enzyme_py as ez
+    >>> m = ez.c("double f(const double *x, double a, int n) { double s = 0; "
+    ...          "for (int i = 0; i < n; ++i) s += a * x[i] * x[i]; return s; }")
+    >>> x, dx = np.array([1.0, 2.0]), np.zeros(2)
+    >>> df = ez.autodiff(m.f, ez.Reverse, ez.Duplicated, ez.Active, ez.Const, ez.Active)
+    >>> df(x, dx, 3.0, 2, 1.0)           # (f, df/da); df/dx = 2 a x is added into dx
+    (15.0, 5.0)
+    >>> dx
+    array([ 6., 12.])
+    >>> fwd = ez.autodiff(m.f, ez.Forward, ez.Dual, ez.Const, ez.Const, ez.Dual)
+    >>> fwd(x, np.array([1.0, 0.0]), 3.0, 2)   # (f, its derivative along the tangent)
+    (15.0, 6.0)
+
     Args:
         width: batch size: each shadow, tangent and seed carries ``width`` values.
         runtime_activity: let Enzyme decide at run time whether memory is active.
@@ -87,6 +100,17 @@ def autodiff(
     arrays and shadows, unchanged) and the seed, adds the adjoints into the shadows and
     returns the adjoints of Active parameters. The reverse half runs only the reverse
     pass, as often as wanted while the tape lives; the tape is freed when collected.
+
+    >>> split = ez.autodiff(m.f, ez.ReverseSplit, ez.Duplicated, ez.Active, ez.Const, ez.Active)
+    >>> dx = np.zeros(2)
+    >>> value, tape = split.forward(x, dx, 3.0, 2)   # runs f once, keeps the tape
+    >>> value
+    15.0
+    >>> split.reverse(tape, x, dx, 3.0, 2, 1.0), dx  # the reverse pass alone
+    ((5.0,), array([ 6., 12.]))
+    >>> dx[:] = 0.0                                  # it adds into dx: zero it, then
+    >>> split.reverse(tape, x, dx, 3.0, 2, 0.5), dx  # another seed, the same tape
+    ((2.5,), array([3., 6.]))
 
     Raises:
         ActivityError: activities that do not fit the parameters or the mode.

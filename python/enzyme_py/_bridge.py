@@ -154,6 +154,49 @@ class HostKernel:
         _, products = hessian_vector(self.derivatives, self.arguments(values), nums, given, seed)
         return products
 
+    def hessian_vectors(
+        self,
+        values: Sequence[Any],
+        nums: tuple[int, ...],
+        tangents: dict[int, Any],
+        seed: float,
+        count: int,
+    ) -> dict[int, np.ndarray]:
+        """``hessian_vector`` for ``count`` tangents per argument of nums (float arrays
+        only; each entry of ``tangents`` has a leading axis of that length, zero where
+        an argument of nums has none): per argument, ``(count, *shape)``, by Enzyme's
+        width in batches of WIDTH (one at a time for recursion)."""
+        out = {i: np.empty((count, *np.shape(values[i])), dtype=_dtype_of(values[i])) for i in nums}
+        try:
+            self._hessian_batches(values, nums, tangents, seed, count, min(WIDTH, count), out)
+        except RecursionBatchRefused:
+            self._hessian_batches(values, nums, tangents, seed, count, 1, out)
+        return out
+
+    def _hessian_batches(
+        self,
+        values: Sequence[Any],
+        nums: tuple[int, ...],
+        tangents: dict[int, Any],
+        seed: float,
+        count: int,
+        width: int,
+        out: dict[int, np.ndarray],
+    ) -> None:
+        for start in range(0, count, width):
+            stop = min(start + width, count)
+            batch: dict[int, Any] = {}
+            for i in nums:
+                lanes = np.zeros((width, *np.shape(values[i])), dtype=_dtype_of(values[i]))
+                if i in tangents:
+                    lanes[: stop - start] = tangents[i][start:stop]
+                batch[i] = lanes if width > 1 else lanes[0]
+            args = self.arguments(values)
+            _, products = hessian_vector(self.derivatives, args, nums, batch, seed, width)
+            for i in nums:
+                lanes = np.asarray(products[i]).reshape(width, *np.shape(values[i]))
+                out[i][start:stop] = lanes[: stop - start]
+
 
 def _dtype_of(value: Any) -> np.dtype:
     return value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.dtype(np.float64)

@@ -7,9 +7,13 @@ at ``b``, ``vjp(grad(f, a))``'s pullback of ``c`` is ``H c`` (tangent ``c`` at `
 ``jvp(grad(f, a))`` is ``H v``. The results are those of reverse over reverse (JAX's
 ``grad(grad(f))``) wherever ``f`` is twice differentiable.
 
-What does not compose raises a ``TypeError`` (``NotComposable``) that says what to
-write instead: third derivatives, ``grad`` of a function whose value is an array or a
-pair, a Jacobian, Hessian or pullback differentiated again.
+Second derivatives differentiated again (third derivatives: ``grad``, ``jvp``, ``vjp``
+and the Jacobians of a second derivative, ``hessian`` and ``hvp`` of ``grad(f, a)``) are
+``_third_order``'s. A Jacobian of a scalar-valued function (no ``output=``) composes
+as the gradient it is. What does not compose raises a ``TypeError``
+(``NotComposable``) that says what to write instead: fourth derivatives, ``grad`` of a
+function whose value is an array or a pair, ``hessian`` or ``ez.autodiff`` of a
+second derivative, a Jacobian with ``output=`` or a pullback differentiated again.
 
 >>> import math, numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
@@ -31,7 +35,7 @@ array([ 9., 36.])
 >>> ez.grad(ez.grad(f))(x, 1.5)
 Traceback (most recent call last):
     ...
-enzyme_py._compose.NotComposable: grad(grad(f)): argument 0 is an array (2,), ...
+enzyme_py._transforms.NotComposable: grad(grad(f)): argument 0 is an array (2,), ...
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from enzyme_py import _transforms as tf
-from enzyme_py._convention import real_number
-from enzyme_py._transforms import Argnums
+from enzyme_py._arguments import real_number
+from enzyme_py._third_order import FOURTH, Second, ThirdDerivative, jvp_of_second, of_second
+from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -69,11 +74,6 @@ __all__ = [
 _DUP = (Duplicated, DuplicatedOnly)
 
 
-class NotComposable(TypeError):
-    """A composition of transforms that enzyme_py does not compute; the message says
-    what to write instead."""
-
-
 SECOND = (
     "the second derivatives are ez.hessian(f, argnums) (the blocks), ez.hvp(f, primals, "
     "tangents) (H v) and ez.grad(ez.grad(f, a), b) for a float scalar argument a"
@@ -83,19 +83,44 @@ SECOND = (
 def refuse(outer: str, inner: Any) -> NoReturn:
     """Raise NotComposable for ``outer`` applied to helper result ``inner``."""
     name = getattr(inner, "__name__", type(inner).__name__)
-    third = getattr(inner, "order", 0) == 2 or (
-        isinstance(inner, Gradient) and outer in ("hessian", "hvp")
-    )
-    if third:
+    order = getattr(inner, "order", 0)
+    if order == 3 or (order == 2 and outer in ("hessian", "hvp")):
+        raise NotComposable(FOURTH.format(outer=outer, name=name))
+    if order == 2 and getattr(inner, "second_order", None) is None:  # from ez.autodiff
         raise NotComposable(
-            f"{outer} of {name}: third derivatives do not compose through the helpers; "
-            "differentiate a derivative with ez.autodiff (e.g. ez.autodiff(df, ez.Forward, "
-            "...) of a second derivative df) instead"
+            f"{outer} of {name}: a second derivative made by ez.autodiff is not "
+            "differentiated again; third derivatives come from the helpers "
+            "(ez.grad(ez.grad(ez.grad(f))), ez.jvp(ez.hessian(f), primals, tangents), "
+            "ez.jacobian(ez.hessian(f))) or from nesting ez.autodiff(..., ez.Forward, ...) "
+            "over a reverse derivative by hand"
+        )
+    if order == 2:
+        raise NotComposable(
+            f"{outer} of {name}: a second derivative is differentiated again by ez.grad, "
+            "ez.value_and_grad, ez.jacobian / ez.jacfwd / ez.jacrev, ez.jvp and ez.vjp "
+            f"(third derivatives), not by {outer}: write ez.jvp(second, primals, tangents) "
+            "for T v, or ez.jacobian(second) for the blocks (ez.autodiff nests by hand over "
+            "ez.autodiff derivatives)"
         )
     raise NotComposable(
-        f"{outer} of {name}: a Jacobian, Hessian or vjp pullback is not differentiated "
-        f"again by the helpers; {SECOND}"
+        f"{outer} of {name}: a Jacobian with output=, a vjp pullback, a value_and_grad or "
+        f"a tuple of gradients is not differentiated again by the helpers; {SECOND}"
     )
+
+
+def as_gradient(f: Any) -> Gradient | None:
+    """f as a Gradient: itself, or jacobian / jacfwd / jacrev of a function without
+    output= (its gradient, when that function is scalar-valued: checked per call)."""
+    if isinstance(f, Gradient):
+        return f
+    convert = getattr(f, "as_gradient", None)
+    return convert() if convert is not None else None
+
+
+def second_of(f: Any) -> Second | None:
+    """What a helper's second derivative f is (see _third_order.Second), or None."""
+    describe = getattr(f, "second_order", None)
+    return describe() if describe is not None and getattr(f, "order", 0) == 2 else None
 
 
 class Gradient:
@@ -106,10 +131,21 @@ class Gradient:
 
     order = 1
 
-    def __init__(self, f: Any, argnums: Argnums, with_value: bool):
-        self.f, self.argnums, self.with_value = f, argnums, with_value
+    def __init__(self, f: Any, argnums: Argnums, with_value: bool, how: str | None = None):
+        self.f, self.argnums, self.with_value, self.how = f, argnums, with_value, how
         self._derivatives = tf.Derivatives(f)
-        self.__name__ = ("value_and_grad" if with_value else "grad") + f"({tf.name_of(f)})"
+        outer = how or ("value_and_grad" if with_value else "grad")
+        self.__name__ = f"{outer}({tf.name_of(f)})"
+
+    def scalar_valued(self, args: Sequence[Any]) -> None:
+        """Refuse a Jacobian of a function returning an array differentiated again as
+        the gradient it is for scalar-valued functions."""
+        if self.how is not None and tf.returns_arrays(self.f, args):
+            raise NotComposable(
+                f"{self.__name__}: {tf.name_of(self.f)} returns an array (or a tuple), so "
+                "this is a Jacobian, not a gradient; the helpers differentiate again the "
+                "derivatives of scalar-valued functions only"
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
@@ -120,7 +156,7 @@ class Gradient:
         return (value, found) if self.with_value else found
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Gradient, (self.f, self.argnums, self.with_value))
+        return (Gradient, (self.f, self.argnums, self.with_value, self.how))
 
     def __repr__(self) -> str:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
@@ -144,7 +180,8 @@ class Gradient:
         args = tf.fresh(tf.with_defaults(self.f, primals, who))
         nums = tf.positions(self.argnums, len(args))
         self._floats(args, nums, who)
-        given = _given_tangents(args, tangents, who)
+        self.scalar_valued(args)
+        given = tf.given_tangents(args, tangents, who)
         everything = tuple(sorted(set(nums) | set(given)))
         grads, products = tf.hessian_vector(self._derivatives, args, everything, given)
         g, hv = _pick(grads, nums, self.argnums), _pick(products, nums, self.argnums)
@@ -159,6 +196,7 @@ class Gradient:
         gradient; for value_and_grad a pair ``(c_value, c_gradient)``) gives, per
         primal, ``c_value * grad f + H c`` (None for the non-float primals)."""
         nums = tf.positions(self.argnums, len(at))
+        self.scalar_valued(at)
         floats = tuple(i for i in range(n) if tf.is_float_array(at[i]) or tf.is_float_scalar(at[i]))
 
         def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
@@ -217,6 +255,19 @@ class GradientOfGradient:
     def __reduce__(self) -> tuple[Any, ...]:
         return (GradientOfGradient, (self.inner, self.argnums, self.with_value))
 
+    def second_order(self) -> Second:
+        if self.with_value:
+            raise NotComposable(
+                f"{self.__name__} returns a pair (the first derivative, the second); "
+                "ez.grad needs a scalar-valued function: differentiate "
+                f"ez.grad({self.inner.__name__}, b) instead"
+            )
+        inner = self.inner
+        return Second(
+            inner.f, inner._derivatives, inner.argnums, self.argnums, (inner.argnums,),
+            self.__name__,
+        )  # fmt: skip
+
     def __repr__(self) -> str:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
 
@@ -241,6 +292,7 @@ class GradientOfGradient:
             )
         nums = tf.positions(self.argnums, len(values))
         self.inner._floats(values, nums, self.__name__)
+        self.inner.scalar_valued(values)
         grads, products = tf.hessian_vector(
             self.inner._derivatives, values, tuple(sorted({a, *nums})), {a: 1.0}
         )
@@ -269,22 +321,6 @@ def is_result(f: Any) -> bool:
     return isinstance(f, (Gradient, GradientOfGradient, Pullback)) or bool(
         getattr(type(f), "helper_result", False)
     )
-
-
-def _given_tangents(args: Sequence[Any], tangents: Sequence[Any], who: str) -> dict[int, Any]:
-    """The tangents given (None: none), one per primal, in their primals' dtypes."""
-    if len(tangents) > len(args):
-        raise ValueError(f"{who} got {len(tangents)} tangents for {len(args)} arguments")
-    given = {}
-    for i, t in enumerate(tangents):
-        if t is None:
-            continue
-        if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
-            raise TypeError(
-                f"{who}: argument {i} is not a float array or scalar: its tangent is None"
-            )
-        given[i] = tf.as_tangent(t, args[i], i)
-    return given
 
 
 def _pick(found: dict[int, Any], nums: tuple[int, ...], argnums: Argnums) -> Any:
@@ -415,6 +451,10 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     >>> ez.hvp(f, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
     (array([5., 1.]), array([6., 1.]))
     """
+    g = as_gradient(f)
+    if g is not None:  # jvp(grad(grad(g, a), 0)): third derivatives
+        second = _second_of_gradient("hvp", g, 0)
+        return jvp_of_second(*second[:5], primals, tangents, f"hvp({g.__name__})")
     if is_result(f):
         refuse("hvp", f)
     if len(primals) != len(tangents):
@@ -436,3 +476,32 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
             )
     gradient, hv = tf.hessian_vector(tf.derivatives_of(f), args, (0,), given)
     return gradient[0], hv[0]
+
+
+def _second_of_gradient(outer: str, g: Gradient, argnums: Argnums) -> Second:
+    """``grad(g, argnums)`` of a Gradient g as the second derivative it is, for ``outer``
+    (hessian, hvp) applied to g: g must be scalar-valued (one float scalar argnum)."""
+    if g.with_value or not tf.single(g.argnums):
+        raise NotComposable(
+            f"{outer} of {g.__name__}: it returns "
+            + ("a pair (value, gradient)" if g.with_value else "a tuple of gradients")
+            + f"; {outer} needs a scalar-valued function: write {outer}(ez.grad(f, a)) for "
+            "one float scalar argument a"
+        )
+    return Second(g.f, g._derivatives, g.argnums, argnums, (g.argnums,), g.__name__)
+
+
+def hessian_of_gradient(g: Gradient, argnums: Argnums) -> ThirdDerivative:
+    """``hessian(grad(f, a), argnums)`` for a float scalar argument a: the blocks
+    ``d/dx_c d/dx_b df/dx_a`` (b, c in argnums), shaped ``x_b.shape + x_c.shape``."""
+    second = _second_of_gradient("hessian", g, argnums)
+    return of_second(f"hessian({g.__name__})", second, argnums, bare=True)
+
+
+def jvp_of(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any] | None:
+    """``jvp`` of a helper's second derivative f (third derivatives: ``(its value, T
+    v)``), None when f is not one."""
+    second = second_of(f)
+    if second is None:
+        return None
+    return jvp_of_second(*second[:5], primals, tangents, second.name)

@@ -34,8 +34,6 @@ from enzyme_py._arguments import (
     scalar,
 )
 
-# Re-exported: _compose and _transforms import it from here.
-from enzyme_py._arguments import real_number as real_number
 from enzyme_py._signature import Param
 from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, DualOnly, Mode, Reverse
 from enzyme_py.frontends import IRFunction

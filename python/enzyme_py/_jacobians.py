@@ -16,7 +16,15 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._compose import Gradient, is_result, refuse
+from enzyme_py._compose import (
+    Gradient,
+    as_gradient,
+    hessian_of_gradient,
+    is_result,
+    refuse,
+    second_of,
+)
+from enzyme_py._third_order import Second, of_second
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
@@ -86,6 +94,13 @@ class _Jacobian:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Jacobian, (self.f, self.argnums, self.output, self.how))
+
+    def as_gradient(self) -> Gradient | None:
+        """Without output=: the gradient it is for a scalar-valued f (checked per call),
+        differentiated again as ez.grad's is."""
+        if self.output is not None:
+            return None
+        return Gradient(self.f, self.argnums, False, self.how)
 
     def __repr__(self) -> str:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}, output={self.output!r}>"
@@ -327,15 +342,20 @@ def _of_gradient(f: Any, argnums: Argnums, output: int | None, how: str) -> Any:
     forward over reverse mode. None when ``f`` is not a helper's result."""
     if not is_result(f):
         return None
-    if not isinstance(f, Gradient) or f.with_value or output is not None:
+    g, second = as_gradient(f), second_of(f)
+    if output is not None or (g is None and second is None) or (g is not None and g.with_value):
         refuse(how + (f" (output={output})" if output is not None else ""), f)
-    return _Blocks(f, argnums, how)
+    if second is not None:  # third derivatives: jacobian(hessian(f)) and the like
+        return of_second(how, second, argnums)
+    assert g is not None
+    return _Blocks(g, argnums, how)
 
 
 class _Blocks:
     """What ``jacfwd(grad(g, A), B)`` returns: blocks of ``hessian(g, A + B)``."""
 
     helper_result = True
+    order = 2
 
     def __init__(self, inner: Gradient, argnums: Argnums, how: str):
         self.inner, self.argnums = inner, argnums
@@ -343,6 +363,10 @@ class _Blocks:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Blocks, (self.inner, self.argnums, self.__name__.split("(")[0]))
+
+    def second_order(self) -> Second:
+        g = self.inner
+        return Second(g.f, g._derivatives, g.argnums, self.argnums, (), self.__name__)
 
     def __repr__(self) -> str:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
@@ -353,6 +377,7 @@ class _Blocks:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         g = self.inner.f
         args = tf.bind(g, args, kwargs, self.__name__)
+        self.inner.scalar_valued(args)
         rows = tf.positions(self.inner.argnums, len(args))
         cols = tf.positions(self.argnums, len(args))
         union = tuple(sorted({*rows, *cols}))
@@ -401,6 +426,8 @@ class _Hessian:
     def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
         refuse("ez.autodiff", self)
 
+    order = 2
+
     def __init__(self, f: Any, argnums: Argnums):
         self.f, self.argnums = f, argnums
         self._derivatives = tf.Derivatives(f)
@@ -408,6 +435,9 @@ class _Hessian:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Hessian, (self.f, self.argnums))
+
+    def second_order(self) -> Second:
+        return Second(self.f, self._derivatives, self.argnums, self.argnums, (), self.__name__)
 
     def __repr__(self) -> str:
         return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
@@ -472,6 +502,9 @@ def hessian(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
            [0., 0.]]), array([[2.],
            [6.]]), array([[4.]]))
     """
+    g = as_gradient(f)
+    if g is not None:  # hessian(grad(f, a)) for a float scalar a: third derivatives
+        return hessian_of_gradient(g, argnums)
     if is_result(f):
         refuse("hessian", f)
     return _Hessian(f, argnums)

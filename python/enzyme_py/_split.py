@@ -81,6 +81,19 @@ class SplitDerivative:
 
     Refused (ActivityError): width > 1, and Numba functions that return arrays or
     tuples (use ``ez.Reverse``).
+
+    >>> import math, numba, enzyme_py as ez
+    >>> @numba.njit
+    ... def f(x, y):
+    ...     return x * math.sin(y)
+    >>> split = ez.autodiff(f, ez.ReverseSplit, ez.Active, ez.Active, ez.Active)
+    >>> value, tape = split.forward(2.0, 0.0)        # (f(x, y), the tape)
+    >>> value
+    0.0
+    >>> split.reverse(tape, 2.0, 0.0, 1.0)           # (df/dx, df/dy) = (sin y, x cos y)
+    (0.0, 2.0)
+    >>> split.reverse(tape, 2.0, 0.0, 3.0)           # the same tape, seed 3
+    (0.0, 6.0)
     """
 
     def __init__(self, f: Any, activities: tuple[Any, ...], options: Options, sig: Any = None):

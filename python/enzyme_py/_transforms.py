@@ -31,7 +31,7 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._api import autodiff
-from enzyme_py._convention import real_number as _real_number
+from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
@@ -53,6 +53,12 @@ from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.frontends._numba_signatures import argument_kind
 
 Argnums = int | Sequence[int]
+
+
+class NotComposable(TypeError):
+    """A composition of transforms that enzyme_py does not compute; the message says
+    what to write instead."""
+
 
 # Columns (or rows) of a Jacobian or Hessian computed per batched call.
 BATCH = 8
@@ -332,13 +338,56 @@ def as_tangent(t: Any, p: Any, i: int) -> Any:
     return values.astype(p.dtype, copy=True)  # f may write its input, and so the tangent
 
 
+def given_tangents(args: Sequence[Any], tangents: Sequence[Any], who: str) -> dict[int, Any]:
+    """The tangents given (None: none), one per primal, in their primals' dtypes."""
+    if len(tangents) > len(args):
+        raise ValueError(f"{who} got {len(tangents)} tangents for {len(args)} arguments")
+    given = {}
+    for i, t in enumerate(tangents):
+        if t is None:
+            continue
+        if not (is_float_array(args[i]) or is_float_scalar(args[i])):
+            raise TypeError(
+                f"{who}: argument {i} is not a float array or scalar: its tangent is None"
+            )
+        given[i] = as_tangent(t, args[i], i)
+    return given
+
+
 def reverse_derivative(derivatives: Derivatives, args: Sequence[Any], acts: Any) -> Derivative:
     """The reverse derivative of f (ActiveOnly) for these activities, specialised for
     these arguments (a Numba derivative's specialisation for their types)."""
     reverse = derivatives.get(Reverse, acts, ActiveOnly)
+    if not isinstance(reverse, Derivative) and not hasattr(reverse, "for_arguments"):
+        raise NotComposable(
+            f"{derivatives.f!r} is a reverse derivative that returns adjoints: its own "
+            "reverse derivative is computed by forward over reverse, and is not "
+            "differentiated again. Apply the helpers to the function itself "
+            "(ez.grad(ez.grad(ez.grad(f))), ez.jvp(ez.hessian(f), ...)), or to a forward "
+            "derivative of it"
+        )
     if not isinstance(reverse, Derivative):
         reverse = reverse.for_arguments((*interleave(args, acts, zero_shadows(args, acts)), 1.0))
     return reverse
+
+
+def forward_of(
+    derivatives: Derivatives, inner: Any, acts: Sequence[Activity], ret: Activity | None, width: int
+) -> Any:
+    """``autodiff(inner, Forward, *acts, Const, ret, width=width)`` (the last parameter,
+    a seed, Const) of a derivative ``inner`` of f, made once per activities: kept with
+    ``derivatives``, and only for the very ``inner`` it was made of."""
+    key = (id(inner), tuple(acts), ret, width)
+    found = _forward.setdefault(derivatives, {}).get(key)
+    if found is not None and found[0] is inner:
+        return found[1]
+    made = autodiff(inner, Forward, *acts, Const, *([] if ret is None else [ret]), width=width)
+    _forward[derivatives][key] = (inner, made)
+    return made
+
+
+# Per Derivatives: forward derivatives of its reverse derivatives (see forward_of).
+_forward: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 def hessian_vector(
@@ -378,7 +427,7 @@ def hessian_vector(
         else:
             fwd_acts.append(Const)
     scalars = [i for i, act in enumerate(acts) if act is Active]
-    fwd = autodiff(reverse, Forward, *fwd_acts, Const, *([Dual] if scalars else []), width=width)
+    fwd = forward_of(derivatives, reverse, fwd_acts, Dual if scalars else None, width)
     result = fwd(*call, seed)
     if scalars:
         values, dvalues = result

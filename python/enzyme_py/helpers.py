@@ -26,8 +26,19 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number as _real_number
-from enzyme_py._compose import Gradient, GradientOfGradient, Pullback, hvp, is_result, refuse
+from enzyme_py._compose import (
+    Gradient,
+    GradientOfGradient,
+    Pullback,
+    as_gradient,
+    hvp,
+    is_result,
+    jvp_of,
+    refuse,
+    second_of,
+)
 from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
+from enzyme_py._third_order import of_second, vjp_of_second
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
     Active,
@@ -92,7 +103,9 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     respect to a float scalar argument ``a``, ``ez.grad(ez.grad(f, a), b)`` is the
     second derivative ``d/dx_b (df/dx_a)``, shaped like argument b; ``ez.vjp``,
     ``ez.jvp``, ``ez.jacfwd``, ``ez.jacrev`` and ``ez.autodiff`` of ``ez.grad(f)`` work
-    too (for the Hessian of an array argument: ``ez.hessian``, ``ez.hvp``).
+    too (for the Hessian of an array argument: ``ez.hessian``, ``ez.hvp``), and the
+    second derivatives once more: ``ez.grad(ez.grad(ez.grad(f)))`` of a scalar,
+    ``ez.jvp(ez.hessian(f), ...)``, ``ez.jacobian(ez.hessian(f))`` (third derivatives).
 
     >>> ez.grad(ez.grad(dist, 2), 0)(x, y, 2.0)   # d/dx (d/dp |x - y|^p): [1, -2 - 4 ln 2]
     array([ 1.        , -4.77258872])
@@ -114,8 +127,13 @@ def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
 
 
 def _gradient(f: Any, argnums: Argnums, with_value: bool) -> Any:
-    if isinstance(f, Gradient):  # grad(grad(f, a), b): a second derivative
-        return GradientOfGradient(f, argnums, with_value)
+    outer = "value_and_grad" if with_value else "grad"
+    g = as_gradient(f)
+    if g is not None:  # grad(grad(f, a), b): a second derivative
+        return GradientOfGradient(g, argnums, with_value)
+    second = second_of(f)
+    if second is not None:  # grad(grad(grad(f))) and the like: a third derivative
+        return of_second(outer, second, argnums, with_value)
     if is_result(f):
         refuse("value_and_grad" if with_value else "grad", f)
     return Gradient(f, argnums, with_value)
@@ -153,8 +171,12 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
-    if isinstance(f, Gradient):  # JAX's Hessian-vector product idiom: forward over reverse
-        return f.jvp(primals, tangents)
+    g = as_gradient(f)
+    if g is not None:  # JAX's Hessian-vector product idiom: forward over reverse
+        return g.jvp(primals, tangents)
+    third = jvp_of(f, primals, tangents)  # of a second derivative: T v
+    if third is not None:
+        return third
     if is_result(f):
         refuse("jvp", f)
     args = tf.with_defaults(f, primals, f"jvp({tf.name_of(f)})")
@@ -212,9 +234,15 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
     n = len(primals)
-    if isinstance(f, Gradient):  # its pullback is H c: forward over reverse
-        point = tf.fresh(tf.with_defaults(f.f, primals, f"vjp({f.__name__})"))
-        return f(*primals), Pullback(f.pullback(point, n), f.__name__)
+    g = as_gradient(f)
+    if g is not None:  # its pullback is H c: forward over reverse
+        point = tf.fresh(tf.with_defaults(g.f, primals, f"vjp({g.__name__})"))
+        pullback = g.pullback(point, n)  # checks g first
+        return g(*primals), Pullback(pullback, g.__name__)
+    second = second_of(f)
+    if second is not None:  # of a second derivative: C -> sum C_ab T_abj, third derivatives
+        value, pull = vjp_of_second(second, primals)
+        return value, Pullback(pull, second.name)
     if is_result(f):
         refuse("vjp", f)
     args = tf.with_defaults(f, primals, f"vjp({tf.name_of(f)})")

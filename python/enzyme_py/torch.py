@@ -123,10 +123,13 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
       pass).
     - forward mode: ``torch.func.jvp``, ``jacfwd`` and ``torch.autograd.forward_ad``
       (``jacfwd`` batches its tangents through Enzyme's width).
-    - ``torch.vmap``: one call of ``f`` per batch element.
+    - ``torch.vmap``: one call of ``f`` per batch element (each is another point:
+      Enzyme's width batches directions at one point, not points).
     - once more, in any order: ``create_graph=True`` (``gradgradcheck``),
       ``torch.func.hessian``, ``jacfwd`` / ``jacrev`` of ``jacfwd`` / ``jacrev``
-      (Hessian-vector products by forward over reverse mode). A third derivative
+      (Hessian-vector products by forward over reverse mode; ``torch.func.hessian``
+      and ``jacfwd(jacrev(...))`` take their columns 8 at a time through Enzyme's
+      width where only array arguments are differentiated). A third derivative
       raises ``RuntimeError``.
 
     ``f`` gets the tensors' memory without a copy where it provably does not write
@@ -185,6 +188,45 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
             pass  # nothing to keep: its derivatives are refused
+
+        @classmethod
+        def vmap(cls, info: Any, in_dims: Any, *inputs: Any) -> Any:
+            nums, wanted, want_seed, seed, *rest = inputs
+            dims_v, dims_a = in_dims[4 : 4 + len(nums)], in_dims[4 + len(nums) :]
+            vs, args = rest[: len(nums)], rest[len(nums) :]
+            plain = not any(
+                isinstance(t, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t)
+                for t in (seed, *rest)
+            )  # wrapped: transforms outside this vmap (a third derivative) see each call
+            fast, keep = False, nums
+            if plain and wanted and not want_seed and in_dims[3] is None:
+                # An argument with the same zero tangent in every lane adds nothing.
+                keep = tuple(
+                    i
+                    for i, v, d in zip(nums, vs, dims_v, strict=True)
+                    if i in wanted or d is not None or bool(torch.any(v != 0))
+                )
+                fast = all(d is None for d in dims_a) and all(args[i].dim() > 0 for i in keep)
+            if fast:
+                # Only the tangents are batched (torch.func.hessian, jacfwd(jacrev)):
+                # H is linear in them, so Enzyme's width takes them in batches.
+                batched = {
+                    i: v.unsqueeze(0).expand(info.batch_size, *v.shape)
+                    if d is None
+                    else v.movedim(d, 0)
+                    for i, v, d in zip(nums, vs, dims_v, strict=True)
+                    if i in keep
+                }
+                products = kernel.hessian_vectors(
+                    [_to_numpy(a) for a in args],
+                    keep,
+                    {i: _to_numpy(v.contiguous()) for i, v in batched.items()},
+                    _number(seed),
+                    info.batch_size,
+                )
+                out = tuple(torch.from_numpy(products[i]).to(dtype=args[i].dtype) for i in wanted)
+                return out, (0,) * len(out)
+            return super().vmap(info, in_dims, *inputs)
 
         @staticmethod
         def backward(ctx: Any, *unused: Any) -> tuple[Any, ...]:
