@@ -21,7 +21,7 @@ Heat 1000 x 1000: reverse / primal 8.8 -> 6.2 on a 2-core AMD EPYC (its forward
 stencil vectorised again, 4 of the derivative's loops as at commit 7619c85, 3 with
 ``default<O2>`` after the rewrites before Enzyme lost their load PRE); Rosenbrock's
 reverse loop is the same code as with ``default<O2>``. Part of the derivative cache's key
-(``_build._environment_parts``).
+(``_build.environment_parts``).
 """
 
 from __future__ import annotations
