@@ -67,6 +67,22 @@ _LLVM15_O2 = (
     "function(annotation-remarks)"
 )
 
-PASSES = _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,").replace(
-    ",loop-load-elim,", ",loop-load-elim,gvn<>,"
+# After the first pipeline (its load PRE has carried Rosenbrock's grad[i+1] in a
+# register), the loop vectoriser again, with LLVM's store-to-load forwarding heuristic
+# off ("|", src/jit.cpp); then the clean-up default<O2> runs after it.
+_SECOND = (
+    "function(loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only;>,"
+    "loop-load-elim,instcombine,simplifycfg<bonus-inst-threshold=1;forward-switch-cond;"
+    "switch-range-to-icmp;switch-to-lookup;no-keep-loops;hoist-common-insts;"
+    "sink-common-insts>,instcombine,loop-mssa(licm<allowspeculation>),instsimplify,"
+    "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"
+    "no-switch-to-lookup;keep-loops;no-hoist-common-insts;no-sink-common-insts>)"
+)
+
+PASSES = (
+    _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,").replace(
+        ",loop-load-elim,", ",loop-load-elim,gvn<>,"
+    )
+    + "|"
+    + _SECOND
 )
