@@ -1,6 +1,7 @@
 #include "jit.h"
 
 #include "jit_memory.h"
+#include "llvm_options.h"
 
 #include <dlfcn.h>
 
@@ -131,6 +132,23 @@ void HostJit::prepare(LLVMModuleRef mod) const {
 }
 
 void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {
+  // "FIRST|SECOND": SECOND runs after FIRST with LLVM's store-to-load
+  // forwarding heuristic off (see llvm_options.h); a loop refused in FIRST for
+  // it has had its loads carried in registers by then, and vectorises.
+  const auto bar = passes.find('|');
+  run_pipeline(mod, passes.substr(0, bar));
+  if (bar == std::string::npos) return;
+  const std::lock_guard<std::mutex> lock(options_mutex());
+  const StoreLoadConflictsIgnored ignored;
+  run_pipeline(mod, passes.substr(bar + 1));
+}
+
+std::mutex &HostJit::options_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
   LLVMPassBuilderOptionsSetLoopVectorization(options, 1);
   LLVMPassBuilderOptionsSetSLPVectorization(options, 1);

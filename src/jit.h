@@ -26,6 +26,8 @@ class HostJit {
   // Give `mod` the host triple and data layout (before optimizing it).
   void prepare(LLVMModuleRef mod) const;
   // Run the new pass manager pipeline `passes` (e.g. "default<O2>") on `mod`.
+  // "FIRST|SECOND" runs two pipelines, the second with LLVM's store-to-load
+  // forwarding heuristic off (llvm_options.h).
   void optimize(LLVMModuleRef mod, const std::string &passes) const;
   // Host object code for `mod`.
   std::string emit_object(LLVMModuleRef mod) const;
@@ -50,6 +52,9 @@ class HostJit {
   bool vector_math() const { return vector_math_; }
 
  private:
+  void run_pipeline(LLVMModuleRef mod, const std::string &passes) const;
+  // Held while an LLVM option is changed for a pipeline (llvm_options.h).
+  static std::mutex &options_mutex();
   LLVMOrcLLJITRef jit_ = nullptr;
   LLVMTargetMachineRef machine_ = nullptr;
   std::string triple_, cpu_, features_, data_layout_;

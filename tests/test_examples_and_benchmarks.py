@@ -172,3 +172,14 @@ def test_offload_fit_benchmark_quick(tmp_path):
     assert results["meta"]["check_error"] < 1e-10  # against the analytic gradient
     devices = [row["device"] for row in results["rows"]]
     assert devices[0] == "cpu, 1 thread" and devices[1].startswith("cpu,")
+
+
+def test_fresh_gradient_benchmark_quick(tmp_path):
+    proc = run_script(
+        str(ROOT / "benchmarks" / "fresh_gradient.py"), "--quick", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((tmp_path / "fresh_gradient.json").read_text())
+    (row,) = results["rows"]
+    assert row["rel_error"] < 1e-13  # ez.grad's gradient is the analytic one
+    assert row["fresh_s"] > 0 and row["reused_filled_s"] > 0

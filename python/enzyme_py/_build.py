@@ -119,7 +119,7 @@ def isolated() -> bool:
     return os.environ.get("ENZYME_PY_ISOLATE", "1").strip() != "0"
 
 
-def _environment_parts() -> list[str]:
+def environment_parts() -> list[str]:
     """Versions of everything that shapes the object code."""
     if not _environment:
         native = _state.native
@@ -376,7 +376,7 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
 
 def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     _release_unused()
-    key = _cache.request_key([*_environment_parts(), fn.module.digest, fn.name, request])
+    key = _cache.request_key([*environment_parts(), fn.module.digest, fn.name, request])
     compiled = _loaded.get(key)
     if compiled is not None:
         _remember(compiled)

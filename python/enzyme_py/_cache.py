@@ -250,6 +250,27 @@ def store(key: str, artifact: Artifact) -> None:
         log(f"disk cache not written ({exc})", logging.INFO)
 
 
+# The entry name of a text entry (store_text): no derivative's entry is named so.
+_TEXT_ENTRY = "<text>"
+
+
+def store_text(key: str, text: str) -> None:
+    """Keep a small text (a fact about some code, such as which parameters it only
+    reads) under key, in an entry of the same verified format as a derivative's."""
+    store(key, Artifact(text.encode(), _TEXT_ENTRY, "", "", "", "", ""))
+
+
+def load_text(key: str) -> str | None:
+    """The text store_text kept under key, or None (missing, corrupt, or not a text)."""
+    artifact = load(key)
+    if artifact is None or artifact.entry_name != _TEXT_ENTRY:
+        return None
+    try:
+        return artifact.object.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def request_key(parts: list[Any]) -> str:
     """The SHA-256 of the parts, in order."""
     h = hashlib.sha256()

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py import _state
 from enzyme_py._api import autodiff
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
+from enzyme_py._read_only import read_only_params
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
     Active,
@@ -134,7 +134,7 @@ def may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
         visible = fn.visible_params
         if len(visible) != len(args):
             return unknown
-        flags = _state.native.read_only_params(fn.module.ir(), fn.name)
+        flags = read_only_params(fn)
     except Exception:  # any failure here is reported by autodiff itself
         return unknown
     return tuple(not flags[i] for i, _ in visible)
