@@ -5,8 +5,10 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
@@ -93,6 +95,22 @@ HostJit::HostJit() {
             &process_symbols, LLVMOrcLLJITGetGlobalPrefix(jit_), nullptr, nullptr),
         "adding process symbols to the JIT");
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit_), process_symbols);
+  // The C allocator as this extension binds it: memory the loaded code mallocs is
+  // freed by the tape's free (arena.cpp) and the reverse. The process search can
+  // find another definition than the one the extension's calls reach (seen with
+  // an LD_PRELOADed allocator, glibc's libc_malloc_debug): free() would then get
+  // memory of another heap.
+  const std::pair<const char *, void *> allocator[] = {
+      {"malloc", reinterpret_cast<void *>(&std::malloc)},
+      {"calloc", reinterpret_cast<void *>(&std::calloc)},
+      {"realloc", reinterpret_cast<void *>(&std::realloc)},
+      {"free", reinterpret_cast<void *>(&std::free)},
+      {"posix_memalign", reinterpret_cast<void *>(&posix_memalign)},
+      {"aligned_alloc", reinterpret_cast<void *>(&aligned_alloc)},
+  };
+  for (const auto &[name, address] : allocator) {
+    define_symbol(name, reinterpret_cast<uint64_t>(address));
+  }
   LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(jit_),
                                           &HostJit::report, this);
 }

@@ -37,7 +37,7 @@ from enzyme_py.core import (
 if _state.native is not None:
     from enzyme_py._api import autodiff
     from enzyme_py._gradcheck import check_grad
-    from enzyme_py.frontends import c, cpp, llvm_ir
+    from enzyme_py.frontends import _numba_cpu, c, cpp, llvm_ir
     from enzyme_py.frontends.cython import cython
     from enzyme_py.helpers import (
         grad,
@@ -51,6 +51,9 @@ if _state.native is not None:
         vjp,
     )
     from enzyme_py.rules import clear_rules, register_derivative, register_gradient
+
+    # Before the user's Numba code compiles, where possible (frontends/_numba_cpu.py).
+    _numba_cpu.plan_for_named_cpu(*_state.native.host()[:3])
 else:
     from enzyme_py._stub import (  # type: ignore[assignment]
         autodiff,

@@ -7,6 +7,7 @@ process): its assertions are enabled, and an abort there must not kill the calle
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import re
 import threading
@@ -135,9 +136,29 @@ def environment_parts() -> list[str]:
                 f"{stat.st_size}:{stat.st_mtime_ns}",
                 *native.host(),
                 PASSES,
+                f"code {_code_digest()}",
             ]
         )
     return _environment
+
+
+def _code_digest() -> str:
+    """A digest of enzyme_py's own code: the native module and the Python sources.
+    Any change to them may change what a derivative compiles to; with it in the
+    keys, no cache entry made by other code is served (kCodegenRevision, bumped by
+    hand, missed changes: a disk cache kept serving entries the current code no
+    longer builds)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d != "_lib")
+        for name in sorted(files):
+            if name.endswith((".py", ".so")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, package).encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:32]
 
 
 def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> BuildArtifact:
