@@ -111,7 +111,7 @@ def test_a_cpu_the_user_names_for_numba_is_left_alone():
 def test_the_cache_keys_hold_a_digest_of_enzyme_pys_own_code(tmp_path, monkeypatch):
     from enzyme_py import _build
 
-    parts = _build._environment_parts()
+    parts = _build.environment_parts()
     digest = _build._code_digest()
     assert f"code {digest}" in parts
     assert len(digest) == 32 and digest == _build._code_digest()

@@ -33,7 +33,6 @@ from enzyme_py._arguments import (
     lanes,
     scalar,
 )
-
 from enzyme_py._signature import Param
 from enzyme_py.core import Active, ActiveOnly, Activity, Const, Dual, DualOnly, Mode, Reverse
 from enzyme_py.frontends import IRFunction
