@@ -119,6 +119,7 @@ class CythonModule:
         c_text, infos = _run_cython(source, stem, config, include)
         self._wrapped: dict[str, Wrapped] = {}
         self._fused: dict[str, list[str]] = {}
+        defs = {info["name"] for info in infos if info.get("def")}
         for i, info in enumerate(infos):
             label = info["name"]
             if info["fused"] is not None:
@@ -141,16 +142,23 @@ class CythonModule:
         for label, wrapped in self._wrapped.items():
             python = [] if wrapped.refused else python_calls(ir, wrapped.symbol)
             if python:
-                self._wrapped[label] = replace(
-                    wrapped,
-                    refused=(
-                        f"it reaches Python ({', '.join(python[:4])}): a raise statement "
-                        "or a Python object, and enzyme_py cannot run Python inside a "
-                        "derivative yet (a bounds check's IndexError is raised again; "
-                        "other exceptions are not): keep raise statements and Python "
-                        "objects out of the functions you differentiate"
-                    ),
+                reached = ", ".join(python[:4])
+                refused = (
+                    f"it reaches Python ({reached}): a raise statement or a Python "
+                    "object, and enzyme_py cannot run Python inside a derivative (a bounds "
+                    "check's IndexError and raise ValueError('constant text') of a builtin "
+                    "exception are raised again; other raise statements are not): keep "
+                    "Python objects and other raise statements out of the functions you "
+                    "differentiate"
                 )
+                if label in defs:
+                    refused = (
+                        f"it is a def function whose body reaches Python ({reached}): "
+                        "declare its variables with C types (cdef double s) and keep "
+                        "Python objects and calls out of it, or write it as a cdef/cpdef "
+                        "function with a C return type (cpdef double f(double[:] x))"
+                    )
+                self._wrapped[label] = replace(wrapped, refused=refused)
         self._made: dict[str, IRFunction] = {}
 
     def _clang_ir(self, noalias: bool) -> str:
