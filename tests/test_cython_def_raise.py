@@ -47,6 +47,12 @@ cpdef untyped_cpdef(double[::1] x):
         s += x[i] * x[i] * x[i]
     return s
 
+cpdef called_cpdef(double x):
+    return x * x
+
+cdef double calls_it(double x) except? -1:
+    return called_cpdef(x) + 1
+
 def maybe(double x):
     if x > 0:
         return x * x
@@ -117,7 +123,7 @@ def test_def_functions_listed(m):
     names = m.functions()
     for name in ("energy", "energy32", "spread", "untyped_cpdef", "def_raise", "checked"):
         assert name in names
-    for name in ("prints", "returns_tuple", "untyped", "starred", "formatted"):
+    for name in ("prints", "returns_tuple", "untyped", "starred", "formatted", "calls_it"):
         assert name not in names
 
 
@@ -192,6 +198,8 @@ def test_def_returning_none_is_an_error(m):
         ("returns_tuple", r"def function 'returns_tuple' returns a Python object.*cpdef double"),
         ("untyped", r"parameter 'x'.*Python object.*declare it"),
         ("starred", r"def function 'starred' takes \*args"),
+        ("called_cpdef", r"'called_cpdef' returns a Python object.*cpdef double called_cpdef"),
+        ("calls_it", r"'calls_it'.*reaches Python"),
         ("formatted", r"'formatted'.*reaches Python.*raise ValueError\('constant text'\)"),
     ],
 )

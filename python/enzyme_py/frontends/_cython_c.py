@@ -238,11 +238,7 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
                 "",
                 f"  else if (boxed == Py_None) {{ Py_DECREF(boxed);{on_none} }}",
                 "  else if (boxed != NULL) {",
-                *(
-                    []
-                    if void
-                    else [f"    result = ({ret['c']})((__enzyme_py_boxed *)boxed)->value;"]
-                ),
+                *([] if void else [f"    result = ({ret['c']})((PyFloatObject *)boxed)->ob_fval;"]),
                 "    free(boxed);",
                 "  }",
             ]
@@ -382,14 +378,15 @@ def c_for_ir(c_text: str) -> str:
 
 
 _BOX = """
-typedef struct { PyObject_HEAD double value; } __enzyme_py_boxed;
 static PyObject *__enzyme_py_box(double value) {
-  __enzyme_py_boxed *b = (__enzyme_py_boxed *)malloc(sizeof *b);
+  PyFloatObject *b = (PyFloatObject *)malloc(sizeof *b);
   if (b == NULL) return PyErr_NoMemory();
-  /* never freed by a reference count: the wrapper frees it */
+  /* Only the wrapper takes it (the driver boxes no value other C code takes), and
+     frees it; never freed by its reference count. Its type stays NULL: a pointer to
+     PyFloat_Type stored in it would be mixed activity to Enzyme. */
   b->ob_base.ob_refcnt = (Py_ssize_t)1 << 40;
   b->ob_base.ob_type = NULL;
-  b->value = value;
+  b->ob_fval = value;
   return (PyObject *)b;
 }
 """

@@ -196,11 +196,12 @@ def _box_returns(body: Any, where: str) -> dict[str, Any]:
             kinds.add(str(arg.type))
             boxes.append(value)
         else:
+            what = f"{arg.type} converted to a Python object" if arg is not None else value.type
             return {
                 "kind": "other",
                 "text": "object",
                 "refused": (
-                    f"{where} returns a Python object ({value.type}), not a C double computed "
+                    f"{where} returns a Python object ({what}), not a C double computed "
                     "in C: give the value a C type (cdef double s), or declare the function "
                     "with a C return type (cpdef double f(...), cdef double f(...))"
                 ),
@@ -278,6 +279,25 @@ def _cfunc_nodes(tree: Any) -> dict[str, Any]:
     return found
 
 
+def _direct_calls(tree: Any) -> set[str]:
+    """C names of the functions the module's code calls directly (a cpdef function's
+    own Python wrapper left out)."""
+    from Cython.Compiler import ExprNodes, Nodes
+
+    found, todo = set(), [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ExprNodes.SimpleCallNode):
+            entry = getattr(node.function, "entry", None)
+            if entry is not None and entry.cname:
+                found.add(entry.cname)
+        if isinstance(node, Nodes.CFuncDefNode):
+            todo.append(node.body)
+        else:
+            todo.extend(_children(node))
+    return found
+
+
 def main() -> int:
     source, c_file, json_file, directives_text = sys.argv[1:5]
     try:
@@ -304,11 +324,21 @@ def main() -> int:
                     spec.entry.used = True
                     f2s = spec.local_scope.fused_to_specific
                     found.append(_function(name, spec.entry, [str(f2s[f]) for f in order]))
+        called = _direct_calls(node)
         for info in found:
-            # cpdef functions returning a Python object: boxed as def functions' are
+            # cpdef functions returning a Python object: boxed as def functions' are,
+            # unless other C code of the module takes that object
             cfunc = cfuncs.get(info["cname"])
-            if info["ret"]["kind"] == "other" and info["cpdef"] and cfunc is not None:
-                info["ret"] = _box_returns(cfunc.body, f"the cpdef function '{info['name']}'")
+            if info["ret"]["kind"] != "other" or not info["cpdef"] or cfunc is None:
+                continue
+            where = f"the cpdef function '{info['name']}'"
+            if info["cname"] in called:
+                info["ret"]["refused"] = (
+                    f"{where} returns a Python object, which other functions of the module "
+                    f"call it for: declare its C return type (cpdef double {info['name']}(...))"
+                )
+            else:
+                info["ret"] = _box_returns(cfunc.body, where)
         names = {info["name"] for info in found}
         for def_node in _module_defs(node):
             if def_node.name not in names:
