@@ -1,8 +1,10 @@
 """Cython modules as sources of functions to differentiate (``ez.cython``).
 
 Cython (3.x, in a child interpreter: ``_cython_driver.py``) translates the module to
-C and describes its cdef/cpdef functions; clang 15 compiles that C, with a wrapper per
-function appended, to LLVM IR. A cdef function takes a typed memoryview as a
+C and describes its cdef/cpdef functions and its def functions with C-typed parameters
+(their C implementation, ``__pyx_pf_...``, whose returned double the driver hands over
+in a block of enzyme_py's instead of a Python float); clang 15 compiles that C, with a
+wrapper per function appended, to LLVM IR. A cdef function takes a typed memoryview as a
 ``__Pyx_memviewslice`` struct by value; its wrapper takes plain terms,
 
     RET wrapper(T *restrict x, int64_t x_shape0, ... [, int64_t x_stride0, ...],
@@ -16,9 +18,10 @@ given another layout makes the wrapper return a layout status before the functio
 runs (a ValueError). The data pointers are ``restrict`` (noalias), as Numba arrays'
 are: calls whose arrays overlap take the build without it (``alias_safe``). The
 module's init never runs, so its Python state is unset:
-a bounds check's IndexError (Python's C API only) is handed back through ``errors``
-and raised again in Python, and a function that reaches more of Python (a raise
-statement, Python objects) is refused.
+a bounds check's IndexError and a plain raise statement (``raise ValueError("text")``,
+which the driver turns into PyErr_SetString) use Python's C API only: the exception is
+handed back through ``errors`` and raised again in Python. A function that reaches
+more of Python (other raise statements, Python objects) is refused.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
 
 
 class CythonModule:
-    """A Cython module compiled for differentiation: its cdef/cpdef functions are
+    """A Cython module compiled for differentiation: its cdef/cpdef/def functions are
     attributes (``m.energy``) and items (``m["energy"]``); each specialisation of a
     fused function is an item named as Cython indexes it (``m["fsum[double]"]``)."""
 
@@ -219,7 +222,7 @@ class CythonModule:
         refused = sorted(n for n, w in self._wrapped.items() if w.refused)
         also = f"; with types enzyme_py cannot pass: {', '.join(refused)}" if refused else ""
         return (
-            f"the Cython module defines no cdef/cpdef function '{name}' (it defines: "
+            f"the Cython module defines no cdef/cpdef/def function '{name}' (it defines: "
             f"{', '.join(self.functions()) or 'none'}{also})"
         )
 
@@ -291,8 +294,8 @@ def cython(
     path: str | os.PathLike[str] | None = None,
 ) -> CythonModule:
     """Translate a Cython module (``source``, or the file at ``path``) with Cython 3
-    (language_level=3) and compile it with clang 15; its cdef and cpdef functions with
-    C-typed parameters are attributes and items of the result.
+    (language_level=3) and compile it with clang 15; its cdef, cpdef and def functions
+    with C-typed parameters are attributes and items of the result.
 
     ``directives`` are Cython compiler directives (``{"boundscheck": False}``);
     ``flags`` clang arguments, as for ``ez.c``. Parameters: C scalars, pointers and
