@@ -98,6 +98,11 @@ def def_raise(double[:] x, double a):
         s += a * x[i] * x[i]
     return s
 
+cdef double asserts(double x) except? -1:
+    assert x > 0
+    assert x < 10, "x below 10, please"
+    return x * x
+
 cdef double formatted(double x) except? -1:
     if x < 0:
         raise ValueError(f"negative x: {x}")
@@ -241,3 +246,13 @@ def test_raise_in_def_function(m):
     with pytest.raises(ValueError) as info:
         ez.grad(m.def_raise)(x, -1.0)
     assert info.value.args == ()
+
+
+def test_assert_statements_run_and_are_raised_again(m):
+    assert ez.grad(m.asserts)(3.0) == pytest.approx(6.0)
+    with pytest.raises(AssertionError) as info:
+        ez.grad(m.asserts)(-1.0)
+    assert info.value.args == ()
+    for call in (lambda: m.asserts(11.0), lambda: ez.grad(m.asserts)(11.0)):
+        with pytest.raises(AssertionError, match="^x below 10, please$"):
+            call()

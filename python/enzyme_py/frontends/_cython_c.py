@@ -4,6 +4,7 @@ preparation of Cython's C and of clang's IR for Enzyme (see frontends/cython.py)
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -372,6 +373,11 @@ def c_for_ir(c_text: str) -> str:
     # `with nogil:` releases the GIL; a derivative runs without it already.
     text = text.replace("_save = PyEval_SaveThread();", "_save = NULL;")
     text = text.replace("PyEval_RestoreThread(_save);", "(void)_save;")
+    # The init sets whether assert statements run (not under python -O): set here.
+    text = text.replace(
+        "static int __pyx_assertions_enabled_flag;",
+        f"static int __pyx_assertions_enabled_flag = {0 if sys.flags.optimize else 1};",
+    )
     # What def functions' (and object-returning cpdef functions') return statements
     # call instead of PyFloat_FromDouble (the driver's Box): no Python object.
     return text.replace('#include "Python.h"', '#include "Python.h"\n' + _BOX, 1)

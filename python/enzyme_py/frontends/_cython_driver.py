@@ -97,14 +97,22 @@ def _c_string(text: str) -> str:
 
 def _plain_raise(node: Any) -> tuple[str, str | None] | None:
     """``raise Name``, ``raise Name()`` or ``raise Name("constant text")`` of a builtin
-    exception: its name and message; None for any other raise statement."""
+    exception (or an assert statement's, with its constant message): its name and
+    message; None for any other raise statement."""
     import builtins
 
     from Cython.Compiler import ExprNodes
 
-    if node.exc_value is not None or node.exc_tb is not None or node.cause is not None:
+    if node.exc_tb is not None or node.cause is not None:
         return None
     exc, message = node.exc_type, None
+    if node.exc_value is not None:
+        # an assert statement's message: ``assert c, "text"`` raises AssertionError("text")
+        if not isinstance(node.exc_value, ExprNodes.UnicodeNode) or not getattr(
+            exc, "is_name", False
+        ):
+            return None
+        message = str(cast(Any, node.exc_value).value)
     if isinstance(exc, ExprNodes.SimpleCallNode):
         args = exc.args if exc.args is not None else getattr(exc.arg_tuple, "args", None)
         if args is None or len(args) > 1:
