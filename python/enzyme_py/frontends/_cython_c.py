@@ -234,16 +234,17 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
                 f"'{label}' returned None (it ended without returning a value): return a "
                 "C double on every path"
             )
-        check += "\n".join(
-            [
-                "",
-                f"  else if (boxed == Py_None) {{ Py_DECREF(boxed);{on_none} }}",
-                "  else if (boxed != NULL) {",
-                *([] if void else [f"    result = ({ret['c']})((PyFloatObject *)boxed)->ob_fval;"]),
-                "    free(boxed);",
-                "  }",
-            ]
-        )
+        opened = [
+            "  else if (boxed != NULL) {",
+            *([] if void else [f"    result = ({ret['c']})((PyFloatObject *)boxed)->ob_fval;"]),
+            "    free(boxed);",
+            "  }",
+        ]
+        if void or ret.get("may_return_none", True):
+            opened.insert(0, f"  else if (boxed == Py_None) {{ Py_DECREF(boxed);{on_none} }}")
+        # else no None to tell apart: where LLVM sees the box made it drops it, and in
+        # derivatives that do not return the value, the code computing it too
+        check += "\n".join(["", *opened])
     for name, count, error in size_checks:
         body += [
             f"  if ({name}_shape0 < {count}) {{",
@@ -386,7 +387,10 @@ def c_for_ir(c_text: str) -> str:
 _BOX = """
 static PyObject *__enzyme_py_box(double value) {
   PyFloatObject *b = (PyFloatObject *)malloc(sizeof *b);
-  if (b == NULL) return PyErr_NoMemory();
+  /* No NULL return: one would keep LLVM from dropping the box before Enzyme (and
+     with it, in derivatives that do not return the value, the code computing it);
+     24 bytes not to be had ends the process. */
+  if (b == NULL) abort();
   /* Only the wrapper takes it (the driver boxes no value other C code takes), and
      frees it; never freed by its reference count. Its type stays NULL: a pointer to
      PyFloat_Type stored in it would be mixed activity to Enzyme. */

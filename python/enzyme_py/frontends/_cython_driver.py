@@ -225,7 +225,9 @@ def _box_returns(body: Any, where: str) -> dict[str, Any]:
     if not kinds:
         return {"kind": "void", "text": "void", "boxed": True}
     (c,) = kinds
-    return {"kind": "scalar", "text": c, "c": c, "boxed": True}
+    # None where a return has no value or the body can end without one
+    none = any(ret.value is None for ret in _returns(body)) or not body.is_terminator
+    return {"kind": "scalar", "text": c, "c": c, "boxed": True, "may_return_none": none}
 
 
 def _def_function(node: Any) -> dict[str, Any]:
