@@ -256,3 +256,17 @@ def test_assert_statements_run_and_are_raised_again(m):
     for call in (lambda: m.asserts(11.0), lambda: ez.grad(m.asserts)(11.0)):
         with pytest.raises(AssertionError, match="^x below 10, please$"):
             call()
+
+
+def test_def_box_is_dropped_before_enzyme(m):
+    # energy32 returns a C float on its one path (no bounds checks): LLVM drops the box
+    # its return value travels in, so derivatives not returning it skip computing it.
+    import re
+
+    def body(name: str) -> str:
+        found = re.search(rf"^define [^\n]*@{name}\(.*?^\}}", m.ir(), re.S | re.M)
+        assert found is not None
+        return found.group(0)
+
+    assert "@malloc(" not in body(m.energy32.name)
+    assert "@malloc(" in body(m.maybe.name)  # it may return None: told apart at run time
