@@ -12,7 +12,8 @@ Kernels: Rosenbrock (n = 10^6) and the explicit-Euler 1-D heat equation (1000 ce
 - C through ``ez.c`` (pointers and lengths; ``malloc`` buffers);
 - Cython through ``ez.cython`` (``const double[::1]`` memoryviews, ``malloc`` buffers,
   ``boundscheck``/``wraparound`` off, ``noexcept nogil``), plus Rosenbrock over a
-  strided ``const double[:]`` view (strides passed) and heat from the build without
+  strided ``const double[:]`` view (strides passed), as a ``def`` function (its C
+  implementation differentiated) and heat from the build without
   ``noalias`` on the memoryviews (what calls with overlapping arrays get).
 
 C and Cython primals are the functions themselves called through enzyme_py (``m.f(...)``).
@@ -99,6 +100,17 @@ cdef double rosenbrock_strided(const double[:] x) noexcept nogil:
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+def rosenbrock_def(const double[::1] x):
+    cdef double s = 0.0, a, b
+    cdef Py_ssize_t i
+    for i in range(x.shape[0] - 1):
+        a = x[i + 1] - x[i] * x[i]
+        b = 1.0 - x[i]
+        s += 100.0 * a * a + b * b
+    return s
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef double heat_loss(const double[::1] u0, const double[::1] target,
                       Py_ssize_t steps) noexcept nogil:
     cdef Py_ssize_t n = u0.shape[0], i, k
@@ -162,6 +174,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         (rosen, "C (ez.c)", c.rosenbrock, [x, n]),
         (rosen, "Cython double[::1]", cy.rosenbrock, [x]),
         (rosen, "Cython double[:] (strided)", cy.rosenbrock_strided, [x]),
+        (rosen, "Cython def, double[::1]", cy.rosenbrock_def, [x]),
         (heat, "Numba", kernels.heat_loss, [u0, target, steps]),
         (heat, "C (ez.c)", c.heat_loss, [u0, target, cells, steps]),
         (heat, "Cython double[::1]", cy.heat_loss, [u0, target, steps]),

@@ -85,6 +85,24 @@ long long as_int(PyObject *obj, char code) {
   return v;
 }
 
+// The bytes an array's elements span: from its lowest element to the end of its
+// highest (below the data pointer along negative strides, gaps included); 0 when
+// it has no elements.
+void byte_span(const py::array &a, uint64_t &begin, uint64_t &bytes) {
+  int64_t low = 0, high = 0;
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    if (a.shape(d) == 0) {
+      begin = reinterpret_cast<uint64_t>(a.data());
+      bytes = 0;
+      return;
+    }
+    const int64_t extent = static_cast<int64_t>(a.shape(d) - 1) * a.strides(d);
+    (extent < 0 ? low : high) += extent;
+  }
+  begin = reinterpret_cast<uint64_t>(a.data()) + low;
+  bytes = static_cast<uint64_t>(high - low + a.itemsize());
+}
+
 bool native_order(const py::dtype &dt) {
   char order = dt.byteorder();
   return order == '=' || order == '|' || order == '<';
@@ -206,20 +224,29 @@ py::object Caller::call(py::args args) const {
         if (step.dtype && (a.dtype().char_() != step.dtype || !native_order(a.dtype()))) {
           throw ArgumentsRejected();
         }
-        if (!(a.flags() & py::array::c_style) || !a.writeable()) throw ArgumentsRejected();
+        const bool contiguous = (a.flags() & py::array::c_style) != 0;
+        // Views of any strides (their strides are hidden parameters) and read-only
+        // arrays where the parameter takes them, as the checked path does.
+        if (!contiguous && !(step.strided && step.source < 0)) throw ArgumentsRejected();
+        if (!a.writeable() && !step.readonly) throw ArgumentsRejected();
         if (step.source >= 0) {
           // A derivative's shadow parameter, indexed with the shape and strides of
           // the (earlier, already checked) array `source`: both C-contiguous here,
           // so the same shape and itemsize give the same element offsets.
           auto like = py::reinterpret_borrow<py::array>(args[step.source].ptr());
-          if (like.ndim() != a.ndim() || like.itemsize() != a.itemsize()) throw ArgumentsRejected();
+          if (like.ndim() != a.ndim() || like.itemsize() != a.itemsize() ||
+              !(like.flags() & py::array::c_style)) {
+            throw ArgumentsRejected();
+          }
           for (py::ssize_t d = 0; d < a.ndim(); ++d) {
             if (like.shape(d) != a.shape(d)) throw ArgumentsRejected();
           }
         }
         uint64_t ptr = reinterpret_cast<uint64_t>(a.data());
         std::memcpy(slots + s++, &ptr, sizeof ptr);
-        note_range(ptr, static_cast<uint64_t>(a.nbytes()));
+        uint64_t begin = 0, bytes = 0;
+        byte_span(a, begin, bytes);
+        note_range(begin, bytes);
         last_array_obj = obj;
         last_array = a;
         break;
@@ -232,11 +259,30 @@ py::object Caller::call(py::args args) const {
         }
         if (!py::isinstance<py::array>(obj)) throw ArgumentsRejected();
         auto h = py::reinterpret_borrow<py::array>(obj);
-        if (!h.dtype().equal(last_array.dtype()) || !(h.flags() & py::array::c_style) ||
-            !h.writeable()) {
-          throw ArgumentsRejected();
-        }
+        if (!h.dtype().equal(last_array.dtype()) || !h.writeable()) throw ArgumentsRejected();
         const py::ssize_t nd = last_array.ndim();
+        if (!(last_array.flags() & py::array::c_style)) {
+          // A strided array: the derivative indexes its shadow with the array's
+          // strides, so the shadow must have them (else the checked path passes a
+          // stand-in laid out like the array). One lane only.
+          if (step.lanes != 1 || h.ndim() != nd) throw ArgumentsRejected();
+          for (py::ssize_t d = 0; d < nd; ++d) {
+            if (h.shape(d) != last_array.shape(d) || h.strides(d) != last_array.strides(d)) {
+              throw ArgumentsRejected();
+            }
+          }
+          uint64_t a_begin = 0, a_bytes = 0, h_begin = 0, h_bytes = 0;
+          byte_span(last_array, a_begin, a_bytes);
+          byte_span(h, h_begin, h_bytes);
+          if (a_bytes && h_bytes && h_begin < a_begin + a_bytes && a_begin < h_begin + h_bytes) {
+            throw ArgumentsRejected();  // overlaps its array
+          }
+          const uint64_t p = reinterpret_cast<uint64_t>(h.data());
+          std::memcpy(slots + s++, &p, sizeof p);
+          note_range(h_begin, h_bytes);
+          break;
+        }
+        if (!(h.flags() & py::array::c_style)) throw ArgumentsRejected();
         const py::ssize_t extra = step.lanes > 1 ? 1 : 0;
         if (h.ndim() != nd + extra || (extra && h.shape(0) != step.lanes)) {
           throw ArgumentsRejected();
@@ -358,12 +404,15 @@ void register_caller(py::module_ &m) {
   py::register_exception<OutOfMemory>(m, "OutOfMemory", PyExc_MemoryError);
   py::class_<ArgStep>(m, "ArgStep")
       .def(py::init([](const std::string &kind, const std::string &code,
-                       const std::string &dtype, int lanes, bool self_shadow, int source) {
+                       const std::string &dtype, int lanes, bool self_shadow, int source,
+                       bool strided, bool readonly) {
              return ArgStep{kind.at(0), code.empty() ? '\0' : code[0],
-                            dtype.empty() ? '\0' : dtype[0], lanes, self_shadow, source};
+                            dtype.empty() ? '\0' : dtype[0], lanes, self_shadow, source,
+                            strided, readonly};
            }),
            py::arg("kind"), py::arg("code"), py::arg("dtype"), py::arg("lanes"),
-           py::arg("self_shadow"), py::arg("source") = -1);
+           py::arg("self_shadow"), py::arg("source") = -1, py::arg("strided") = false,
+           py::arg("readonly") = false);
   py::class_<Caller>(m, "Caller")
       .def(py::init([](uint64_t entry, std::string in_slots, std::string out_slots,
                        std::vector<ArgStep> steps, const std::string &shape,

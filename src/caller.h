@@ -67,6 +67,8 @@ struct ArgStep {
   int source;       // kShape, kStride: index of the Python argument holding the array;
                     // kArray: the array whose shape and strides it is indexed with
                     // (a derivative's shadow parameter, Param.layout_of), or -1
+  bool strided = false;   // kArray: takes arrays of any strides (Param.strided)
+  bool readonly = false;  // kArray: takes read-only arrays (Param.readonly)
 };
 
 // How the output slots become the Python result.

@@ -111,7 +111,7 @@ cdef double at_nogil(double[::1] x, Py_ssize_t i) noexcept nogil:
 
 cdef double raises(double v) except? -1:
     if v < 0:
-        raise ValueError("negative")
+        raise ValueError("negative", v)  # a run-time value: not a plain raise
     return v * v
 
 cdef double takes_object(object o) noexcept:

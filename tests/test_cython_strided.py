@@ -178,3 +178,59 @@ def test_memoryviews_are_noalias_and_overlap_takes_the_safe_build(m):
     np.testing.assert_allclose(g[0], ref, rtol=1e-6)
     coupling = np.append(x[:-1] * x[1:], 0.0)  # d/dw_i of w_i x_i x_{i+1}
     np.testing.assert_allclose(g[1], np.sin(x) * x + coupling, rtol=1e-13)
+
+
+def _counting_fast(df):
+    """Count the calls the native caller takes (not rejected to the checked path)."""
+    taken = [0]
+    fast = df._fast
+    assert fast is not None
+
+    def counting(*args):
+        result = fast(*args)  # ArgumentsRejected: the checked path takes the call
+        taken[0] += 1
+        return result
+
+    df._fast = counting
+    return taken
+
+
+def test_strided_and_read_only_arrays_take_the_native_caller(m):
+    df = ez.autodiff(m.wsum, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    taken = _counting_fast(df)
+    w = np.linspace(1.0, 2.0, 6)
+    for x, dx in [
+        (np.linspace(-1.0, 2.0, 12)[::2], np.zeros(12)[::2]),  # the same strides
+        (np.linspace(-1.0, 2.0, 6)[::-1], np.zeros(6)[::-1]),  # negative strides
+        (np.linspace(-1.0, 2.0, 18)[::-3], np.zeros(18)[::-3]),
+    ]:
+        ref = fd_gradient(lambda v: wsum_np(v, w), x.copy())
+        before = taken[0]
+        df(x, dx, w, 1.0)
+        assert taken[0] == before + 1
+        np.testing.assert_allclose(dx, ref, rtol=1e-6, atol=1e-9)
+    # a read-only array for the const view
+    x = np.linspace(-1.0, 2.0, 6)
+    x.setflags(write=False)
+    dx = np.zeros(6)
+    before = taken[0]
+    df(x, dx, w, 1.0)
+    assert taken[0] == before + 1
+    np.testing.assert_allclose(dx, fd_gradient(lambda v: wsum_np(v, w), x.copy()), rtol=1e-6)
+    # A shadow laid out unlike its array, and overlapping arrays: the checked path
+    # (a stand-in shadow; the build without noalias), still right.
+    x = np.linspace(-1.0, 2.0, 12)[::2]
+    for dx, weights in [(np.zeros(6), w), (np.zeros(12)[::2], x)]:
+        before = taken[0]
+        df(x, dx, weights, 1.0)
+        assert taken[0] == before
+        fixed = weights.copy()
+        ref = fd_gradient(lambda v, fixed=fixed: wsum_np(v, fixed), x.copy())
+        np.testing.assert_allclose(dx, ref, rtol=1e-6, atol=1e-9)
+    # a read-only array for a writable view: the ValueError naming it
+    a = np.ones((2, 2))
+    a.setflags(write=False)
+    with pytest.raises(ValueError, match=r"'a'.*read-only"):
+        ez.autodiff(m.quad, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)(
+            a, np.zeros((2, 2)), np.ones((2, 2)), 1.0
+        )

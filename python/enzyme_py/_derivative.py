@@ -213,6 +213,9 @@ class Derivative:
                 # an array step's source: the array a shadow parameter is indexed as
                 # (Param.layout_of; the caller takes C-contiguous arrays of its shape)
                 step.source,
+                # arrays of any strides and read-only ones, where the parameter takes them
+                strided=step.param is not None and step.param.strided,
+                readonly=step.param is not None and step.param.readonly,
             )
             for step in plan.steps
         ]

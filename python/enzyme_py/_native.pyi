@@ -124,7 +124,15 @@ def call_address() -> int: ...
 
 class ArgStep:
     def __init__(
-        self, kind: str, code: str, dtype: str, lanes: int, self_shadow: bool, source: int = -1
+        self,
+        kind: str,
+        code: str,
+        dtype: str,
+        lanes: int,
+        self_shadow: bool,
+        source: int = -1,
+        strided: bool = False,
+        readonly: bool = False,
     ) -> None: ...
 
 class Caller:

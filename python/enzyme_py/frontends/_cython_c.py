@@ -4,6 +4,7 @@ preparation of Cython's C and of clang's IR for Enzyme (see frontends/cython.py)
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,11 +202,15 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
                 "double[::1] x; a struct of doubles by pointer)"
             )
     ret = info["ret"]
+    if "refused" in ret:
+        raise TypeError(ret["refused"])
     if ret["kind"] not in ("scalar", "void"):
         raise TypeError(
             f"'{label}' returns {ret['text']}; enzyme_py differentiates functions returning "
             "a C scalar or nothing (write arrays into an output memoryview instead)"
         )
+    if info.get("def"):
+        call.insert(0, "NULL")  # a def function's C implementation: its unused self
     if info["cpdef"]:
         call.append("1")  # skip the dispatch to a Python override
     if info["optional_args"]:
@@ -213,9 +218,33 @@ def wrap(info: dict[str, Any], symbol: str, label: str) -> Wrapped:
     decls.append("int64_t *errors")
     params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
     void = ret["kind"] == "void"
+    boxed = bool(ret.get("boxed"))
     invoke = ("" if void else "result = ") + f"{info['cname']}({', '.join(call)});"
     check = "  if (PyErr_Occurred()) __enzyme_py_cython_fetch(errors);"
     body = [*setup, *([] if void else [f"  {ret['c']} result;"])]
+    if boxed:
+        # A def (or cpdef) function's C code returns its C double boxed (enzyme_py's
+        # __enzyme_py_box: a malloc'ed block, opened and freed here), or None.
+        invoke = f"boxed = {info['cname']}({', '.join(call)});"
+        body.append("  PyObject *boxed;")
+        on_none = ""
+        if not void:
+            on_none = f" errors[0] = {LAYOUT_ERROR + len(layout_errors)};"
+            layout_errors.append(
+                f"'{label}' returned None (it ended without returning a value): return a "
+                "C double on every path"
+            )
+        opened = [
+            "  else if (boxed != NULL) {",
+            *([] if void else [f"    result = ({ret['c']})((PyFloatObject *)boxed)->ob_fval;"]),
+            "    free(boxed);",
+            "  }",
+        ]
+        if void or ret.get("may_return_none", True):
+            opened.insert(0, f"  else if (boxed == Py_None) {{ Py_DECREF(boxed);{on_none} }}")
+        # else no None to tell apart: where LLVM sees the box made it drops it, and in
+        # derivatives that do not return the value, the code computing it too
+        check += "\n".join(["", *opened])
     for name, count, error in size_checks:
         body += [
             f"  if ({name}_shape0 < {count}) {{",
@@ -272,6 +301,9 @@ static void __enzyme_py_cython_fetch(int64_t *errors) {
 _ERROR_PATH_API = frozenset(
     {
         "PyErr_Format",
+        "PyErr_SetString",
+        "PyErr_SetNone",
+        "PyErr_NoMemory",
         "PyErr_Occurred",
         "PyErr_Fetch",
         "PyErr_NormalizeException",
@@ -341,4 +373,30 @@ def c_for_ir(c_text: str) -> str:
     )
     # `with nogil:` releases the GIL; a derivative runs without it already.
     text = text.replace("_save = PyEval_SaveThread();", "_save = NULL;")
-    return text.replace("PyEval_RestoreThread(_save);", "(void)_save;")
+    text = text.replace("PyEval_RestoreThread(_save);", "(void)_save;")
+    # The init sets whether assert statements run (not under python -O): set here.
+    text = text.replace(
+        "static int __pyx_assertions_enabled_flag;",
+        f"static int __pyx_assertions_enabled_flag = {0 if sys.flags.optimize else 1};",
+    )
+    # What def functions' (and object-returning cpdef functions') return statements
+    # call instead of PyFloat_FromDouble (the driver's Box): no Python object.
+    return text.replace('#include "Python.h"', '#include "Python.h"\n' + _BOX, 1)
+
+
+_BOX = """
+static PyObject *__enzyme_py_box(double value) {
+  PyFloatObject *b = (PyFloatObject *)malloc(sizeof *b);
+  /* No NULL return: one would keep LLVM from dropping the box before Enzyme (and
+     with it, in derivatives that do not return the value, the code computing it);
+     24 bytes not to be had ends the process. */
+  if (b == NULL) abort();
+  /* Only the wrapper takes it (the driver boxes no value other C code takes), and
+     frees it; never freed by its reference count. Its type stays NULL: a pointer to
+     PyFloat_Type stored in it would be mixed activity to Enzyme. */
+  b->ob_base.ob_refcnt = (Py_ssize_t)1 << 40;
+  b->ob_base.ob_type = NULL;
+  b->ob_fval = value;
+  return (PyObject *)b;
+}
+"""

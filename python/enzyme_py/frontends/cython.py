@@ -1,8 +1,10 @@
 """Cython modules as sources of functions to differentiate (``ez.cython``).
 
 Cython (3.x, in a child interpreter: ``_cython_driver.py``) translates the module to
-C and describes its cdef/cpdef functions; clang 15 compiles that C, with a wrapper per
-function appended, to LLVM IR. A cdef function takes a typed memoryview as a
+C and describes its cdef/cpdef functions and its def functions with C-typed parameters
+(their C implementation, ``__pyx_pf_...``, whose returned double the driver hands over
+in a block of enzyme_py's instead of a Python float); clang 15 compiles that C, with a
+wrapper per function appended, to LLVM IR. A cdef function takes a typed memoryview as a
 ``__Pyx_memviewslice`` struct by value; its wrapper takes plain terms,
 
     RET wrapper(T *restrict x, int64_t x_shape0, ... [, int64_t x_stride0, ...],
@@ -16,9 +18,10 @@ given another layout makes the wrapper return a layout status before the functio
 runs (a ValueError). The data pointers are ``restrict`` (noalias), as Numba arrays'
 are: calls whose arrays overlap take the build without it (``alias_safe``). The
 module's init never runs, so its Python state is unset:
-a bounds check's IndexError (Python's C API only) is handed back through ``errors``
-and raised again in Python, and a function that reaches more of Python (a raise
-statement, Python objects) is refused.
+a bounds check's IndexError and a plain raise statement (``raise ValueError("text")``,
+which the driver turns into PyErr_SetString) use Python's C API only: the exception is
+handed back through ``errors`` and raised again in Python. A function that reaches
+more of Python (other raise statements, Python objects) is refused.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
 
 
 class CythonModule:
-    """A Cython module compiled for differentiation: its cdef/cpdef functions are
+    """A Cython module compiled for differentiation: its cdef/cpdef/def functions are
     attributes (``m.energy``) and items (``m["energy"]``); each specialisation of a
     fused function is an item named as Cython indexes it (``m["fsum[double]"]``)."""
 
@@ -119,6 +122,7 @@ class CythonModule:
         c_text, infos = _run_cython(source, stem, config, include)
         self._wrapped: dict[str, Wrapped] = {}
         self._fused: dict[str, list[str]] = {}
+        defs = {info["name"] for info in infos if info.get("def")}
         for i, info in enumerate(infos):
             label = info["name"]
             if info["fused"] is not None:
@@ -141,16 +145,23 @@ class CythonModule:
         for label, wrapped in self._wrapped.items():
             python = [] if wrapped.refused else python_calls(ir, wrapped.symbol)
             if python:
-                self._wrapped[label] = replace(
-                    wrapped,
-                    refused=(
-                        f"it reaches Python ({', '.join(python[:4])}): a raise statement "
-                        "or a Python object, and enzyme_py cannot run Python inside a "
-                        "derivative yet (a bounds check's IndexError is raised again; "
-                        "other exceptions are not): keep raise statements and Python "
-                        "objects out of the functions you differentiate"
-                    ),
+                reached = ", ".join(python[:4])
+                refused = (
+                    f"it reaches Python ({reached}): a raise statement or a Python "
+                    "object, and enzyme_py cannot run Python inside a derivative (a bounds "
+                    "check's IndexError and raise ValueError('constant text') of a builtin "
+                    "exception are raised again; other raise statements are not): keep "
+                    "Python objects and other raise statements out of the functions you "
+                    "differentiate"
                 )
+                if label in defs:
+                    refused = (
+                        f"it is a def function whose body reaches Python ({reached}): "
+                        "declare its variables with C types (cdef double s) and keep "
+                        "Python objects and calls out of it, or write it as a cdef/cpdef "
+                        "function with a C return type (cpdef double f(double[:] x))"
+                    )
+                self._wrapped[label] = replace(wrapped, refused=refused)
         self._made: dict[str, IRFunction] = {}
 
     def _clang_ir(self, noalias: bool) -> str:
@@ -211,7 +222,7 @@ class CythonModule:
         refused = sorted(n for n, w in self._wrapped.items() if w.refused)
         also = f"; with types enzyme_py cannot pass: {', '.join(refused)}" if refused else ""
         return (
-            f"the Cython module defines no cdef/cpdef function '{name}' (it defines: "
+            f"the Cython module defines no cdef/cpdef/def function '{name}' (it defines: "
             f"{', '.join(self.functions()) or 'none'}{also})"
         )
 
@@ -283,8 +294,8 @@ def cython(
     path: str | os.PathLike[str] | None = None,
 ) -> CythonModule:
     """Translate a Cython module (``source``, or the file at ``path``) with Cython 3
-    (language_level=3) and compile it with clang 15; its cdef and cpdef functions with
-    C-typed parameters are attributes and items of the result.
+    (language_level=3) and compile it with clang 15; its cdef, cpdef and def functions
+    with C-typed parameters are attributes and items of the result.
 
     ``directives`` are Cython compiler directives (``{"boundscheck": False}``);
     ``flags`` clang arguments, as for ``ez.c``. Parameters: C scalars, pointers and
