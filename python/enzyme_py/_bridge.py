@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,10 +106,7 @@ class HostKernel:
         ``tangents`` has a leading axis of that length), in batches of WIDTH."""
         dtype = _float_dtype(values)
         out = np.empty(count, dtype=dtype)
-        try:
-            self._batched(values, tangents, count, min(WIDTH, count), out)
-        except RecursionBatchRefused:  # Enzyme batches recursion wrongly: one at a time
-            self._batched(values, tangents, count, 1, out)
+        _by_width(lambda width: self._batched(values, tangents, count, width, out), count)
         return out
 
     def _batched(
@@ -117,11 +114,7 @@ class HostKernel:
     ) -> None:
         for start in range(0, count, width):
             stop = min(start + width, count)
-            batch: dict[int, Any] = {}
-            for i, t in tangents.items():
-                lanes = np.zeros((width, *np.shape(values[i])), dtype=_dtype_of(values[i]))
-                lanes[: stop - start] = t[start:stop]
-                batch[i] = lanes if width > 1 else lanes[0]
+            batch = _lanes(values, tangents, tangents.keys(), start, stop, width)
             found = np.asarray(self._forward(values, batch, width)).reshape(-1)
             out[start:stop] = found[: stop - start]
 
@@ -167,10 +160,10 @@ class HostKernel:
         an argument of nums has none): per argument, ``(count, *shape)``, by Enzyme's
         width in batches of WIDTH (one at a time for recursion)."""
         out = {i: np.empty((count, *np.shape(values[i])), dtype=_dtype_of(values[i])) for i in nums}
-        try:
-            self._hessian_batches(values, nums, tangents, seed, count, min(WIDTH, count), out)
-        except RecursionBatchRefused:
-            self._hessian_batches(values, nums, tangents, seed, count, 1, out)
+        _by_width(
+            lambda width: self._hessian_batches(values, nums, tangents, seed, count, width, out),
+            count,
+        )
         return out
 
     def _hessian_batches(
@@ -185,17 +178,41 @@ class HostKernel:
     ) -> None:
         for start in range(0, count, width):
             stop = min(start + width, count)
-            batch: dict[int, Any] = {}
-            for i in nums:
-                lanes = np.zeros((width, *np.shape(values[i])), dtype=_dtype_of(values[i]))
-                if i in tangents:
-                    lanes[: stop - start] = tangents[i][start:stop]
-                batch[i] = lanes if width > 1 else lanes[0]
+            batch = _lanes(values, tangents, nums, start, stop, width)
             args = self.arguments(values)
             _, products = hessian_vector(self.derivatives, args, nums, batch, seed, width)
             for i in nums:
                 lanes = np.asarray(products[i]).reshape(width, *np.shape(values[i]))
                 out[i][start:stop] = lanes[: stop - start]
+
+
+def _by_width(run: Callable[[int], None], count: int) -> None:
+    """``run(width)`` for batches of WIDTH directions (at most ``count``); again one
+    at a time where Enzyme refuses to batch (it batches recursion wrongly)."""
+    try:
+        run(min(WIDTH, count))
+    except RecursionBatchRefused:
+        run(1)
+
+
+def _lanes(
+    values: Sequence[Any],
+    tangents: dict[int, Any],
+    positions: Iterable[int],
+    start: int,
+    stop: int,
+    width: int,
+) -> dict[int, Any]:
+    """Per argument position, tangents ``start:stop`` (a leading axis) as ``width``
+    lanes: zero past ``stop``, and zero where a position has no tangent; the one lane
+    itself where ``width`` is 1."""
+    batch: dict[int, Any] = {}
+    for i in positions:
+        lanes = np.zeros((width, *np.shape(values[i])), dtype=_dtype_of(values[i]))
+        if i in tangents:
+            lanes[: stop - start] = tangents[i][start:stop]
+        batch[i] = lanes if width > 1 else lanes[0]
+    return batch
 
 
 def _dtype_of(value: Any) -> np.dtype:
