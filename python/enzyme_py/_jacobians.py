@@ -109,13 +109,7 @@ class _Jacobian:
         args = tf.bind(self.f, args, kwargs, self.__name__)
         nums = tf.positions(self.argnums, len(args))
         for i in nums:
-            if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
-                raise TypeError(
-                    f"{self.__name__}: argument {i} is {type(args[i]).__name__}"
-                    + (f" of {args[i].dtype}" if isinstance(args[i], np.ndarray) else "")
-                    + "; only float scalars and float arrays can be differentiated "
-                    "(pass a float, or leave it out of argnums)"
-                )
+            tf.check_differentiable(args[i], i, self.__name__)
         if self.output is None and tf.returns_arrays(self.f, args):
             blocks = self._array_result_blocks(args, nums)
         elif self.output is None:

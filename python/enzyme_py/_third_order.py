@@ -239,13 +239,7 @@ def _checked(
     """Refuse arguments that cannot be differentiated, array arguments where a gradient
     of them is differentiated by ez.grad, and f that returns an array."""
     for i in sorted({i for g in groups for i in g}):
-        if not (tf.is_float_array(args[i]) or tf.is_float_scalar(args[i])):
-            raise TypeError(
-                f"{who}: argument {i} is {type(args[i]).__name__}"
-                + (f" of {args[i].dtype}" if isinstance(args[i], np.ndarray) else "")
-                + "; only float scalars and float arrays can be differentiated "
-                "(leave it out of argnums)"
-            )
+        tf.check_differentiable(args[i], i, who)
     for i in sorted({i for g in scalars for i in g}):
         if not tf.is_float_scalar(args[i]):
             raise NotComposable(

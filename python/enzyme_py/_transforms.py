@@ -90,6 +90,17 @@ def is_float_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype.kind == "f"
 
 
+def check_differentiable(value: Any, i: int, who: str) -> None:
+    """A TypeError from ``who`` unless argument ``i`` is a float scalar or a float array."""
+    if not (is_float_array(value) or is_float_scalar(value)):
+        raise TypeError(
+            f"{who}: argument {i} is {type(value).__name__}"
+            + (f" of {value.dtype}" if isinstance(value, np.ndarray) else "")
+            + "; only float scalars and float arrays can be differentiated "
+            "(pass a float, or leave it out of argnums)"
+        )
+
+
 def activity_of(value: Any, i: int, mode: Mode) -> Activity:
     """The activity that differentiates argument i, from its value."""
     if isinstance(value, np.ndarray):
