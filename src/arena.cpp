@@ -107,7 +107,12 @@ extern "C" void enzyme_py_arena_keep(void *) {}
 // with its size (the low bit: freed) and the offset of the block below it, so
 // that freeing the top block also pops the freed blocks under it.
 constexpr size_t kNone = ~size_t{0};
-constexpr size_t kTapeAlign = 16;  // what malloc guarantees, so what Enzyme assumes
+constexpr size_t kTapeAlign = 16;  // what malloc guarantees; payload sizes are multiples
+// Blocks are aligned to their size, up to this: the code stores vector values in its
+// tape with their own alignment (a <4 x double> with `vmovapd`, 32 bytes), and a
+// block only 16-aligned made it fault (SIGSEGV) in the full test suite, depending on
+// where malloc had put the chunk. 64 covers the widest register (AVX-512).
+constexpr size_t kMaxTapeAlign = 64;
 constexpr size_t kFirstChunk = size_t{1} << 20;
 // What a thread keeps between calls; a larger tape goes back to the system.
 constexpr size_t kKeepBytes = size_t{256} << 20;
@@ -118,20 +123,43 @@ struct TapeBlock {
   size_t size;  // payload bytes, a multiple of kTapeAlign; bit 0: freed
   size_t below;  // offset of the block below in the chunk, or kNone
 };
-static_assert(sizeof(TapeBlock) % kTapeAlign == 0, "payloads stay aligned");
+static_assert(sizeof(TapeBlock) == kTapeAlign, "a header is one minimal alignment");
 
 struct TapeChunk {
-  char *base;
+  char *base;  // kMaxTapeAlign-aligned, so offsets align as addresses do
   size_t capacity;
-  size_t top = 0;  // first free byte
+  size_t top = 0;  // first free byte: the end of the top block's payload (0: none)
   size_t last = kNone;  // offset of the top block
   bool holds(const void *p) const {
     auto *c = static_cast<const char *>(p);
     return c >= base && c < base + capacity;
   }
+  TapeBlock *block(size_t offset) const { return reinterpret_cast<TapeBlock *>(base + offset); }
+  // The end of the payload of the top block (the top once blocks above it are popped).
+  size_t end_of_last() const {
+    return last == kNone ? 0 : last + sizeof(TapeBlock) + (block(last)->size & ~size_t{1});
+  }
 };
 
 size_t round_up(size_t n) { return (n + kTapeAlign - 1) / kTapeAlign * kTapeAlign; }
+
+// A payload's alignment: the largest power of two not above its size, from
+// kTapeAlign to kMaxTapeAlign (a type's alignment never exceeds its size).
+size_t alignment_for(size_t payload) {
+  size_t align = kTapeAlign;
+  while (align < kMaxTapeAlign && 2 * align <= payload) align *= 2;
+  return align;
+}
+
+// Offset of the header of a block of `align` placed at or after `top`.
+size_t header_at(size_t top, size_t align) {
+  return (top + sizeof(TapeBlock) + align - 1) / align * align - sizeof(TapeBlock);
+}
+
+char *allocate_chunk(size_t capacity) {
+  void *p = nullptr;
+  return posix_memalign(&p, kMaxTapeAlign, capacity) == 0 ? static_cast<char *>(p) : nullptr;
+}
 
 class Tape {
  public:
@@ -139,15 +167,16 @@ class Tape {
 
   void *allocate(size_t bytes) {
     if (bytes > kLargestBlock) return nullptr;
-    size_t payload = round_up(bytes ? bytes : 1);
-    size_t need = sizeof(TapeBlock) + payload;
-    if (need < payload) return nullptr;  // overflow
+    const size_t payload = round_up(bytes ? bytes : 1);
+    const size_t align = alignment_for(payload);
+    const size_t need = align + payload;  // header and padding included, in any chunk
     if (chunks_.empty() && !add_chunk(need)) return nullptr;
-    while (chunks_[current_].top + need > chunks_[current_].capacity) {
+    while (header_at(chunks_[current_].top, align) + sizeof(TapeBlock) + payload >
+           chunks_[current_].capacity) {
       TapeChunk &c = chunks_[current_];
       if (c.top == 0) {  // empty but too small: replace it
         size_t grown = std::max(need, 2 * c.capacity);
-        char *base = static_cast<char *>(std::malloc(grown));
+        char *base = allocate_chunk(grown);
         if (!base) return nullptr;
         std::free(c.base);
         c.base = base;
@@ -160,12 +189,14 @@ class Tape {
       ++current_;  // chunks above the current one are empty
     }
     TapeChunk &c = chunks_[current_];
-    auto *block = reinterpret_cast<TapeBlock *>(c.base + c.top);
+    const size_t at = header_at(c.top, align);
+    TapeBlock *block = c.block(at);
     block->size = payload;
     block->below = c.last;
-    c.last = c.top;
-    c.top += need;
-    grew(need);
+    c.last = at;
+    const size_t top = at + sizeof(TapeBlock) + payload;
+    grew(top - c.top);
+    c.top = top;
     return block + 1;
   }
 
@@ -194,6 +225,8 @@ class Tape {
     TapeChunk &c = chunks_[current_];
     size_t payload = round_up(bytes ? bytes : 1);
     const bool on_top = c.holds(p) && reinterpret_cast<char *>(block) == c.base + c.last;
+    // Grown in place, the block keeps its alignment: enough for what it holds, whose
+    // alignment its first size already bounded (Enzyme grows arrays of one type).
     if (on_top && c.last + sizeof(TapeBlock) + payload <= c.capacity) {
       block->size = payload;  // the top block grows (or shrinks) in place
       size_t top = c.last + sizeof(TapeBlock) + payload;
@@ -241,7 +274,7 @@ class Tape {
  private:
   bool add_chunk(size_t need) {
     size_t capacity = std::max(need, kFirstChunk);
-    char *base = static_cast<char *>(std::malloc(capacity));
+    char *base = allocate_chunk(capacity);
     if (!base) return false;
     try {
       chunks_.push_back(TapeChunk{base, capacity});
@@ -267,21 +300,27 @@ class Tape {
   // under it, moving down to earlier chunks as they empty.
   void pop_freed(TapeBlock *block) {
     TapeChunk *c = &chunks_[current_];
-    used_ -= c->top - c->last;
-    c->top = c->last;
     c->last = block->below;
+    settle(*c);
     for (;;) {
       if (c->last == kNone) {
         if (current_ == 0) return;
         c = &chunks_[--current_];
         if (c->last == kNone) continue;
       }
-      auto *below = reinterpret_cast<TapeBlock *>(c->base + c->last);
+      const TapeBlock *below = c->block(c->last);
       if (!(below->size & 1)) return;
-      used_ -= c->top - c->last;
-      c->top = c->last;
       c->last = below->below;
+      settle(*c);
     }
+  }
+
+  // The chunk's top back to the end of its (new) top block: the padding before the
+  // popped block's header goes with it.
+  void settle(TapeChunk &c) {
+    const size_t top = c.end_of_last();
+    used_ -= c.top - top;
+    c.top = top;
   }
 
   std::vector<TapeChunk> chunks_;
