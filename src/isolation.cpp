@@ -224,6 +224,10 @@ Artifact build_in_child(const std::string &function, const std::function<void()>
     ::dup2(errors.fd, STDERR_FILENO);
     // A crash here ends the child plainly: no Python faulthandler report.
     for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE}) ::signal(sig, SIG_DFL);
+    // Nor a core file: the parent reports the crash and retries (a core of this
+    // process's size, in the user's folder, for each crash Enzyme has, would be litter).
+    const struct rlimit no_core = {0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
     // Writing past RLIMIT_FSIZE then fails with EFBIG, reported as such.
     ::signal(SIGXFSZ, SIG_IGN);
     // Ctrl-C is the parent's to handle: it kills this child.

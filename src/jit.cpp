@@ -1,5 +1,6 @@
 #include "jit.h"
 
+#include "crash_report.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
 
@@ -238,6 +239,7 @@ uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
   // Kept, so that the code can be removed again (unload). A symbol loaded a second
   // time (not done by enzyme_py) keeps its first tracker, and its code stays.
   if (!trackers_.emplace(symbol, tracker).second) LLVMOrcReleaseResourceTracker(tracker);
+  note_loaded(symbol, address);
   return address;
 }
 
@@ -246,6 +248,7 @@ bool HostJit::unload(const std::string &symbol) {
   if (found == trackers_.end()) return false;
   LLVMOrcResourceTrackerRef tracker = found->second;
   trackers_.erase(found);
+  note_unloaded(symbol);
   LLVMErrorRef removed = LLVMOrcResourceTrackerRemove(tracker);
   LLVMOrcReleaseResourceTracker(tracker);
   check(removed, "unloading code from the JIT");

@@ -92,6 +92,12 @@ class Reservation {
     return base_ ? size_ : reservation_bytes();
   }
 
+  // Without the lock: base_ and size_ are set once, before any code runs.
+  void bounds(uintptr_t *base, size_t *size) const {
+    *base = reinterpret_cast<uintptr_t>(base_);
+    *size = base_ ? size_ : 0;
+  }
+
   // size, bytes allocated, bytes resident (committed), free ranges, largest free range.
   void stats(uint64_t out[5]) {
     std::lock_guard<std::mutex> hold(lock_);
@@ -215,6 +221,8 @@ class ReservationMemoryManager final : private MapperHolder, public llvm::Sectio
 };
 
 }  // namespace
+
+void reservation_bounds(uintptr_t *base, size_t *size) { reservation().bounds(base, size); }
 
 std::string room_problem(const std::string &object) {
   // An upper bound of what RuntimeDyld asks the memory manager for: each loaded

@@ -13,6 +13,8 @@
 
 #include <llvm-c/LLJIT.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -38,6 +40,10 @@ std::string room_problem(const std::string &object);
 
 // An LLJIT object linking layer (RuntimeDyld) whose memory comes from the
 // reservation: for LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator.
+// Where the reservation starts and its size (0, 0 before the first load); safe in a
+// signal handler (src/crash_report.cpp).
+void reservation_bounds(uintptr_t *base, size_t *size);
+
 LLVMOrcObjectLayerRef create_object_layer(void *ctx, LLVMOrcExecutionSessionRef session,
                                           const char *triple);
 

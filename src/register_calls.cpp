@@ -8,6 +8,7 @@
 
 #include "arena.h"
 #include "caller.h"
+#include "crash_report.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -50,6 +51,10 @@ void register_calls(py::module_ &m) {
         "Bytes from a MemInfo header of the arena to its data, for an alignment.");
   m.def("runtime_symbols", &arena_symbols,
         "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
+
+  m.def("install_crash_report", &install_crash_report,
+        "On a fatal signal, write the faulting address, the derivative or library the\n"
+        "instruction was in and the native stack to stderr, then run the previous handler.");
 
   m.def(
       "invoke",

@@ -10,6 +10,9 @@ import tempfile
 
 import pytest
 
+# A fatal signal in a test names its native frames too (src/crash_report.h).
+os.environ.setdefault("ENZYME_PY_CRASH_REPORT", "1")
+
 import enzyme_py as ez
 
 # Tests start from an empty derivative cache of their own (subprocesses inherit it).

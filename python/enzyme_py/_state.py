@@ -6,6 +6,7 @@ Decided once, at ``import enzyme_py``; every other module asks here.
 from __future__ import annotations
 
 import importlib.util
+import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ def _load() -> tuple[ModuleType | None, str | None]:
         _native.load(str(plugin))
     except (OSError, RuntimeError) as exc:
         return None, f"the Enzyme plugin could not be loaded: {exc}"
+    if os.environ.get("ENZYME_PY_CRASH_REPORT", "").strip() == "1":
+        _native.install_crash_report()
     return _native, None
 
 
