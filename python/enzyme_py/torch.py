@@ -6,6 +6,7 @@ See :func:`function` for the conventions. Needs the ``enzyme_py[torch]`` extra.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -396,8 +397,13 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
             return torch.from_numpy(kernel.tangents(values, tangents, count)).to(_dtype(args))
 
     # Split mode: forward's tape, for setup_context to put into ctx (forward has no
-    # ctx); a few at most, in case a forward is never followed by its setup_context.
-    pending: OrderedDict[int, tuple[tuple[int, ...], Any]] = OrderedDict()
+    # ctx); a few at most, in case a forward is never followed by its setup_context
+    # (or is given another tensor than forward returned). Each is kept with a weak
+    # reference to its output: an id is reused once its tensor dies, and the tape of
+    # a dead output must never serve another (a gradient at the old arguments).
+    pending: OrderedDict[int, tuple[weakref.ref[torch.Tensor], tuple[int, ...], Any]] = (
+        OrderedDict()
+    )
     grad_mode = threading.local()  # .on: grad mode where apply was called
 
     class EnzymeFunction(_Op):
@@ -419,7 +425,7 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
                 result = kernel.value(values)
             out = torch.tensor(result, dtype=_dtype(args))
             if split is not None:
-                pending[id(out)] = (nums, split)
+                pending[id(out)] = (weakref.ref(out), nums, split)
                 while len(pending) > 16:
                     pending.popitem(last=False)
             return out
@@ -427,7 +433,8 @@ def function(f: Any) -> Callable[..., torch.Tensor]:
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
             _save(ctx, inputs)
-            ctx.split = pending.pop(id(output), None)
+            kept = pending.pop(id(output), None)
+            ctx.split = kept[1:] if kept is not None and kept[0]() is output else None
 
         @staticmethod
         def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
