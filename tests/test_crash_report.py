@@ -15,6 +15,8 @@ pytestmark = pytest.mark.needs_enzyme
 # The function itself (m.f) reads address 24 for x > 0: a SIGSEGV in JIT code.
 READS_ADDRESS_24 = """
 import faulthandler
+import resource
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the crash is wanted, its core file is not
 faulthandler.enable()
 import enzyme_py as ez
 m = ez.c('''
