@@ -38,12 +38,12 @@ struct JitMemoryFull : std::bad_alloc {
 // JitMemoryFull).
 std::string room_problem(const std::string &object);
 
-// An LLJIT object linking layer (RuntimeDyld) whose memory comes from the
-// reservation: for LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator.
 // Where the reservation starts and its size (0, 0 before the first load); safe in a
 // signal handler (src/crash_report.cpp).
 void reservation_bounds(uintptr_t *base, size_t *size);
 
+// An LLJIT object linking layer (RuntimeDyld) whose memory comes from the
+// reservation: for LLVMOrcLLJITBuilderSetObjectLinkingLayerCreator.
 LLVMOrcObjectLayerRef create_object_layer(void *ctx, LLVMOrcExecutionSessionRef session,
                                           const char *triple);
 
