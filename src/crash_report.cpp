@@ -88,8 +88,8 @@ void describe(const char *what, uint64_t address) {
 
 void on_fatal_signal(int sig, siginfo_t *info, void *context) {
   put("\nenzyme_py: fatal signal ");
-  char number[4] = {static_cast<char>('0' + sig / 10), static_cast<char>('0' + sig % 10), 0};
-  put(number);
+  char number[3] = {static_cast<char>('0' + sig / 10), static_cast<char>('0' + sig % 10), 0};
+  put(sig < 10 ? number + 1 : number);
   put(". Please report it with what follows.\n");
   describe("  fault address ", reinterpret_cast<uint64_t>(info->si_addr));
   auto *uc = static_cast<ucontext_t *>(context);
