@@ -1,6 +1,7 @@
 #include "arena.h"
 
 #include <setjmp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -114,8 +115,19 @@ constexpr size_t kTapeAlign = 16;  // what malloc guarantees; payload sizes are 
 // where malloc had put the chunk. 64 covers the widest register (AVX-512).
 constexpr size_t kMaxTapeAlign = 64;
 constexpr size_t kFirstChunk = size_t{1} << 20;
-// What a thread keeps between calls; a larger tape goes back to the system.
-constexpr size_t kKeepBytes = size_t{256} << 20;
+// What a thread keeps between calls (a larger tape goes back to the system): 1 GiB,
+// or a sixteenth of the machine's memory where that is less. A tape dropped after
+// each call is mapped and faulted in again by the next: the GMM benchmark written
+// with prange (a 271 MiB tape) took 175 ms a call with 256 MiB kept, 106 ms with it.
+size_t keep_bytes() {
+  static const size_t keep = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t most = size_t{1} << 30;
+    if (pages <= 0 || page <= 0) return size_t{256} << 20;
+    return std::min(most, static_cast<size_t>(pages) / 16 * static_cast<size_t>(page));
+  }();
+  return keep;
+}
 // Larger requests fail at once (and sizes near SIZE_MAX would wrap when rounded).
 constexpr size_t kLargestBlock = SIZE_MAX / 4;
 
@@ -247,12 +259,12 @@ class Tape {
 
   // After a call: everything is free again. Several chunks become one as large
   // as the most this call held (so that the next call of the same size neither
-  // grows nor faults pages in), up to kKeepBytes.
+  // grows nor faults pages in), up to keep_bytes().
   void reset() {
     const size_t want = (high_ + kFirstChunk - 1) / kFirstChunk * kFirstChunk;
-    if (chunks_.size() > 1 || reserved() > kKeepBytes) {
+    if (chunks_.size() > 1 || reserved() > keep_bytes()) {
       drop_chunks();
-      if (want <= kKeepBytes) add_chunk(want);
+      if (want <= keep_bytes()) add_chunk(want);
     }
     last_high_ = high_;
     used_ = high_ = 0;
