@@ -27,6 +27,9 @@ struct Record {
 Record records[kRecords];
 std::atomic<size_t> recorded{0};  // records written, oldest overwritten past kRecords
 std::mutex records_lock;
+// Nothing is recorded before install_crash_report (at import, before any load): loads
+// and unloads of a process that did not ask for reports pay nothing.
+std::atomic<bool> installed{false};
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
 struct sigaction previous[4];
@@ -44,13 +47,14 @@ void put_hex(uint64_t value) {
 }
 
 // The loaded entry point nearest below `pc` (code of one object follows its entry
-// point, which the JIT places first in its code section), or null.
+// point, which the JIT places first in its code section), or null. Of records at the
+// same address (code loaded where unloaded code was), the later one.
 const Record *nearest_entry(uint64_t pc) {
   const size_t n = recorded.load(std::memory_order_acquire);
   const Record *best = nullptr;
   for (size_t i = 0; i < n && i < kRecords; ++i) {
     const Record &r = records[i];
-    if (r.address <= pc && (!best || r.address > best->address)) best = &r;
+    if (r.address <= pc && (!best || r.address >= best->address)) best = &r;
   }
   return best;
 }
@@ -128,10 +132,12 @@ void install_crash_report() {
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     for (size_t i = 0; i < 4; ++i) sigaction(kSignals[i], &action, &previous[i]);
+    installed.store(true, std::memory_order_release);
   });
 }
 
 void note_loaded(const std::string &symbol, uint64_t address) {
+  if (!installed.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> hold(records_lock);
   const size_t n = recorded.load(std::memory_order_relaxed);
   Record &r = records[n % kRecords];
@@ -143,6 +149,7 @@ void note_loaded(const std::string &symbol, uint64_t address) {
 }
 
 void note_unloaded(const std::string &symbol) {
+  if (!installed.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> hold(records_lock);
   const size_t n = recorded.load(std::memory_order_relaxed);
   for (size_t i = 0; i < n && i < kRecords; ++i) {

@@ -14,7 +14,8 @@ namespace enzyme_py {
 // Installs the handler once (later calls do nothing).
 void install_crash_report();
 
-// Bookkeeping the report reads: an entry point loaded at `address`, and its unload.
+// Bookkeeping the report reads: an entry point loaded at `address`, and its unload
+// (nothing is kept before install_crash_report).
 void note_loaded(const std::string &symbol, uint64_t address);
 void note_unloaded(const std::string &symbol);
 
