@@ -83,6 +83,28 @@ def test_blocks_are_aligned_distinct_and_popped_in_reverse_order(tape):
     assert tape.in_use() == 0
 
 
+def natural_alignment(size: int) -> int:
+    align = 16
+    while align < 64 and 2 * align <= size:
+        align *= 2
+    return align
+
+
+def test_every_tape_block_is_aligned_to_its_size(tape):
+    # Enzyme stores vector values in its tape with their own alignment (a <4 x double>
+    # with an aligned 32-byte move; tests/test_tape_alignment.py): blocks of every size
+    # class, after blocks of every padding, each start at a multiple of its alignment.
+    sizes = [1, 8, 16, 24, 32, 40, 48, 64, 72, 96, 128, 200, 256, 1000, 5000]
+    misaligned = []
+    for first in sizes[:8]:
+        tape.alloc(first)
+        for size in sizes:
+            p = tape.alloc(size)
+            if p % natural_alignment(size):
+                misaligned.append((first, size, hex(p)))
+    assert misaligned == []
+
+
 def test_blocks_freed_out_of_order_are_popped_with_the_top(tape):
     a, b, c = tape.alloc(32), tape.alloc(32), tape.alloc(32)
     tape.free(b)  # not on top: marked only

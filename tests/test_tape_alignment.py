@@ -1,12 +1,12 @@
 """Enzyme's tape keeps vector values with their own alignment (a <4 x double> is stored
-with an aligned 32-byte move): every tape block is aligned to its size, up to 64 bytes.
+with an aligned 32-byte move): every tape block is aligned to its size, up to 64 bytes
+(the allocator's own test: tests/test_tape.py).
 A tape that gave 16-byte alignment only made such a derivative die of SIGSEGV, or not,
 depending on where malloc had put the tape's memory (seen in the full test suite, in
 the split forward pass of a Numba sum that LLVM had vectorised)."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 
 import numpy as np
@@ -17,37 +17,6 @@ import enzyme_py as ez
 from conftest import run_python
 
 pytestmark = pytest.mark.needs_enzyme
-
-
-def natural_alignment(size: int) -> int:
-    align = 16
-    while align < 64 and 2 * align <= size:
-        align *= 2
-    return align
-
-
-def test_every_tape_block_is_aligned_to_its_size():
-    from enzyme_py import _state
-
-    native = _state.native
-    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(
-        native.runtime_symbols()["__enzyme_py_tape_alloc"]
-    )
-    native.release_arena()
-    try:
-        # Blocks of every size class after blocks of every padding: each must start
-        # at a multiple of its alignment, whatever came before it.
-        sizes = [1, 8, 16, 24, 32, 40, 48, 64, 72, 96, 128, 200, 256, 1000, 5000]
-        misaligned = []
-        for first in sizes[:8]:
-            alloc(first)
-            for size in sizes:
-                p = alloc(size)
-                if p % natural_alignment(size):
-                    misaligned.append((first, size, hex(p)))
-        assert misaligned == []
-    finally:
-        native.release_arena()
 
 
 # f(x, y, n, m) = prod_{j<m} y[j] + sum over 4 lanes of q, with P = prod_{i<n} x[4i + lane]
