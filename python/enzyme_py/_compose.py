@@ -13,7 +13,9 @@ and the Jacobians of a second derivative, ``hessian`` and ``hvp`` of ``grad(f, a
 as the gradient it is. What does not compose raises a ``TypeError``
 (``NotComposable``) that says what to write instead: fourth derivatives, ``grad`` of a
 function whose value is an array or a pair, ``hessian`` or ``ez.autodiff`` of a
-second derivative, a Jacobian with ``output=`` or a pullback differentiated again.
+second derivative, a Jacobian with ``output=`` differentiated again. vjp's pullbacks
+are linear maps, differentiated again as such (``_linear``); a Jacobian of
+``value_and_grad`` is the pair (gradient, Hessian blocks).
 
 >>> import math, numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
@@ -47,6 +49,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number
+from enzyme_py._linear import Pullback, refuse_pullback
 from enzyme_py._third_order import FOURTH, Second, ThirdDerivative, jvp_of_second, of_second
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import (
@@ -82,6 +85,8 @@ SECOND = (
 
 def refuse(outer: str, inner: Any) -> NoReturn:
     """Raise NotComposable for ``outer`` applied to helper result ``inner``."""
+    if isinstance(inner, Pullback):
+        refuse_pullback(outer, inner)
     name = getattr(inner, "__name__", type(inner).__name__)
     order = getattr(inner, "order", 0)
     if order == 3 or (order == 2 and outer in ("hessian", "hvp")):
@@ -103,8 +108,8 @@ def refuse(outer: str, inner: Any) -> NoReturn:
             "ez.autodiff derivatives)"
         )
     raise NotComposable(
-        f"{outer} of {name}: a Jacobian with output=, a vjp pullback, a value_and_grad or "
-        f"a tuple of gradients is not differentiated again by the helpers; {SECOND}"
+        f"{outer} of {name}: the helpers differentiate again the derivatives of "
+        f"scalar-valued functions, without output=; {SECOND}"
     )
 
 
@@ -298,22 +303,6 @@ class GradientOfGradient:
         )
         found = _pick(products, nums, self.argnums)
         return (grads[a], found) if self.with_value else found
-
-
-class Pullback:
-    """vjp's ``vjp_fn``: a function of the cotangent, not differentiated again."""
-
-    def __init__(self, fn: Callable[[Any], tuple[Any, ...]], of: str):
-        self._fn, self.__name__ = fn, f"vjp_fn of {of}"
-
-    def __call__(self, cotangent: Any) -> tuple[Any, ...]:
-        return self._fn(cotangent)
-
-    def __repr__(self) -> str:
-        return f"<enzyme_py {self.__name__}>"
-
-    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
-        refuse("ez.autodiff", self)
 
 
 def is_result(f: Any) -> bool:

@@ -18,6 +18,7 @@ from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
 from enzyme_py._compose import (
     Gradient,
+    Pullback,
     as_gradient,
     hessian_of_gradient,
     is_result,
@@ -25,7 +26,7 @@ from enzyme_py._compose import (
     second_of,
 )
 from enzyme_py._third_order import Second, of_second
-from enzyme_py._transforms import Argnums
+from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -336,13 +337,51 @@ def _of_gradient(f: Any, argnums: Argnums, output: int | None, how: str) -> Any:
     forward over reverse mode. None when ``f`` is not a helper's result."""
     if not is_result(f):
         return None
+    if isinstance(f, Pullback):  # a linear map: its Jacobian is J^T
+        return f.jacobian(argnums, output, how)
     g, second = as_gradient(f), second_of(f)
-    if output is not None or (g is None and second is None) or (g is not None and g.with_value):
+    if output is not None or (g is None and second is None):
         refuse(how + (f" (output={output})" if output is not None else ""), f)
     if second is not None:  # third derivatives: jacobian(hessian(f)) and the like
         return of_second(how, second, argnums)
     assert g is not None
+    if g.with_value:  # (d value, d gradient): the gradient and the Hessian's blocks
+        return _ValueAndBlocks(g, argnums, how)
     return _Blocks(g, argnums, how)
+
+
+class _ValueAndBlocks:
+    """What ``jacobian(value_and_grad(g, A), B)`` returns, as JAX's: the pair
+    ``(grad(g, B), jacobian(grad(g, A), B))`` (a tuple of gradients and a tuple of
+    blocks where A or B is a tuple)."""
+
+    helper_result = True
+    order = 2
+
+    def __init__(self, inner: Gradient, argnums: Argnums, how: str):
+        self.inner, self.argnums, self.how = inner, argnums, how
+        self.__name__ = f"{how}({inner.__name__})"
+        self._value = Gradient(inner.f, argnums, False)
+        self._gradient = _Blocks(Gradient(inner.f, inner.argnums, False), argnums, how)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ValueAndBlocks, (self.inner, self.argnums, self.how))
+
+    def second_order(self) -> Second:
+        raise NotComposable(
+            f"{self.__name__} returns a pair (the gradient, the Hessian's blocks); "
+            "differentiate ez.jacobian(ez.grad(f)) or ez.hessian(f) instead"
+        )
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        self.second_order()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.inner.scalar_valued(tf.bind(self.inner.f, args, kwargs, self.__name__))
+        return self._value(*args, **kwargs), self._gradient(*args, **kwargs)
 
 
 class _Blocks:

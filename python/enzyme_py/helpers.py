@@ -171,6 +171,8 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    if isinstance(f, Pullback):  # a linear map: (vjp_fn(c), vjp_fn(dc))
+        return f.jvp(primals, tangents)
     g = as_gradient(f)
     if g is not None:  # JAX's Hessian-vector product idiom: forward over reverse
         return g.jvp(primals, tangents)
@@ -234,15 +236,19 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
     n = len(primals)
+    if isinstance(f, Pullback):  # a linear map: its pullback is its transpose
+        return f.vjp(primals)
     g = as_gradient(f)
     if g is not None:  # its pullback is H c: forward over reverse
         point = tf.fresh(tf.with_defaults(g.f, primals, f"vjp({g.__name__})"))
         pullback = g.pullback(point, n)  # checks g first
-        return g(*primals), Pullback(pullback, g.__name__)
+        transpose = _forward_at(g, point, n, g.__name__)
+        return g(*primals), Pullback(pullback, g.__name__, transpose)
     second = second_of(f)
     if second is not None:  # of a second derivative: C -> sum C_ab T_abj, third derivatives
+        point = tf.fresh(primals)
         value, pull = vjp_of_second(second, primals)
-        return value, Pullback(pull, second.name)
+        return value, Pullback(pull, second.name, _forward_at(f, point, n, second.name))
     if is_result(f):
         refuse("vjp", f)
     args = tf.with_defaults(f, primals, f"vjp({tf.name_of(f)})")
@@ -286,7 +292,29 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
         pullback = dict(zip(nums, grads, strict=True))
         return tuple(pullback.get(i) for i in range(n))
 
-    return value, Pullback(vjp_fn, tf.name_of(f))
+    transpose = _forward_at(f, at, n, tf.name_of(f), outputs=nothing)
+    return value, Pullback(vjp_fn, tf.name_of(f), transpose)
+
+
+def _forward_at(
+    f: Any, at: Sequence[Any], n: int, name: str, outputs: bool = False
+) -> Callable[[Any], Any]:
+    """The transpose of vjp(f, *primals)'s pullback: ``u -> J u``, f's forward
+    derivative at the primals (copies ``at``, defaults filled in) along ``u``, one
+    tangent per primal (None for zero), shaped like the pullback's result. For a
+    function that writes output arrays (``outputs``), one tangent per primal."""
+
+    def transpose(u: Any) -> Any:
+        if not isinstance(u, (tuple, list)) or len(u) != n:
+            raise TypeError(
+                f"the cotangent of the pullback of vjp_fn of {name} is shaped like vjp_fn's "
+                f"result: a tuple of {n} entries, one per primal (None for the non-float ones)"
+            )
+        tangents = (*u, *([None] * (len(at) - n)))
+        found = jvp(f, tf.fresh(at), tangents)[1]
+        return found[:n] if outputs else found
+
+    return transpose
 
 
 def _pullback_of_outputs(
