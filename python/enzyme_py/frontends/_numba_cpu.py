@@ -1,19 +1,22 @@
-"""The CPU Numba's optimisation passes plan for, where LLVM 15 does not know the host.
+"""The CPU Numba's optimisation passes plan for on hosts with AVX-512.
 
 LLVM 15 (Numba 0.61's llvmlite) calls a CPU newer than it, such as AMD Zen 5,
 "generic", and gives it all the host's features, AVX-512 included, without the
-tuning of a named CPU (Intel's AVX-512 CPUs prefer 256-bit vectors). Numba's passes,
-planning for that pair, shape slice assignments and ``np.dot`` into IR that Enzyme
-refuses ("mixed activity" on a phi of an error message's bytes and array data), and
-the linear-algebra substitutes' loops into IR whose type analysis Enzyme gives up on.
-Planned for the host's x86-64 level without AVX-512, they differentiate.
+tuning of a named CPU. Numba's passes, planning for that pair, shape slice
+assignments and ``np.dot`` into IR that Enzyme refuses ("mixed activity" on a phi of
+an error message's bytes and array data), and the linear-algebra substitutes' loops
+into IR whose type analysis Enzyme gives up on. A CPU LLVM names and that has AVX-512
+(an Intel Rocket Lake, "rocketlake") does the same to the substitutes' loops and to
+``np.outer`` ("Illegal updateAnalysis" on an array header's fields), although its
+tuning prefers 256-bit vectors. Planned without AVX-512 (for "generic", the host's
+x86-64 level; for a named CPU, its name), they differentiate.
 
 ``plan_for_named_cpu`` makes Numba's passes plan so: the target machine they consult
 (the cost model) is replaced; the engine that makes Numba's machine code keeps the
 host's CPU and features. It runs when enzyme_py is imported (and imports Numba then,
 on such hosts only), so that it precedes the user's Numba compiles; code Numba
 compiled before keeps its shape (and may still be refused). Where the user names
-Numba's CPU (``NUMBA_CPU_NAME``), or LLVM knows the host, nothing changes.
+Numba's CPU (``NUMBA_CPU_NAME``), or the host has no AVX-512, nothing changes.
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ def without_avx512(features: str) -> str:
 
 def planning_target(triple: str, cpu: str, features: str) -> tuple[str, str] | None:
     """``(cpu, features)`` for Numba's passes on a host LLVM describes so, or None
-    where they stay as Numba makes them."""
-    if not triple.startswith("x86_64") or cpu != "generic":
+    where they stay as Numba makes them: a named CPU with AVX-512 keeps its name
+    (its tuning) without those features; "generic" becomes its x86-64 level."""
+    if not triple.startswith("x86_64"):
         return None
     planned = without_avx512(features)
+    if cpu != "generic":
+        return (cpu, planned) if "+avx512f" in features.split(",") else None
     level = cpu_level(planned)
     return None if level is None else (level, planned)
 
