@@ -11,16 +11,31 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
+from enzyme_py.frontends._numba_capture import module_defining
 from enzyme_py.frontends._numba_signatures import compile_if_missing
 from enzyme_py.frontends._numba_substitutes import uses_substitutes, with_substitutes
 
 
-def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+class IRCompile(NamedTuple):
+    """The LLVM IR of a compile (its callees linked in) and its function descriptor."""
+
+    ir: str
+    fndesc: Any
+
+    @staticmethod
+    def of(cres: Any) -> IRCompile:
+        return IRCompile(cres.library.get_llvm_str(), cres.fndesc)
+
+
+def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
     """A compile of ``dispatcher``'s function for differentiation: its own code
     without Numba's full module optimisation (loop unrolling and vectorisation make
     Enzyme cache far more); the derivative is optimised after Enzyme.
+
+    Where ``_numba_capture`` kept the module of the dispatcher's own compile, that
+    module (``_from_primal``): the same IR, without compiling again.
 
     A private clone of the dispatcher compiles it, after the original has compiled
     the signature, so that every callee that uses no substitute keeps its normal, fully
@@ -32,6 +47,10 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     import numba
 
     compile_if_missing(dispatcher, signature)
+    if not uses_substitutes(dispatcher.py_func):
+        kept = _from_primal(dispatcher, signature)
+        if kept is not None:
+            return kept
     clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
     if not uses_substitutes(dispatcher.py_func):
         try:
@@ -45,14 +64,45 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     return _ad_compile_full(clone, signature)
 
 
-def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> Any:
+def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | None:
+    """The IR ``_ad_compile_ir`` would make, from the module of the dispatcher's own
+    compile that ``_numba_capture`` kept: the callees' modules linked in, then the
+    first module stage only, as there. None where no such module was kept, and for
+    what that compile differs in: ``parallel=True`` (its prange loops are Numba's
+    parallel launches), object mode, lifted loops."""
+    from llvmlite import binding as ll
+    from numba.core.compiler_lock import global_compiler_lock
+
+    if is_parallel(dispatcher):
+        return None
+    cres = dispatcher.overloads.get(tuple(signature))
+    if cres is None or cres.objectmode or cres.lifted or cres.typing_error is not None:
+        return None
+    text = module_defining(cres.library, cres.fndesc.mangled_name)
+    if text is None:
+        return None
+    with global_compiler_lock:
+        module = ll.parse_assembly(text)
+        seen: set[int] = set()
+        for callee in cres.library._linking_libraries:
+            if id(callee) not in seen:
+                seen.add(id(callee))
+                module.link_in(callee._get_module_for_linking(), preserve=True)
+        pm = cres.library._codegen._module_pass_manager(
+            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
+        )
+        pm.run(module)
+        return IRCompile(str(module), cres.fndesc)
+
+
+def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
     """``clone``'s compile through its dispatcher, with only Numba's first module
     stage (opt=0: inlining, for its refcount pruning)."""
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock, _first_stage_only():
         clone.compile(signature)
-    return clone.overloads[tuple(signature)]
+    return IRCompile.of(clone.overloads[tuple(signature)])
 
 
 @contextlib.contextmanager
@@ -80,7 +130,7 @@ def _first_stage_only() -> Iterator[None]:
         library_class._optimize_final_module = full
 
 
-def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
+def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
     """``_ad_compile_full``'s IR without what Numba's JIT needs and enzyme_py never
     uses: no machine code (the compile is never called) and no wrappers for Python
     or C callers, whose lowering and code generation were half of a first
@@ -123,7 +173,7 @@ def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> Any:
             loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
         )
         pm.run(library._final_module)
-    return cres
+        return IRCompile(library.get_llvm_str(), cres.fndesc)
 
 
 def is_parallel(dispatcher: Any) -> bool:

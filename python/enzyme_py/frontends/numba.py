@@ -29,8 +29,14 @@ import numpy as np
 from enzyme_py import _state
 from enzyme_py._signature import Param
 from enzyme_py.frontends import _numba_runtime
+from enzyme_py.frontends._numba_capture import install_when_imported
+from enzyme_py.frontends._numba_compile import (
+    IRCompile,
+    is_parallel,
+    serial_compile,
+    with_boundscheck,
+)
 from enzyme_py.frontends._numba_compile import ad_compile as _ad_compile
-from enzyme_py.frontends._numba_compile import is_parallel, serial_compile, with_boundscheck
 from enzyme_py.frontends._numba_errors import raise_numba_error
 from enzyme_py.frontends._numba_identity import code_key as _code_key
 from enzyme_py.frontends._numba_results import (
@@ -62,6 +68,11 @@ __all__ = [
 ]
 # _ad_compile and _code_key are looked up in this module when called (a test counts the
 # IR compiles by replacing _ad_compile here, another calls _code_key).
+
+# Numba's compiles from now on keep their IR, which a first derivative then takes
+# instead of compiling the function again (_numba_capture); not in the stub build.
+if _state.native is not None:
+    install_when_imported()
 
 WRAPPER = "__enzyme_py_numba_wrapper"
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
@@ -385,14 +396,14 @@ def _specialize(
         arrays' noalias promise or without it."""
         if not compiled:
             if openmp:  # its own parallel compile, each prange launch an OpenMP loop
-                compiled.append(cres)
+                compiled.append(IRCompile.of(cres))
             elif numba_optimized:
-                compiled.append(serial_compile(dispatcher, signature))
+                compiled.append(IRCompile.of(serial_compile(dispatcher, signature)))
             else:
                 compiled.append(_shared_ad_compile(dispatcher, signature))
         own = compiled[0]
         numba_ir = _numba_runtime.prepare(
-            _without_reference_counting(own.library.get_llvm_str()),
+            _without_reference_counting(own.ir),
             not _numba_runtime.reinterprets_memory(dispatcher.py_func),
         )
         numba_ir = _numba_runtime.without_array_owners(

@@ -1,0 +1,193 @@
+"""A first derivative takes the IR of Numba's own compile (kept by _numba_capture)
+instead of compiling the function again: the same IR as that second compile (names
+aside), right gradients, a second compile wherever nothing was kept, and a bounded
+amount kept."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from enzyme_py.frontends import _numba_capture as capture
+from enzyme_py.frontends import _numba_compile as compile_
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@pytest.fixture
+def second_compiles(monkeypatch):
+    """How many times the function was compiled again for differentiation."""
+    count = [0]
+    for name in ("_ad_compile_ir", "_ad_compile_full"):
+        original = getattr(compile_, name)
+
+        def counting(*args, original=original, **kwargs):
+            count[0] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(compile_, name, counting)
+    return count
+
+
+def _fresh_kernels(scale):
+    """New dispatchers (compiled in this test, after enzyme_py's import); ``scale``
+    (a closure value, part of the derivative caches' keys) makes each test's code its
+    own."""
+
+    @numba.njit
+    def square(v):
+        return v * v
+
+    @numba.njit
+    def energy(x, k):
+        s = 0.0
+        for i in range(x.shape[0] - 1):
+            s += k * square(x[i + 1] - x[i]) + scale * np.sin(x[i])
+        return s
+
+    return energy
+
+
+def _energy_gradient(x, k, scale):
+    g = scale * np.cos(x)
+    g[-1] = 0.0
+    d = x[1:] - x[:-1]
+    g[1:] += 2 * k * d
+    g[:-1] -= 2 * k * d
+    return g
+
+
+def test_the_first_derivative_takes_the_kept_ir(second_compiles):
+    energy = _fresh_kernels(0.5)
+    x = np.linspace(-1.0, 2.0, 9)
+    energy(x, 1.5)  # the primal's own compile, whose module is kept
+    g = ez.grad(energy)(x, 1.5)
+    assert second_compiles[0] == 0
+    np.testing.assert_allclose(g, _energy_gradient(x, 1.5, 0.5), rtol=1e-13)
+    dk = ez.grad(energy, 1)(x, 1.5)
+    assert dk == pytest.approx(float(np.sum((x[1:] - x[:-1]) ** 2)), rel=1e-13)
+    assert second_compiles[0] == 0
+
+
+def test_without_a_kept_module_the_function_is_compiled_again(second_compiles, monkeypatch):
+    monkeypatch.setattr(compile_, "module_defining", lambda library, name: None)
+    energy = _fresh_kernels(0.25)
+    x = np.linspace(-1.0, 2.0, 9)
+    energy(x, 1.5)
+    want = _energy_gradient(x, 1.5, 0.25)
+    np.testing.assert_allclose(ez.grad(energy)(x, 1.5), want, rtol=1e-13)
+    assert second_compiles[0] == 1
+
+
+def _bodies(ir: str, mangled: str) -> dict[str, list[str]]:
+    """The functions the IR defines, each its lines, with what differs between two
+    compiles of one function renamed: the function's name, version tags, addresses in
+    names, exception constants' numbers, attribute group numbers. (Globals are left
+    out: the first compile may leave an unused constant behind.)"""
+    text = ir.replace(mangled, "FN")
+    text = re.sub(r"(pickledata|picklebuf)\.\d+", r"\1.N", text)
+    text = re.sub(r"B\d+v\d+B\d+c8tJTIeFIjxB2IKSgI4CrvQC\w+?_3dE", "TAG", text)
+    text = re.sub(r"B\dv\d+", "V", text)
+    text = re.sub(r"0x[0-9a-f]+", "ADDR", text)
+    text = re.sub(r" #\d+", "", text)
+    bodies: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("define "):
+            current = bodies.setdefault(line, [])
+        elif line == "}":
+            current = None
+        elif current is not None:
+            current.append(line)
+    return bodies
+
+
+def test_the_kept_ir_is_that_of_a_second_compile():
+    energy = _fresh_kernels(2.0)
+
+    @numba.njit
+    def with_temporaries(x):
+        y = np.exp(x) * 2.0
+        return np.sum(y[1:] * x[:-1])
+
+    for f, args in ((energy, (np.ones(5), 2.0)), (with_temporaries, (np.ones(4),))):
+        f(*args)
+        signature = f.signatures[0]
+        kept = compile_._from_primal(f, signature)
+        assert kept is not None
+        clone = numba.njit(**compile_._serial_options(f))(f.py_func)
+        again = compile_._ad_compile_ir(clone, signature)
+        made = _bodies(kept.ir, kept.fndesc.mangled_name)
+        assert made and made == _bodies(again.ir, again.fndesc.mangled_name)
+
+
+def test_parallel_functions_are_compiled_again(second_compiles):
+    @numba.njit(parallel=True)
+    def total(x):
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i] * x[i]
+        return s
+
+    x = np.arange(1.0, 6.0)
+    total(x)
+    assert compile_._from_primal(total, total.signatures[0]) is None
+    np.testing.assert_allclose(ez.grad(total)(x), 2 * x, rtol=1e-14)
+    assert second_compiles[0] == 1
+
+
+def test_what_is_kept_is_bounded(monkeypatch):
+    monkeypatch.setattr(capture, "KEEP_BYTES", 4096)
+    made = []
+    for k in range(8):
+
+        @numba.njit
+        def scaled(x, k=float(k)):
+            return np.sum(k * x * x)
+
+        scaled(np.ones(3))
+        made.append(scaled)
+    assert capture._kept_bytes <= 4096
+    # The oldest were dropped; their derivatives compile again, and are right.
+    first = made[0]
+    oldest = first.overloads[first.signatures[0]]
+    assert capture.module_defining(oldest.library, oldest.fndesc.mangled_name) is None
+    np.testing.assert_allclose(ez.grad(first)(np.arange(3.0)), 0.0 * np.arange(3.0))
+    np.testing.assert_allclose(ez.grad(made[-1])(np.arange(3.0)), 14.0 * np.arange(3.0))
+
+
+@pytest.mark.parametrize("numba_first", [True, False])
+def test_kept_whichever_is_imported_first(numba_first):
+    imports = (
+        "import numba\nimport enzyme_py as ez"
+        if numba_first
+        else ("import enzyme_py as ez\nimport numba")
+    )
+    code = textwrap.dedent(
+        """
+        {imports}
+        import numpy as np
+        from numba.core import codegen
+        from enzyme_py.frontends import _numba_compile as c
+
+        @numba.njit
+        def f(x):
+            return np.sum(x ** 3)
+
+        x = np.array([1.0, 2.0])
+        f(x)
+        assert c._from_primal(f, f.signatures[0]) is not None
+        assert codegen.CPUCodeLibrary._optimize_functions.__name__ == "optimize_and_keep"
+        print(ez.grad(f)(x).tolist())
+        """
+    ).format(imports=imports)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[3.0, 12.0]"
