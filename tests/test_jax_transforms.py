@@ -61,6 +61,31 @@ def test_reverse_mode_jit_and_vmap_in_both_forms(mode):
     )
 
 
+def test_the_custom_jvp_form_evaluates_f_once_per_point(monkeypatch):
+    # Its rule takes the value and the gradient from one reverse pass: no separate
+    # evaluation of f under jax.jvp or jax.grad (f ran twice per point before).
+    from enzyme_py import _bridge
+
+    calls = {"value": 0, "value_and_gradient": 0}
+    for method in calls:
+        original = getattr(_bridge.HostKernel, method)
+
+        def counted(self, *args, method=method, original=original):
+            calls[method] += 1
+            return original(self, *args)
+
+        monkeypatch.setattr(_bridge.HostKernel, method, counted)
+    g = ez.jax.primitive(loss, mode="jvp")
+    x, k = jnp.asarray(X), 1.7
+    y, dy = jax.jvp(lambda a: g(a, k, 6), (x,), (jnp.ones(6),))
+    close(y, reference(x, k))
+    close(dy, jnp.sum(jax.grad(reference)(x, k)))
+    value, grad = jax.value_and_grad(g)(x, k, 6)
+    close(value, reference(x, k))
+    close(grad, jax.grad(reference)(x, k))
+    assert calls == {"value": 0, "value_and_gradient": 2}
+
+
 def test_forward_mode_of_the_custom_jvp_form():
     g = ez.jax.primitive(loss, mode="jvp")
     x, k = jnp.asarray(X), 1.7

@@ -16,6 +16,7 @@ import numpy as np
 from enzyme_py._activities import RecursionBatchRefused
 from enzyme_py._transforms import Derivatives, SplitCall, hessian_vector, reverse_call
 from enzyme_py.core import (
+    Active,
     ActiveOnly,
     Activity,
     ActivityError,
@@ -91,6 +92,12 @@ class HostKernel:
         except (ActivityError, EnzymeError):
             return self.value(values), None
         return split.value, split
+
+    def value_and_gradient(self, values: Sequence[Any], nums: tuple[int, ...]) -> tuple:
+        """``(f(*values), gradient with respect to each argument in nums)`` from one
+        reverse pass (its forward half computes the value)."""
+        value, found = reverse_call(self.derivatives, self.arguments(values), nums, Active, 1.0)
+        return value, tuple(found)
 
     def gradient(self, values: Sequence[Any], nums: tuple[int, ...], seed: float) -> tuple:
         """seed times the gradient of f with respect to each argument in nums."""

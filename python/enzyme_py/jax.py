@@ -70,8 +70,9 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
       ``jax.jacfwd`` raise JAX's ``TypeError``.
     - ``mode="jvp"`` (``jax.custom_jvp``): ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``,
       ``jax.vjp`` and ``jax.jacrev``. The tangent is <gradient, tangent>, the gradient
-      by enzyme_py's reverse mode (one host call per point, for any number of
-      tangents), so that JAX can transpose the rule for reverse mode.
+      by enzyme_py's reverse mode, so that JAX can transpose the rule for reverse
+      mode: one host call per point for the value and any number of tangents (one
+      reverse pass, whose forward half is the value).
     - both: ``jax.jit`` and ``jax.vmap`` (one host call per batch element; the
       custom_vjp form's backward, one host call for the whole batch). First
       derivatives only: ``jax.hessian`` or a grad of a grad raise
@@ -132,22 +133,25 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
         if mode == "vjp":
             return _split_vjp(kernel, call, statics, avals, nums, diff, name)
 
-        def grads_on_host(ct: Any, *dynamic: Any) -> tuple[np.ndarray, ...]:
+        def value_and_grads_on_host(*dynamic: Any) -> tuple[np.ndarray, ...]:
             args = _merge(statics, [_host(d) for d in dynamic])
-            found = kernel.gradient(args, nums, float(np.asarray(ct)))
-            return tuple(
-                np.asarray(g, dtype=t.dtype).reshape(t.shape)
-                for g, t in zip(found, grad_types, strict=True)
+            value, found = kernel.value_and_gradient(args, nums)
+            return (
+                np.asarray(value, dtype=dtype),
+                *(
+                    np.asarray(g, dtype=t.dtype).reshape(t.shape)
+                    for g, t in zip(found, grad_types, strict=True)
+                ),
             )
 
-        # ct * gradient with respect to each differentiated argument (reverse mode).
-        grads = _first_order(
-            lambda ct, *dynamic: jax.pure_callback(
-                grads_on_host, grad_types, ct, *dynamic, vmap_method=_VMAP
+        # The value and the gradient with respect to each differentiated argument,
+        # from one reverse pass (its forward half is the value's evaluation).
+        value_and_grads = _first_order(
+            lambda *dynamic: jax.pure_callback(
+                value_and_grads_on_host, (out_type, *grad_types), *dynamic, vmap_method=_VMAP
             ),
             name,
         )
-        primal = _first_order(call, name)
 
         forward = jax.custom_jvp(call)
 
@@ -156,13 +160,14 @@ def primitive(f: Any, mode: str = "vjp") -> Callable[..., Any]:
             # <gradient, tangent>, the gradient by enzyme_py's reverse mode: a map JAX
             # can transpose (jax.grad), batch (jacfwd: one host call for all tangents)
             # and jit. A host call of Enzyme's forward mode would be neither transposable
-            # nor, through jax.custom_derivatives.linear_call, batchable.
-            unit = grads(jnp.ones((), dtype), *primals)
+            # nor, through jax.custom_derivatives.linear_call, batchable. The value comes
+            # from the same host call, not from a second evaluation of f.
+            value, *unit = value_and_grads(*primals)
             dy = sum(
                 (jnp.vdot(g, tangents[k]).astype(dtype) for g, k in zip(unit, diff, strict=True)),
                 start=jnp.zeros((), dtype),
             )
-            return primal(*primals), dy
+            return value, dy
 
         return forward
 
