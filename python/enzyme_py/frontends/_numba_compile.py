@@ -47,12 +47,13 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
     import numba
 
     compile_if_missing(dispatcher, signature)
-    if not uses_substitutes(dispatcher.py_func):
+    substitutes = uses_substitutes(dispatcher.py_func)
+    if not substitutes:
         kept = _from_primal(dispatcher, signature)
         if kept is not None:
             return kept
     clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
-    if not uses_substitutes(dispatcher.py_func):
+    if not substitutes:
         try:
             return _ad_compile_ir(clone, signature)
         except Exception:  # the full compile below raises what is wrong, if anything
@@ -83,16 +84,24 @@ def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | Non
         return None
     with global_compiler_lock:
         module = ll.parse_assembly(text)
-        seen: set[int] = set()
-        for callee in cres.library._linking_libraries:
-            if id(callee) not in seen:
-                seen.add(id(callee))
-                module.link_in(callee._get_module_for_linking(), preserve=True)
-        pm = cres.library._codegen._module_pass_manager(
-            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
-        )
-        pm.run(module)
-        return IRCompile(str(module), cres.fndesc)
+        return IRCompile(_linked_first_stage(module, cres.library), cres.fndesc)
+
+
+def _linked_first_stage(module: Any, library: Any) -> str:
+    """What CPUCodeLibrary.finalize does before handing a module to Numba's JIT, up to
+    its first module stage: ``library``'s callees' (fully optimised) modules linked
+    into ``module``, then that stage only (opt=0: inlining, as in _ad_compile_full);
+    the IR text. Hold Numba's compiler lock."""
+    seen: set[int] = set()
+    for callee in library._linking_libraries:
+        if id(callee) not in seen:
+            seen.add(id(callee))
+            module.link_in(callee._get_module_for_linking(), preserve=True)
+    pm = library._codegen._module_pass_manager(
+        loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
+    )
+    pm.run(module)
+    return str(module)
 
 
 def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
@@ -161,19 +170,7 @@ def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
         if cres.typing_error is not None or cres.objectmode or cres.lifted:
             raise RuntimeError("not a plain nopython compile")
         library = cres.library
-        # What CPUCodeLibrary.finalize does before handing the module to Numba's
-        # JIT: the callees' (fully optimised) modules linked in, then the first
-        # module stage only, as in _ad_compile_full.
-        seen: set[int] = set()
-        for callee in library._linking_libraries:
-            if id(callee) not in seen:
-                seen.add(id(callee))
-                library._final_module.link_in(callee._get_module_for_linking(), preserve=True)
-        pm = library._codegen._module_pass_manager(
-            loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
-        )
-        pm.run(library._final_module)
-        return IRCompile(library.get_llvm_str(), cres.fndesc)
+        return IRCompile(_linked_first_stage(library._final_module, library), cres.fndesc)
 
 
 def is_parallel(dispatcher: Any) -> bool:
