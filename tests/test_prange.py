@@ -5,6 +5,7 @@ and forward mode, checked against finite differences."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numba
 import numpy as np
@@ -203,23 +204,48 @@ def libomp():
         pytest.skip(str(exc))
 
 
+def threaded(f, mode, *activities, threads, call):
+    """``ez.autodiff(f, mode, *activities, threads=threads)`` called once on ``call``:
+    (the derivative, its result). Holds the contract of threads=: above 1 the prange
+    loops run as OpenMP loops, or a PerformanceWarning says the derivative runs
+    serially; never serial in silence."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # Built by autodiff where f has one compiled signature, else at the first call.
+        df = ez.autodiff(f, mode, *activities, threads=threads)
+        result = df(*call)
+    warned = [w for w in caught if issubclass(w.category, ez.PerformanceWarning)]
+    on_threads = "@__kmpc_fork_call(" in df.for_arguments(call).inspect_llvm()
+    if threads == 1:
+        assert not warned and not on_threads
+    else:
+        assert on_threads != bool(warned), (on_threads, [str(w.message) for w in warned])
+        for w in warned:
+            message = str(w.message)
+            assert f"autodiff({f.__name__}, ..., threads={threads})" in message
+            assert "runs on one thread instead" in message
+            assert w.filename == __file__  # reported at the caller's line
+    return df, result
+
+
 @pytest.mark.usefixtures("libomp")
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_threads_reverse_matches_finite_differences(threads):
     x = rng.uniform(-2.0, 2.0, 301)
     w = rng.uniform(0.5, 1.5, 3)
     for f in (parallel_squares, prange_rosenbrock):
-        df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Active, threads=threads)
         dx = np.zeros_like(x)
-        (value,) = df(x, dx, 1.0)
+        _, (value,) = threaded(
+            f, ez.Reverse, ez.Duplicated, ez.Active, threads=threads, call=(x, dx, 1.0)
+        )
         assert value == pytest.approx(f(x), rel=1e-12)
         fd = central(f, (x,), 0)
         np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
-    df = ez.autodiff(
-        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=threads
-    )
     dx, dw = np.zeros_like(x), np.zeros_like(w)
-    (value,) = df(x, dx, w, dw, 1.0)
+    _, (value,) = threaded(
+        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active,
+        threads=threads, call=(x, dx, w, dw, 1.0),
+    )  # fmt: skip
     assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
     np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
@@ -231,8 +257,9 @@ def test_threads_forward_output_arrays_and_a_time_loop(threads):
     x = rng.uniform(-2.0, 2.0, 50)
     w = rng.uniform(0.5, 1.5, 3)
     tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
-    df = ez.autodiff(weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual, threads=threads)
-    y, dy = df(x, tx, w, tw)
+    _, (y, dy) = threaded(
+        weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual, threads=threads, call=(x, tx, w, tw)
+    )
     h = 1e-6
     fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
     assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
@@ -240,18 +267,19 @@ def test_threads_forward_output_arrays_and_a_time_loop(threads):
 
     out, dout, dx = np.zeros_like(x), rng.normal(size=x.shape), np.zeros_like(x)
     seed = dout.copy()
-    rev = ez.autodiff(
-        prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated, threads=threads
-    )
-    (_, da) = rev(x, dx, 1.5, out, dout)
+    _, (_, da) = threaded(
+        prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated,
+        threads=threads, call=(x, dx, 1.5, out, dout),
+    )  # fmt: skip
     np.testing.assert_allclose(dx, seed * (3.0 * x - np.exp(-x)), rtol=1e-12)
     assert da == pytest.approx(float(np.sum(seed * x * x)), rel=1e-12)
 
     u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
-    heat = ez.autodiff(prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active,
-                       threads=threads)  # fmt: skip
     du0 = np.zeros_like(u0)
-    (value,) = heat(u0, du0, target, 7, 1.0)
+    _, (value,) = threaded(
+        prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active,
+        threads=threads, call=(u0, du0, target, 7, 1.0),
+    )  # fmt: skip
     assert value == pytest.approx(prange_heat(u0, target, 7), rel=1e-12)
     np.testing.assert_allclose(du0, central(prange_heat, (u0, target, 7), 0), rtol=1e-6, atol=1e-9)
 
@@ -263,9 +291,11 @@ def test_threads_race_many_indices_adding_into_few_entries():
     n = 200_000
     x = np.linspace(0.1, 3.0, n)
     w = np.array([0.5, 1.0, 1.5])
-    df = ez.autodiff(weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active, threads=4)
     dx, dw = np.zeros_like(x), np.zeros_like(w)
-    df(x, dx, w, dw, 1.0)
+    threaded(
+        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active,
+        threads=4, call=(x, dx, w, dw, 1.0),
+    )  # fmt: skip
     scale = float(w @ w)
     s = float(np.sum(w[np.arange(n) % 3] * np.sin(x)) * scale)
     outer = 2.0 * s / (1.0 + s * s)
@@ -292,3 +322,9 @@ def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
     assert "@__kmpc_fork_call(" in ir and "call void @numba_parallel_for(" not in ir
     serial = numba_frontend.specialize(weighted_log, sig, strided=True).wrapper.ir()
     assert "__kmpc_fork_call" not in serial
+
+
+def test_performance_warning_is_public():
+    assert issubclass(ez.PerformanceWarning, UserWarning)
+    assert "PerformanceWarning" in ez.__all__
+    assert ez.PerformanceWarning is ez.core.PerformanceWarning

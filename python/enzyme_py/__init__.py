@@ -30,6 +30,7 @@ from enzyme_py.core import (
     Forward,
     GradientCheckWarning,
     Mode,
+    PerformanceWarning,
     Reverse,
     ReverseSplit,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "Forward",
     "GradientCheckWarning",
     "Mode",
+    "PerformanceWarning",
     "Reverse",
     "ReverseSplit",
     "__version__",

@@ -90,8 +90,11 @@ def autodiff(
         threads: for a Numba dispatcher compiled with ``parallel=True``: above 1, its
             ``prange`` loops run on that many threads in the derivative too, as OpenMP
             loops that Enzyme differentiates (needs LLVM's ``libomp.so.5``;
-            experimental). Left out or 1: the derivative of its serial twin (prange
-            as range), on one thread.
+            experimental). Where Enzyme refuses that form (Enzyme v0.0.289 does for
+            every prange loop tried on 2026-12-03: Numba's scheduling calls and the
+            gufunc's untyped steps), the derivative of the serial twin is built
+            instead and a ``PerformanceWarning`` says so. Left out or 1: the
+            derivative of its serial twin (prange as range), on one thread.
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the

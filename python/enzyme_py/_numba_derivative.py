@@ -24,7 +24,16 @@ import numpy as np
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options
 from enzyme_py._numba_results import ArrayResultCall, part_activity
-from enzyme_py.core import Active, Activity, ActivityError, Const, EnzymeError, Mode
+from enzyme_py._warnings import warn_at_user
+from enzyme_py.core import (
+    Active,
+    Activity,
+    ActivityError,
+    Const,
+    EnzymeError,
+    Mode,
+    PerformanceWarning,
+)
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.frontends._numba_signatures import argument_kind
 
@@ -182,12 +191,10 @@ class NumbaDerivative:
         passed = tuple(a for i, a in enumerate(parameters) if i not in spec.functions)
         params, ret = check_activities(spec.wrapper, self.mode, (*passed, *returned))
         try:
+            derivative = None
             if self.threads > 1 and numba_frontend.is_parallel(self.dispatcher):
-                parallel = numba_frontend.specialize(
-                    self.dispatcher, signature, strided=True, threads=self.threads
-                )
-                derivative = Derivative(parallel.wrapper, self.mode, params, ret, self.options)
-            else:
+                derivative = self._threaded(signature, params, ret)
+            if derivative is None:
                 derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
         except EnzymeError:
             # Numba's fully optimised code can be easier to analyse (types that only
@@ -222,6 +229,28 @@ class NumbaDerivative:
         )
         self._by_types[key] = found
         return found
+
+    def _threaded(self, signature: tuple[Any, ...], params: Any, ret: Any) -> Derivative | None:
+        """The derivative with the prange loops as OpenMP loops on ``threads`` threads, or
+        None, with a PerformanceWarning, where Enzyme refuses it (the caller then builds
+        the serial one: the same numbers, on one thread)."""
+        try:
+            parallel = numba_frontend.specialize(
+                self.dispatcher, signature, strided=True, threads=self.threads
+            )
+            return Derivative(parallel.wrapper, self.mode, params, ret, self.options)
+        except (EnzymeError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warn_at_user(
+                PerformanceWarning(
+                    f"autodiff({self.name}, ..., threads={self.threads}): Enzyme could not "
+                    "differentiate the prange loops of this parallel=True function as "
+                    f"OpenMP loops ({reason}); its derivative runs on one thread instead "
+                    "(the same numbers). Leave threads= out to build the serial one "
+                    "directly."
+                )
+            )
+            return None
 
     def specialize(self, signature: tuple[Any, ...]) -> Derivative:
         """The derivative for Numba argument types ``signature`` of every parameter."""

@@ -30,6 +30,7 @@ __all__ = [
     "Forward",
     "GradientCheckWarning",
     "Mode",
+    "PerformanceWarning",
     "Reverse",
     "ReverseSplit",
 ]
@@ -130,6 +131,12 @@ class CompilerWarning(UserWarning):
     """clang compiled C/C++ source (``ez.c``, ``ez.cpp``) with warnings; the message has
     them. A variable read before it is written (``-Wuninitialized``) is one: its value
     is whatever the optimizer picked, and so is the derivative."""
+
+
+class PerformanceWarning(UserWarning):
+    """A derivative was built, but not the fast one asked for: it gives the same numbers,
+    more slowly (``autodiff(..., threads=k)`` whose parallel derivative Enzyme refused
+    runs serially). The message says which function and why."""
 
 
 #: The widest batch ``autodiff(..., width=k)`` builds. Enzyme's build time and memory

@@ -13,16 +13,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
+from enzyme_py._warnings import warn_at_user
 from enzyme_py.core import CompileError, CompilerWarning, EnzymeUnavailableError
 from enzyme_py.frontends.enzyme_markers import honour_or_refuse
 
@@ -361,16 +360,8 @@ def _warn(diagnostics: str, language: str) -> None:
     """clang's warnings, as one CompilerWarning raised at the caller of ez.c / ez.cpp."""
     text = _GENERATED.sub("", diagnostics).strip()
     if text:
-        # Reported at the first frame outside enzyme_py: the user's call (of ez.c,
-        # ez.cpp, or a frontend built on them).
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        level, frame = 1, sys._getframe(0)
-        while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(
-            CompilerWarning(f"clang's warnings for the {language.upper()} source:\n{text}"),
-            stacklevel=level,
-        )
+        header = f"clang's warnings for the {language.upper()} source:"
+        warn_at_user(CompilerWarning(f"{header}\n{text}"))
 
 
 # LLVMLinkage values of the functions a module exports, listed by functions() and
