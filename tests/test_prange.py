@@ -316,11 +316,11 @@ def test_threads_is_checked():
 def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
     from enzyme_py.frontends import numba as numba_frontend
 
-    x, w = rng.uniform(-1.0, 1.0, 7), rng.uniform(0.5, 1.5, 2)
-    sig = (numba.typeof(x), numba.typeof(w))
-    ir = numba_frontend.specialize(weighted_log, sig, strided=True, threads=2).wrapper.ir()
+    x = rng.uniform(-1.0, 1.0, 7)
+    sig = (numba.typeof(x), numba.typeof(1.5), numba.typeof(x))
+    ir = numba_frontend.specialize(prange_map, sig, strided=True, threads=2).wrapper.ir()
     assert "@__kmpc_fork_call(" in ir and "call void @numba_parallel_for(" not in ir
-    serial = numba_frontend.specialize(weighted_log, sig, strided=True).wrapper.ir()
+    serial = numba_frontend.specialize(prange_map, sig, strided=True).wrapper.ir()
     assert "__kmpc_fork_call" not in serial
 
 
@@ -328,3 +328,19 @@ def test_performance_warning_is_public():
     assert issubclass(ez.PerformanceWarning, UserWarning)
     assert "PerformanceWarning" in ez.__all__
     assert ez.PerformanceWarning is ez.core.PerformanceWarning
+
+
+@pytest.mark.usefixtures("libomp")
+def test_a_prange_reduction_is_never_rewritten_for_openmp_threads():
+    # Numba's reduction indexes its per-thread partial sums by Numba's thread id, which
+    # OpenMP threads do not have: rewriting it would race on one entry.
+    from enzyme_py.frontends import _numba_openmp
+
+    x = rng.uniform(-1.0, 1.0, 9)
+    parallel_squares(x)
+    ir = next(iter(parallel_squares.inspect_llvm().values()))
+    assert "@get_thread_id(" in ir and _numba_openmp.has_parallel_launch(ir)
+    with pytest.raises(ValueError, match="prange reduction"):
+        _numba_openmp.openmp_ir(ir, 2)
+    mapped = next(iter(prange_map.inspect_llvm().values()))
+    assert "__kmpc_fork_call" in _numba_openmp.openmp_ir(mapped, 2)

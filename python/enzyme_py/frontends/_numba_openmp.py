@@ -8,9 +8,14 @@ iterations from ``__kmpc_for_static_init_8``), with the adjoints of shared memor
 added atomically in the reverse pass. So each launch is rewritten here as a fork of
 an outlined body over Numba's chunks: every OpenMP thread calls the gufunc on its
 share of the chunks (its arguments offset to the first of them, the chunk count
-set), on ``threads`` threads. A reduction (``s += ...``) is Numba's per-chunk array
-of partial results, summed serially after the launch, which Enzyme differentiates
-as it is. The OpenMP runtime is LLVM's (``libomp.so.5``), loaded when first needed.
+set), on ``threads`` threads. A reduction (``s += ...``) is not rewritten: Numba adds
+into per-thread partial results chosen by its own thread id, which OpenMP threads do
+not have. The OpenMP runtime is LLVM's (``libomp.so.5``), loaded when first needed.
+
+Enzyme v0.0.289 refuses the rewritten form of every launch tried (2026-12-03): it has
+no rule for ``set_parallel_chunksize`` and cannot type the steps the gufunc reads; the
+caller (``_numba_derivative``) then builds the serial derivative with a
+PerformanceWarning.
 
 Numba's scheduling functions (the chunks' bounds, its thread count, the GIL) are
 marked ``enzyme_inactive``; the chunks' schedule is not freed, since the reverse
@@ -158,6 +163,14 @@ def openmp_ir(ir: str, threads: int) -> str:
         launchers.append(_launcher(k, gufunc, int(arrays), int(shape.group(1)), threads))
         return f"call void @__enzyme_py_omp_{k}(i8* {args}, i8* {dims}, i8* {steps}, i8* {data})"
 
+    if re.search(r"call i64 @get_thread_id\(", ir):
+        # Numba's reductions add into a per-thread partial result chosen by Numba's
+        # thread id and sized by Numba's thread count; an OpenMP thread has neither
+        # (all would add into one entry at once), so such a launch is never rewritten.
+        raise ValueError(
+            "a prange reduction (Numba's per-thread partial results, indexed by its "
+            "thread id) cannot run on OpenMP threads"
+        )
     out = _LAUNCH.sub(launch, ir)
     if has_parallel_launch(out):
         raise ValueError("a parallel launch in a form enzyme_py does not know")
