@@ -122,7 +122,7 @@ def test_the_kept_ir_is_that_of_a_second_compile():
         signature = f.signatures[0]
         kept = compile_._from_primal(f, signature)
         assert kept is not None
-        clone = numba.njit(**compile_._serial_options(f))(f.py_func)
+        clone = numba.njit(**compile_.serial_options(f))(f.py_func)
         again = compile_._ad_compile_ir(clone, signature)
         made = _bodies(kept.ir, kept.fndesc.mangled_name)
         assert made and made == _bodies(again.ir, again.fndesc.mangled_name)

@@ -450,6 +450,12 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
     args = tf.fresh(tf.with_defaults(f, primals, f"hvp({tf.name_of(f)})"))
     tangents = (*tangents, *([None] * (len(args) - len(tangents))))
+    if tf.returns_arrays(f, args):
+        raise TypeError(
+            f"hvp({tf.name_of(f)}): {tf.name_of(f)} returns an array (or a tuple), and H v "
+            "is for scalar-valued functions; its second derivatives are "
+            f"ez.hessian({tf.name_of(f)}) (shaped result.shape + x.shape + x.shape)"
+        )
     if not args or not tf.is_float_array(args[0]):
         got = type(args[0]).__name__ if args else "no arguments"
         raise TypeError(

@@ -38,6 +38,7 @@ from enzyme_py.core import (
     Forward,
     Reverse,
 )
+from enzyme_py.frontends._numba_contract import contracted
 
 __all__ = ["hessian", "jacfwd", "jacobian", "jacrev"]
 
@@ -135,14 +136,7 @@ class _Jacobian:
         """d f(args) / d x_i of a function returning an array, shaped
         ``result.shape + x_i.shape``: columns by batched forward mode, or rows by
         batched reverse mode (jacrev; jacobian when x_i has more elements)."""
-        found = self.f(*tf.fresh(args))  # the result's shape (on copies: no side effect)
-        if isinstance(found, tuple):
-            raise TypeError(
-                f"{self.__name__}: {tf.name_of(self.f)} returns a tuple; the Jacobian of a tuple "
-                "result is not supported: differentiate a function returning one array "
-                "(or use ez.jvp / ez.vjp, which take tuples)"
-            )
-        out = np.asarray(found)
+        out = _array_result(self.f, args, self.__name__)
         writes = self._derivatives.may_write(args)
         blocks = []
         for i in nums:
@@ -410,18 +404,25 @@ class _Blocks:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         g = self.inner.f
         args = tf.bind(g, args, kwargs, self.__name__)
-        self.inner.scalar_valued(args)
         rows = tf.positions(self.inner.argnums, len(args))
         cols = tf.positions(self.argnums, len(args))
         union = tuple(sorted({*rows, *cols}))
+        if self.inner.how is not None and tf.returns_arrays(g, args):
+            # jacfwd(jacrev(f)) of f returning an array: d J / dx, as JAX's.
+            h = _output_blocks(g, args, union, self.__name__)
+        else:
+            self.inner.scalar_valued(args)
+            h = self._blocks(g, args, union)
         at = {i: k for k, i in enumerate(union)}
-        if all(tf.is_float_array(args[i]) for i in union):
-            h = _Hessian(g, union)(*args)
-        else:  # float scalars among them: one column at a time
-            h = self._columns(args, union)
         pick = [[h[at[i]][at[m]] for m in cols] for i in rows]
         inner = [r[0] if tf.single(self.argnums) else tuple(r) for r in pick]
         return inner[0] if tf.single(self.inner.argnums) else tuple(inner)
+
+    def _blocks(self, g: Any, args: Sequence[Any], union: tuple[int, ...]) -> Any:
+        """The Hessian of scalar-valued g over ``union``, nested (union by union)."""
+        if all(tf.is_float_array(args[i]) for i in union):
+            return _Hessian(g, union)(*args)
+        return self._columns(args, union)  # float scalars among them: column by column
 
     def _columns(self, args: Sequence[Any], union: tuple[int, ...]) -> list[list[Any]]:
         """The blocks of the Hessian over ``union`` (float arrays and scalars), one
@@ -451,6 +452,53 @@ class _Blocks:
         return blocks
 
 
+def _output_blocks(f: Any, args: Sequence[Any], union: tuple[int, ...], who: str) -> Any:
+    """Second derivatives of a Numba function returning a float array, over the
+    arguments ``union``: nested blocks ``h[a][b]`` of shape ``out.shape + x_a.shape +
+    x_b.shape`` (JAX's ``hessian`` of such f). Output k's Hessian is that of the scalar
+    ``sum(f(x) * e_k)`` (``_numba_contract``), by forward over reverse mode."""
+    out = _array_result(f, args, who)
+    if out.dtype.kind != "f":
+        raise TypeError(
+            f"{who}: {tf.name_of(f)} returns an array of {out.dtype}, which has no "
+            "derivative; return float values"
+        )
+    g = contracted(f, len(args))
+    # Made once: their derivatives are kept with them, for every output.
+    hessian = _Hessian(g, union)
+    columns = _Blocks(Gradient(g, union, False), union, "jacfwd")
+    arrays = all(tf.is_float_array(args[i]) for i in union)
+    weights = np.zeros(out.size, dtype=out.dtype)
+    per_output = []
+    for k in range(out.size):
+        weights[:] = 0
+        weights[k] = 1
+        call = (*args, weights.reshape(out.shape))
+        per_output.append(hessian(*call) if arrays else columns._columns(call, union))
+    return [
+        [
+            np.stack([np.asarray(h[a][b]) for h in per_output]).reshape(
+                *out.shape, *np.shape(args[i]), *np.shape(args[m])
+            )
+            for b, m in enumerate(union)
+        ]
+        for a, i in enumerate(union)
+    ]
+
+
+def _array_result(f: Any, args: Sequence[Any], who: str) -> np.ndarray:
+    """f's array result at ``args`` (on copies: no side effect), for its shape;
+    TypeError for a tuple."""
+    found = f(*tf.fresh(args))
+    if isinstance(found, tuple):
+        raise TypeError(
+            f"{who}: {tf.name_of(f)} returns a tuple; the Jacobian of a tuple "
+            "result is not supported: differentiate a function returning one array "
+            "(or use ez.jvp / ez.vjp, which take tuples)"
+        )
+    return np.asarray(found)
+
+
 class _Hessian:
     """What ``hessian`` returns (picklable when f is)."""
 
@@ -478,6 +526,9 @@ class _Hessian:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
         nums = tf.positions(self.argnums, len(args))
+        if tf.returns_arrays(self.f, args):  # f: R^n -> R^m, as jax.hessian's
+            h = _output_blocks(self.f, args, nums, self.__name__)
+            return h[0][0] if tf.single(self.argnums) else tuple(tuple(r) for r in h)
         for i in nums:
             if not tf.is_float_array(args[i]):
                 raise TypeError(
@@ -524,6 +575,12 @@ def hessian(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     nested blocks as JAX does: ``h[a][b]`` of shape ``x_a.shape + x_b.shape`` for the
     arguments ``argnums[a]`` and ``argnums[b]``. ``f`` runs on copies: the caller's
     arrays are left as given.
+
+    A Numba ``f`` that returns a float array has, as in JAX, one Hessian per element of
+    its result: shaped ``result.shape + x.shape + x.shape`` (blocks ``result.shape +
+    x_a.shape + x_b.shape``; float scalar arguments allowed), each the Hessian of
+    ``sum(f(x) * e_k)``. ``jacfwd(jacrev(f))`` and the other Jacobians of a Jacobian
+    of such f give the same array.
 
     >>> import numba, numpy as np, enzyme_py as ez
     >>> @numba.njit

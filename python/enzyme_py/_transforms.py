@@ -288,11 +288,18 @@ def returns_nothing(f: Any, args: Sequence[Any]) -> bool:
 
 
 def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
-    """Whether f returns an array or a tuple (a Numba function; see _numba_results)."""
+    """Whether f returns an array or a tuple (a Numba function; see _numba_results).
+    False where Numba cannot compile f for these arguments: the derivative's own call
+    then says what is wrong with them."""
     if not numba_frontend.is_dispatcher(f):
         return False
+    from numba.core.errors import TypingError
+
     types = tuple(f.typeof_pyval(a) for a in args)
-    return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+    try:
+        return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+    except TypingError:
+        return False
 
 
 def zero_shadows(
@@ -392,7 +399,17 @@ def forward_of(
     found = _forward.setdefault(derivatives, {}).get(key)
     if found is not None and found[0] is inner:
         return found[1]
-    made = autodiff(inner, Forward, *acts, Const, *([] if ret is None else [ret]), width=width)
+    returned = [] if ret is None else [ret]
+    try:
+        made = autodiff(inner, Forward, *acts, Const, *returned, width=width)
+    except EnzymeError as exc:
+        if "mixed activity" not in str(exc):
+            raise
+        # Enzyme's reverse derivatives select between a constant zero and an adjoint
+        # (a branch that adds nothing): differentiated again, such a select mixes a
+        # constant with an active value, which Enzyme refuses unless activity is
+        # decided when the derivative runs (exact: runtime_activity).
+        made = autodiff(inner, Forward, *acts, Const, *returned, width=width, runtime_activity=True)
     _forward[derivatives][key] = (inner, made)
     return made
 

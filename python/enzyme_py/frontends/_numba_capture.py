@@ -12,7 +12,7 @@ Once ``install`` has run (when ``numba.core.codegen`` is imported, before or aft
 enzyme_py), each module Numba adds to a library is also kept, as text after those
 function-level passes, compressed, until the library is collected: the very module the
 second compile would have produced for a function compiled without ``parallel`` and
-without the substitutes (same code, same flags: ``_numba_compile._serial_options``),
+without the substitutes (same code, same flags: ``_numba_compile.serial_options``),
 apart from Numba's wrappers for Python and C callers, which are kept out. Modules made
 only of those wrappers are not kept. What is kept is bounded (``KEEP_BYTES``, oldest
 dropped first); a function compiled before ``install``, loaded from Numba's own disk

@@ -52,7 +52,7 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
         kept = _from_primal(dispatcher, signature)
         if kept is not None:
             return kept
-    clone = numba.njit(**_serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
+    clone = numba.njit(**serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
     if not substitutes:
         try:
             return _ad_compile_ir(clone, signature)
@@ -178,7 +178,7 @@ def is_parallel(dispatcher: Any) -> bool:
     return bool(dispatcher.targetoptions.get("parallel"))
 
 
-def _serial_options(dispatcher: Any) -> dict[str, Any]:
+def serial_options(dispatcher: Any) -> dict[str, Any]:
     """The dispatcher's options for a private clone: no disk cache, and serial code.
 
     A ``parallel=True`` function is differentiated as its serial twin: without
@@ -195,19 +195,28 @@ def _serial_options(dispatcher: Any) -> dict[str, Any]:
 
 def serial_compile(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """Numba's fully optimised compile of ``signature``: the dispatcher's own, or for a
-    ``parallel=True`` dispatcher that of its serial twin (see ``_serial_options``)."""
-    import numba
-
+    ``parallel=True`` dispatcher that of its serial twin (see ``serial_options``)."""
     compile_if_missing(dispatcher, signature)
     if not is_parallel(dispatcher):
         return dispatcher.overloads[tuple(signature)]
-    twin = _serial_twins.get(dispatcher)
-    if twin is None:
-        twin = _serial_twins[dispatcher] = numba.njit(**_serial_options(dispatcher))(
-            dispatcher.py_func
-        )
+    twin = serial_twin(dispatcher)
     twin.compile(signature)
     return twin.overloads[tuple(signature)]
+
+
+def serial_twin(dispatcher: Any) -> Any:
+    """The dispatcher itself, or for a ``parallel=True`` one its serial twin (see
+    ``serial_options``), made once."""
+    import numba
+
+    if not is_parallel(dispatcher):
+        return dispatcher
+    twin = _serial_twins.get(dispatcher)
+    if twin is None:
+        twin = _serial_twins[dispatcher] = numba.njit(**serial_options(dispatcher))(
+            dispatcher.py_func
+        )
+    return twin
 
 
 _serial_twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
