@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
 #include "arena.h"
 
 namespace enzyme_py {
@@ -302,6 +307,38 @@ int compare_without_fabs(LLVMModuleRef mod) {
   }
   LLVMDisposeBuilder(b);
   return rewritten;
+}
+
+int divide_twice_by_squares(LLVMModuleRef mod) {
+  std::vector<llvm::BinaryOperator *> found;
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    for (llvm::Instruction &inst : llvm::instructions(fn)) {
+      auto *div = llvm::dyn_cast<llvm::BinaryOperator>(&inst);
+      if (!div || div->getOpcode() != llvm::Instruction::FDiv) continue;
+      auto *square = llvm::dyn_cast<llvm::BinaryOperator>(div->getOperand(1));
+      if (!square || square->getOpcode() != llvm::Instruction::FMul ||
+          square->getOperand(0) != square->getOperand(1))
+        continue;
+      if (!div->hasAllowReassoc() || !div->hasAllowReciprocal() ||
+          !square->hasAllowReassoc())
+        continue;
+      found.push_back(div);
+    }
+  }
+  for (llvm::BinaryOperator *div : found) {
+    llvm::Value *y = llvm::cast<llvm::BinaryOperator>(div->getOperand(1))->getOperand(0);
+    llvm::FastMathFlags flags = div->getFastMathFlags();
+    flags.setAllowReassoc(false);
+    flags.setAllowReciprocal(false);
+    llvm::IRBuilder<> b(div);
+    b.setFastMathFlags(flags);
+    llvm::Value *once = b.CreateFDiv(div->getOperand(0), y);
+    llvm::Value *twice = b.CreateFDiv(once, y);
+    twice->takeName(div);
+    div->replaceAllUsesWith(twice);
+    div->eraseFromParent();
+  }
+  return static_cast<int>(found.size());
 }
 
 }  // namespace enzyme_py

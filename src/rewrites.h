@@ -51,6 +51,15 @@ void route_tape_to_arena(LLVMModuleRef mod, bool every_malloc = false);
 int make_adds_plain(LLVMModuleRef mod, const std::string &function,
                     const std::vector<unsigned> &params);
 
+// Enzyme v0.0.289's forward rule for x / y divides by y * y (an fmul it makes),
+// which overflows for |y| > 1e154: the tangent came out 0 without an error.
+// After Enzyme, every fdiv of X by (Y * Y) whose flags allow reassociation and
+// reciprocals (Enzyme's own arithmetic is `fast`; so is user code compiled
+// with fast-math, which allows the same) becomes (X / Y) / Y, the new
+// divisions without those two flags so that InstCombine does not fold them
+// back. Returns how many.
+int divide_twice_by_squares(LLVMModuleRef mod);
+
 // Whether `function` can reach a call of itself or of a function it is called
 // from, through direct calls of functions defined in `mod` (recursion). Enzyme
 // v0.0.289 batches (width > 1) such derivatives wrongly.

@@ -292,16 +292,31 @@ def test_fabs_at_signed_zero_and_max_ties():
         assert dx.sum() == 1.0 and set(np.flatnonzero(dx)) <= {1, 2, 4}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Enzyme v0.0.289's forward rule for x / y divides by y * y, which overflows "
-    "for |y| > 1e154: the tangent comes out 0 instead of dx / y - x dy / y^2 (reverse "
-    "mode is right)",
-)
 def test_forward_division_by_a_large_number():
-    m = ez.c("double q(double x, double y) { return x / y; }")
+    # Enzyme v0.0.289's forward rule for x / y divides by y * y, which overflows for
+    # |y| > 1e154 (the tangent came out 0); enzyme_py divides by y twice instead.
+    m = ez.c(
+        "double q(double x, double y) { return x / y; }\n"
+        "float qf(float x, float y) { return x / y; }\n"
+        "void qs(const double *x, const double *y, double *out, int n) {\n"
+        "  for (int i = 0; i < n; ++i) out[i] = x[i] / y[i]; }",
+        flags=["-fvectorize"],
+    )
     dy = ez.autodiff(m.q, ez.Forward, ez.Const, ez.Dual, ez.DualOnly)(1e300, 1e200, 1.0)
     assert dy == pytest.approx(-1e-100, rel=1e-12, abs=0.0)  # d(x/y)/dy = -x / y^2
+    y, dq = ez.autodiff(m.q, ez.Forward, ez.Dual, ez.Dual, ez.Dual)(1e300, 2.0, 1e200, 3.0)
+    assert y == 1e100 and dq == pytest.approx(2e-200 - 3e-100, rel=1e-12)
+    dq = ez.autodiff(m.q, ez.Forward, ez.Dual, ez.Dual, ez.DualOnly)(1.0, 2.0, 3.0, 5.0)
+    assert dq == pytest.approx((2.0 * 3.0 - 1.0 * 5.0) / 9.0, rel=1e-15)
+    dyf = ez.autodiff(m.qf, ez.Forward, ez.Const, ez.Dual, ez.DualOnly)(1e30, 1e25, 1.0)
+    assert dyf == pytest.approx(-1e-20, rel=1e-6)  # float: 1e25 * 1e25 overflowed too
+    n = 9
+    x, y = np.full(n, 1e300), np.geomspace(1e160, 1e200, n)
+    out, dout = np.zeros(n), np.zeros(n)
+    ez.autodiff(m.qs, ez.Forward, ez.Const, ez.Dual, ez.Dual, ez.Const)(
+        x, y, np.ones(n), out, dout, n
+    )
+    np.testing.assert_allclose(dout, -x / y / y, rtol=1e-12)
 
 
 def test_reverse_division_by_a_large_number():
@@ -310,3 +325,20 @@ def test_reverse_division_by_a_large_number():
     assert dx == pytest.approx(1e-200, rel=1e-12, abs=0.0)
     _, dy = ez.autodiff(m.q, ez.Reverse, ez.Const, ez.Active, ez.Active)(1e300, 1e200, 1.0)
     assert dy == pytest.approx(-1e-100, rel=1e-12, abs=0.0)
+
+
+def test_forward_division_by_a_large_number_in_numba_code():
+    import numba
+
+    @numba.njit
+    def q(x, y):
+        return x / y
+
+    @numba.njit(fastmath=True)
+    def r(x, y):
+        return x / (y * y)  # fast-math: the user's own X / (Y * Y) may divide twice too
+
+    assert ez.jvp(q, (1e300, 1e200), (0.0, 1.0)) == (1e100, pytest.approx(-1e-100, rel=1e-12))
+    # d/dy x / y^2 = -2 x / y^3; Enzyme's tangent divided by (y * y) * (y * y) = 1e400.
+    y, dy = ez.autodiff(r, ez.Forward, ez.Const, ez.Dual, ez.Dual)(1.0, 1e100, 1.0)
+    assert y == pytest.approx(1e-200, rel=1e-12) and dy == pytest.approx(-2e-300, rel=1e-12)
