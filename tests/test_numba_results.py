@@ -179,3 +179,53 @@ def test_jvp_and_vjp_of_an_array_result():
     assert dk == pytest.approx(float(cotangent @ (np.sin(X) * X)))
     (dtx,) = ez.vjp(stats, X)[1]((np.ones(6), 2.0))
     np.testing.assert_allclose(dtx, 2.0 + 2.0 * 3 * X**2)
+
+
+@numba.njit
+def loss_and_residuals(x, k):
+    r = k * x * x - 1.0
+    s = 0.0
+    for i in range(r.shape[0]):
+        s += r[i] * r[i]
+    return s, r
+
+
+@numba.njit
+def sine_and_square(x):
+    return np.sin(x), x * x
+
+
+def test_a_tuple_with_arrays_after_its_first_part():
+    # (loss, residuals) and (array, array): Enzyme's type analysis refused both until
+    # the wrapper stopped storing a part's position where Numba keeps its exception info.
+    k, seed_r = 1.5, np.linspace(-1.0, 1.0, 6)
+    dx = np.zeros(6)
+    ((s, r),) = ez.autodiff(loss_and_residuals, ez.Reverse, ez.Duplicated, ez.Const,
+                            ez.Duplicated)(X, dx, k, (0.5, seed_r.copy()))  # fmt: skip
+    residuals = k * X * X - 1.0
+    np.testing.assert_allclose(r, residuals, rtol=1e-15)
+    assert s == pytest.approx(np.sum(residuals**2), rel=1e-14)
+    np.testing.assert_allclose(dx, (0.5 * 2.0 * residuals + seed_r) * 2.0 * k * X, rtol=1e-12)
+    (s, r), (ds, dr) = ez.autodiff(loss_and_residuals, ez.Forward, ez.Dual, ez.Const,
+                                   ez.Dual)(X, np.ones(6), k)  # fmt: skip
+    assert ds == pytest.approx(np.sum(2.0 * residuals * 2.0 * k * X), rel=1e-12)
+    np.testing.assert_allclose(dr, 2.0 * k * X, rtol=1e-14)
+
+    a, b = np.linspace(0.1, 1.0, 6), np.linspace(2.0, -1.0, 6)
+    dx = np.zeros(6)
+    ((sine, square),) = ez.autodiff(sine_and_square, ez.Reverse, ez.Duplicated, ez.Duplicated)(
+        X, dx, (a.copy(), b.copy())
+    )
+    np.testing.assert_allclose(sine, np.sin(X), rtol=1e-15)
+    np.testing.assert_allclose(square, X * X, rtol=1e-15)
+    np.testing.assert_allclose(dx, a * np.cos(X) + b * 2.0 * X, rtol=1e-12)
+    fd = jacobian_fd(lambda z: np.concatenate(sine_and_square(z)), X)
+    np.testing.assert_allclose(dx, np.concatenate([a, b]) @ fd, rtol=1e-6, atol=1e-8)
+
+
+def test_the_part_with_another_shape_is_named():
+    df = ez.autodiff(sine_and_square, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    with pytest.raises(ValueError, match="part 1 of its result with another shape"):
+        df(X, np.zeros(6), (np.ones(6), np.ones(5)))
+    with pytest.raises(ValueError, match="part 0 of its result with another shape"):
+        df(X, np.zeros(6), (np.ones(4), np.ones(6)))

@@ -17,8 +17,18 @@ from typing import Any
 import numpy as np
 
 #: The status the wrapper reports when an output array has another shape than the
-#: part of the result it receives (the detail: that part's position).
+#: part of the result it receives: SHAPE_MISMATCH + that part's position. (Not in the
+#: errors buffer's second slot, where Numba writes its exception info pointer: an
+#: integer stored there too made Enzyme's type analysis refuse every function whose
+#: result is a tuple with an array after its first part.)
 SHAPE_MISMATCH = 7001
+MAX_PARTS = 1000
+
+
+def mismatched_part(status: int) -> int | None:
+    """The part whose output array had another shape, for a wrapper's status."""
+    part = status - SHAPE_MISMATCH
+    return part if 0 <= part < MAX_PARTS else None
 
 
 @dataclass(frozen=True)
@@ -139,9 +149,7 @@ def copy_out(parts: tuple[ResultPart, ...], slot_type: str, errors: str) -> list
         lines += [
             f"  br i1 {same}, label %copy{k}, label %mismatch{k}",
             f"mismatch{k}:",
-            f"  store i64 {SHAPE_MISMATCH}, i64* {errors}",
-            f"  %detail{k} = getelementptr i64, i64* {errors}, i64 1",
-            f"  store i64 {k}, i64* %detail{k}",
+            f"  store i64 {SHAPE_MISMATCH + k}, i64* {errors}",
             "  br label %done",
             f"copy{k}:",
             f"  %empty{k} = icmp eq i64 {count}, 0",

@@ -40,9 +40,9 @@ from enzyme_py.frontends._numba_compile import ad_compile as _ad_compile
 from enzyme_py.frontends._numba_errors import raise_numba_error
 from enzyme_py.frontends._numba_identity import code_key as _code_key
 from enzyme_py.frontends._numba_results import (
-    SHAPE_MISMATCH,
     ResultPart,
     copy_out,
+    mismatched_part,
     output_signature,
     result_parts,
 )
@@ -434,8 +434,9 @@ def _specialize(
     module = module_of(True)
 
     def on_error(status: int, detail: int) -> None:
-        if status == SHAPE_MISMATCH:
-            what = "its result" if len(results or ()) == 1 else f"part {detail} of its result"
+        part = mismatched_part(status)
+        if part is not None:
+            what = "its result" if len(results or ()) == 1 else f"part {part} of its result"
             raise ValueError(
                 f"'{name}' returned {what} with another shape than the array given for it "
                 "(its cotangent or tangent): give one shaped like the result"
