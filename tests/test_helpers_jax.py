@@ -213,6 +213,7 @@ def test_jacobian_and_hessian_results_pickle():
         "enzyme_py._third_order",
         "enzyme_py._api",
         "enzyme_py._split",
+        "enzyme_py._aux",
     ],
 )
 def test_docstring_examples_run(module):

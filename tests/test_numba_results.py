@@ -229,3 +229,22 @@ def test_the_part_with_another_shape_is_named():
         df(X, np.zeros(6), (np.ones(6), np.ones(5)))
     with pytest.raises(ValueError, match="part 0 of its result with another shape"):
         df(X, np.zeros(6), (np.ones(4), np.ones(6)))
+
+
+@numba.njit
+def value_count_signs(x):
+    return np.sum(x * x), x.shape[0], x > 0.0
+
+
+def test_integer_and_boolean_parts_have_no_derivative():
+    dx = np.zeros(6)
+    ((s, n, positive),) = ez.autodiff(value_count_signs, ez.Reverse, ez.Duplicated,
+                                      ez.Duplicated)(X, dx, (1.0, None, None))  # fmt: skip
+    assert s == pytest.approx(np.sum(X * X), rel=1e-14) and n == 6
+    np.testing.assert_array_equal(positive, X > 0.0)
+    np.testing.assert_allclose(dx, 2.0 * X, rtol=1e-14)
+    (s, n, positive), tangent = ez.autodiff(value_count_signs, ez.Forward, ez.Dual, ez.Dual)(
+        X, np.ones(6)
+    )
+    assert tangent[1:] == (None, None) and n == 6
+    assert tangent[0] == pytest.approx(np.sum(2.0 * X), rel=1e-14)

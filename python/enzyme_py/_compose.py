@@ -88,6 +88,11 @@ def refuse(outer: str, inner: Any) -> NoReturn:
     if isinstance(inner, Pullback):
         refuse_pullback(outer, inner)
     name = getattr(inner, "__name__", type(inner).__name__)
+    if getattr(inner, "has_aux", False):
+        raise NotComposable(
+            f"{outer} of {name}: a gradient with has_aux=True is not differentiated again; "
+            "differentiate a function that returns the value alone"
+        )
     order = getattr(inner, "order", 0)
     if order == 3 or (order == 2 and outer in ("hessian", "hvp")):
         raise NotComposable(FOURTH.format(outer=outer, name=name))

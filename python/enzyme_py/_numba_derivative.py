@@ -175,7 +175,9 @@ class NumbaDerivative:
         returned: tuple[Activity, ...] = tuple(self.activities[given:])
         if spec.results is not None and returned:
             # Arrays and tuples come back through output arrays, one per part.
-            returned = (part_activity(self.name, self.mode, returned[0]),) * len(spec.results)
+            act = part_activity(self.name, self.mode, returned[0])
+            # Integer and boolean parts have no derivative: Const (no seed, no tangent).
+            returned = tuple(act if part.differentiable else Const for part in spec.results)
         for i in spec.functions:
             if parameters[i] is not Const:
                 raise ActivityError(

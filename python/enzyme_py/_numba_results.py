@@ -7,12 +7,15 @@ activity applies to every part, and calls look like those of a scalar function:
 - Reverse, ``Duplicated`` (or ``DuplicatedOnly``): after the parameters' arguments
   comes the cotangent of the result, shaped like it (a tuple of them for a tuple
   result; floats for its scalars; a leading axis of ``width`` lanes when width > 1),
-  which is left unchanged. Returns ``(result, *adjoints of Active parameters)``
-  (``result`` None under DuplicatedOnly); shadows of Duplicated parameters are added
-  into, as always.
+  which is left unchanged. Integer and boolean parts have no derivative: their
+  entries of the cotangent are ignored (None will do), and an integer or boolean
+  array part costs one evaluation of the function more (for its shape). Returns
+  ``(result, *adjoints of Active parameters)`` (``result`` None under DuplicatedOnly);
+  shadows of Duplicated parameters are added into, as always.
 - Forward, ``Dual``: returns ``(result, tangent of the result)``; ``DualOnly`` the
-  tangent; ``Const`` the result. The result's shape is found by running the function
-  on copies of the arguments first (one evaluation more).
+  tangent (None for an integer or boolean part); ``Const`` the result. The result's
+  shape is found by running the function on copies of the arguments first (one
+  evaluation more).
 """
 
 from __future__ import annotations
@@ -102,11 +105,20 @@ class ArrayResultCall:
             )
         call: list[Any] = list(inner)
         outs = []
+        shapes: list[tuple[int, ...]] = []
         for k, (part, value) in enumerate(zip(self.parts, given, strict=True)):
             where = f"the cotangent of {'the result' if not self._tuple else f'result[{k}]'}"
+            if not part.differentiable:  # no derivative: its cotangent is not used
+                shape: tuple[int, ...] = ()
+                if not part.scalar:
+                    shapes = shapes or self._shapes(inner)
+                    shape = shapes[k]
+                out = np.empty(shape, part.dtype)
+                outs.append(out)
+                call.append(out)
+                continue
             seed = self._array_of(value, part, where)
-            shape = seed.shape[1:] if self.width > 1 else seed.shape
-            out = np.empty(shape, part.dtype)
+            out = np.empty(seed.shape[1:] if self.width > 1 else seed.shape, part.dtype)
             outs.append(out)
             call += [out, seed]  # the seed is a copy: the derivative consumes it
         _, *adjoints = self.derivative(*call)
@@ -135,21 +147,28 @@ class ArrayResultCall:
             )
         return np.array(value, dtype=part.dtype, order="C", copy=True)
 
-    def _forward(self, args: tuple[Any, ...]) -> Any:
+    def _shapes(self, args: Sequence[Any]) -> list[tuple[int, ...]]:
+        """The shape of each part of the result at these arguments (the derivative's),
+        found by running the function on copies of them (no side effect)."""
         copies = [
             args[i].copy() if isinstance(args[i], np.ndarray) else args[i]
             for i in self.primal_positions
         ]
-        found = self.primal(*copies)  # the result's shape (no side effect on the args)
+        found = self.primal(*copies)
         values = found if self._tuple else (found,)
+        return [
+            () if part.scalar else np.shape(value)
+            for part, value in zip(self.parts, values, strict=True)
+        ]
+
+    def _forward(self, args: tuple[Any, ...]) -> Any:
         call: list[Any] = list(args)
         outs, tangents = [], []
-        for part, value in zip(self.parts, values, strict=True):
-            shape = () if part.scalar else np.shape(value)
+        for part, shape in zip(self.parts, self._shapes(args), strict=True):
             out = np.empty(shape, part.dtype)
             outs.append(out)
             call.append(out)
-            if self.activity is not Const:
+            if self.activity is not Const and part.differentiable:
                 lanes = (self.width,) if self.width > 1 else ()
                 tangent = np.zeros(lanes + shape, part.dtype)
                 tangents.append(tangent)
@@ -157,10 +176,15 @@ class ArrayResultCall:
         self.derivative(*call)
         if self.activity is Const:
             return self._value(outs)
-        # Scalars of a tuple come back as floats (width 1) or arrays of their lanes.
-        per_part: list[Any] = [
-            t[()].item() if p.scalar and self.width == 1 else t
-            for p, t in zip(self.parts, tangents, strict=True)
-        ]
+        # Scalars of a tuple come back as floats (width 1) or arrays of their lanes;
+        # integer and boolean parts, which have no tangent, as None.
+        found = iter(tangents)
+        per_part: list[Any] = []
+        for p in self.parts:
+            if not p.differentiable:
+                per_part.append(None)
+                continue
+            t = next(found)
+            per_part.append(t[()].item() if p.scalar and self.width == 1 else t)
         result_tangent = tuple(per_part) if self._tuple else per_part[0]
         return (self._value(outs), result_tangent) if self.activity is Dual else result_tangent

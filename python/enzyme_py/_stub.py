@@ -42,11 +42,11 @@ def autodiff(f: Any, mode: Any, *activities: Any, **options: Any) -> NoReturn:
     _unavailable("ez.autodiff")
 
 
-def grad(f: Any, argnums: Any = 0) -> NoReturn:
+def grad(f: Any, argnums: Any = 0, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.grad")
 
 
-def value_and_grad(f: Any, argnums: Any = 0) -> NoReturn:
+def value_and_grad(f: Any, argnums: Any = 0, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.value_and_grad")
 
 

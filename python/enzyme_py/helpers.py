@@ -26,6 +26,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number as _real_number
+from enzyme_py._aux import AuxGradient
 from enzyme_py._compose import (
     Gradient,
     GradientOfGradient,
@@ -81,7 +82,7 @@ _EXPORTED = (
 _Gradient = Gradient
 
 
-def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
+def grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., Any]:
     """The gradient of scalar-valued ``f`` with respect to the arguments in ``argnums``.
 
     Returns a function of the same arguments (keywords and defaults as ``f`` takes
@@ -109,12 +110,18 @@ def grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
 
     >>> ez.grad(ez.grad(dist, 2), 0)(x, y, 2.0)   # d/dx (d/dp |x - y|^p): [1, -2 - 4 ln 2]
     array([ 1.        , -4.77258872])
+
+    ``has_aux=True``: ``f`` returns a pair ``(value, aux)`` (aux a float or integer
+    scalar or array) and the result is ``(gradient, aux)`` from the same reverse pass,
+    as JAX's (an array aux costs one more evaluation of ``f``, for its shape); such a
+    gradient is not differentiated again.
     """
-    return _gradient(f, argnums, with_value=False)
+    return _gradient(f, argnums, with_value=False, has_aux=has_aux)
 
 
-def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
-    """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass.
+def value_and_grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., Any]:
+    """Like ``grad``, returning ``(f(*args), gradient)`` from one reverse pass; with
+    ``has_aux=True`` (``f`` returns ``(value, aux)``), ``((value, aux), gradient)``.
 
     >>> import numba, numpy as np, enzyme_py as ez
     >>> @numba.njit
@@ -123,11 +130,17 @@ def value_and_grad(f: Any, argnums: Argnums = 0) -> Callable[..., Any]:
     >>> ez.value_and_grad(energy, argnums=(0, 1))(np.array([1.0, 2.0]), 3.0)
     (15.0, (array([ 6., 12.]), 5.0))
     """
-    return _gradient(f, argnums, with_value=True)
+    return _gradient(f, argnums, with_value=True, has_aux=has_aux)
 
 
-def _gradient(f: Any, argnums: Argnums, with_value: bool) -> Any:
+def _gradient(f: Any, argnums: Argnums, with_value: bool, has_aux: bool = False) -> Any:
     outer = "value_and_grad" if with_value else "grad"
+    if not isinstance(has_aux, (bool, np.bool_)):
+        raise TypeError(f"{outer}: has_aux is True or False; got {has_aux!r}")
+    if has_aux:
+        if is_result(f):
+            refuse(f"{outer}(..., has_aux=True)", f)
+        return AuxGradient(f, argnums, with_value)
     g = as_gradient(f)
     if g is not None:  # grad(grad(f, a), b): a second derivative
         return GradientOfGradient(g, argnums, with_value)

@@ -45,12 +45,17 @@ class ResultPart:
     llvm_type: str
     element: str
 
+    @property
+    def differentiable(self) -> bool:
+        """Whether it carries a derivative (floats); integer and boolean parts do not."""
+        return self.dtype.kind == "f"
+
 
 def _part(numba_type: Any, member: int | None, ctx: Any, name: str) -> ResultPart:
     from numba.core import types
 
     if isinstance(numba_type, types.Array) and isinstance(
-        numba_type.dtype, (types.Float, types.Integer)
+        numba_type.dtype, (types.Float, types.Integer, types.Boolean)
     ):
         return ResultPart(
             np.dtype(str(numba_type.dtype)),
@@ -60,13 +65,13 @@ def _part(numba_type: Any, member: int | None, ctx: Any, name: str) -> ResultPar
             str(ctx.get_value_type(numba_type)),
             str(ctx.get_data_type(numba_type.dtype)),
         )
-    if member is not None and isinstance(numba_type, (types.Float, types.Integer)):
+    if member is not None and isinstance(numba_type, (types.Float, types.Integer, types.Boolean)):
         llvm_type = str(ctx.get_value_type(numba_type))
         return ResultPart(np.dtype(str(numba_type)), 0, True, member, llvm_type, llvm_type)
     raise TypeError(
         f"'{name}' returns {numba_type}{'' if member is None else ' in a tuple'}; enzyme_py "
-        "differentiates results that are float or integer scalars, arrays of them, or "
-        "tuples of those"
+        "differentiates results that are float, integer or boolean scalars, arrays of "
+        "them, or tuples of those"
     )
 
 

@@ -112,7 +112,7 @@ def resolve_signature(dispatcher: Any, types: tuple[Any, ...]) -> tuple[Any, ...
     return types
 
 
-def _return_type(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+def return_type(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """The Numba type ``dispatcher`` returns for ``signature`` (compiled here if it was
     not)."""
     compile_if_missing(dispatcher, signature)
@@ -123,7 +123,7 @@ def returns_value(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
     """Whether ``dispatcher`` compiled for ``signature`` returns a value."""
     from numba.core import types
 
-    return not isinstance(_return_type(dispatcher, signature), types.NoneType)
+    return not isinstance(return_type(dispatcher, signature), types.NoneType)
 
 
 def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
@@ -131,4 +131,4 @@ def returns_arrays(dispatcher: Any, signature: tuple[Any, ...]) -> bool:
     (a result passed back through output arrays; see _numba_results)."""
     from numba.core import types
 
-    return isinstance(_return_type(dispatcher, signature), (types.Array, types.BaseTuple))
+    return isinstance(return_type(dispatcher, signature), (types.Array, types.BaseTuple))

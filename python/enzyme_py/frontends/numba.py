@@ -50,6 +50,7 @@ from enzyme_py.frontends._numba_signatures import (
     compile_if_missing,
     refuse_unsigned,
     resolve_signature,
+    return_type,
     returns_arrays,
     returns_value,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "is_parallel",
     "raise_numba_error",
     "resolve_signature",
+    "return_type",
     "returns_arrays",
     "returns_value",
     "specialize",

@@ -1,0 +1,125 @@
+"""grad / value_and_grad with has_aux=True, as JAX's: f returns (value, aux); the
+gradient is the value's alone and aux comes back from the same reverse pass.
+Checked against analytic gradients and float64 central differences of the value."""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from enzyme_py._transforms import NotComposable
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@numba.njit
+def fit(w, b, x, y):
+    # Least squares with its residuals (an array) as aux.
+    r = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        r[i] = w * x[i] + b - y[i]
+    return 0.5 * np.sum(r * r), r
+
+
+@numba.njit
+def energy_and_steps(x, scale=2.0):
+    # A float64 array argument, an integer aux (a count), a default.
+    e = 0.0
+    steps = 0
+    for i in range(x.shape[0]):
+        e += scale * math.sin(x[i]) * x[i]
+        steps += 1
+    return e, steps
+
+
+@numba.njit
+def with_flags(x):
+    return np.sum(x**3), x > 0.0  # a boolean array as aux
+
+
+def central(f, args, i, h=1e-6):
+    x = args[i]
+    if not isinstance(x, np.ndarray):
+        up = list(args)
+        down = list(args)
+        up[i], down[i] = x + h, x - h
+        return (f(*up) - f(*down)) / (2 * h)
+    g = np.zeros_like(x)
+    for k in range(x.size):
+        up = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        down = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        up[i].flat[k] += h
+        down[i].flat[k] -= h
+        g.flat[k] = (f(*up) - f(*down)) / (2 * h)
+    return g
+
+
+rng = np.random.default_rng(5)
+X, Y = rng.normal(size=7), rng.normal(size=7)
+
+
+def value_of(f):
+    return lambda *a: f(*a)[0]
+
+
+def test_grad_with_aux_returns_the_gradient_and_aux():
+    (gw, gb), residuals = ez.grad(fit, argnums=(0, 1), has_aux=True)(1.5, -0.25, X, Y)
+    expected_r = 1.5 * X - 0.25 - Y
+    np.testing.assert_allclose(residuals, expected_r, rtol=1e-14)
+    assert gw == pytest.approx(float(np.sum(expected_r * X)), rel=1e-12)
+    assert gb == pytest.approx(float(np.sum(expected_r)), rel=1e-12)
+    assert gw == pytest.approx(central(value_of(fit), (1.5, -0.25, X, Y), 0), rel=1e-7)
+    gx, r2 = ez.grad(fit, argnums=2, has_aux=True)(1.5, -0.25, X, Y)
+    np.testing.assert_allclose(gx, expected_r * 1.5, rtol=1e-12)
+    np.testing.assert_allclose(r2, expected_r, rtol=1e-14)
+
+
+def test_value_and_grad_with_aux_nests_as_jax():
+    x = np.linspace(0.1, 2.0, 5)
+    (value, steps), g = ez.value_and_grad(energy_and_steps, has_aux=True)(x)
+    assert steps == 5 and isinstance(steps, (int, np.integer))
+    assert value == pytest.approx(float(np.sum(2.0 * np.sin(x) * x)), rel=1e-13)
+    np.testing.assert_allclose(g, 2.0 * (np.cos(x) * x + np.sin(x)), rtol=1e-12)
+    np.testing.assert_allclose(g, central(value_of(energy_and_steps), (x,), 0), rtol=1e-6)
+    (value3, _), g3 = ez.value_and_grad(energy_and_steps, has_aux=True)(x, scale=3.0)
+    assert value3 == pytest.approx(1.5 * value, rel=1e-13)
+    np.testing.assert_allclose(g3, 1.5 * g, rtol=1e-13)
+    np.testing.assert_array_equal(x, np.linspace(0.1, 2.0, 5))  # not written
+
+
+def test_a_boolean_aux():
+    x = np.array([-1.0, 0.5, 2.0])
+    g, positive = ez.grad(with_flags, has_aux=True)(x)
+    np.testing.assert_array_equal(positive, [False, True, True])
+    np.testing.assert_allclose(g, 3.0 * x**2, rtol=1e-14)
+
+
+@numba.njit
+def just_value(x):
+    return np.sum(x * x)
+
+
+@numba.njit
+def int_first(x):
+    return 3, x * 2.0
+
+
+def test_what_has_aux_refuses():
+    x = np.array([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"must return a pair \(value, aux\).*returns float64"):
+        ez.grad(just_value, has_aux=True)(x)
+    with pytest.raises(TypeError, match="whose value is a float"):
+        ez.grad(int_first, has_aux=True)(x)
+    c = ez.c("double sq(const double *x, int n) { return x[0] * x[0]; }")
+    with pytest.raises(TypeError, match="only Numba functions return"):
+        ez.grad(c.sq, has_aux=True)(x, 2)
+    with pytest.raises(TypeError, match="has_aux is True or False"):
+        ez.grad(fit, has_aux="yes")
+    with pytest.raises(NotComposable, match="has_aux=True is not differentiated again"):
+        ez.grad(ez.grad(fit, has_aux=True))(1.0, 0.0, X, Y)
+    with pytest.raises(NotComposable, match="has_aux=True is not differentiated again"):
+        ez.jacobian(ez.grad(fit, has_aux=True))(1.0, 0.0, X, Y)
