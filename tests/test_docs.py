@@ -54,7 +54,7 @@ def test_site_builds_in_strict_mode(tmp_path):
     for anchor in (
         "enzyme_py._api.autodiff",
         "enzyme_py.rules.register_gradient",
-        "enzyme_py._jacobians.hessian",
+        "enzyme_py._hessians.hessian",
         "enzyme_py.jax.primitive",
         "enzyme_py.offload._kernel.kernel",
     ):

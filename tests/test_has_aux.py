@@ -123,3 +123,48 @@ def test_what_has_aux_refuses():
         ez.grad(ez.grad(fit, has_aux=True))(1.0, 0.0, X, Y)
     with pytest.raises(NotComposable, match="has_aux=True is not differentiated again"):
         ez.jacobian(ez.grad(fit, has_aux=True))(1.0, 0.0, X, Y)
+
+
+@numba.njit
+def field(x, k):
+    # An array value (R^3 -> R^2) with a float scalar aux.
+    out = np.empty(2)
+    out[0] = k * x[0] * x[1]
+    out[1] = math.sin(x[2]) * x[0]
+    return out, np.sum(x)
+
+
+@pytest.mark.parametrize("helper", [ez.jacobian, ez.jacfwd, ez.jacrev])
+def test_jacobians_with_aux(helper):
+    x = np.array([0.5, -1.2, 0.8])
+    jac, total = helper(field, has_aux=True)(x, 2.0)
+    assert total == pytest.approx(float(np.sum(x)), rel=1e-15)
+    expected = np.array(
+        [[2.0 * x[1], 2.0 * x[0], 0.0], [math.sin(x[2]), 0.0, x[0] * math.cos(x[2])]]
+    )
+    np.testing.assert_allclose(jac, expected, rtol=1e-14, atol=1e-15)
+    (jx, jk), _ = helper(field, argnums=(0, 1), has_aux=True)(x, k=2.0)
+    np.testing.assert_allclose(jx, expected, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(jk, [x[0] * x[1], 0.0], rtol=1e-14)
+
+
+def test_hessian_with_aux():
+    # 0.5 |w x + b - y|^2: d2/dx2 = w^2 I, d2/dx dy = -w I, d2/dy2 = I.
+    (hxx, hxy), (hyx, hyy) = ez.hessian(fit, argnums=(2, 3), has_aux=True)(1.5, -0.25, X, Y)[0]
+    np.testing.assert_allclose(hxx, 1.5**2 * np.eye(7), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(hxy, -1.5 * np.eye(7), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(hyx, hxy.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(hyy, np.eye(7), rtol=1e-12, atol=1e-14)
+    hx, residuals = ez.hessian(fit, argnums=2, has_aux=True)(1.5, -0.25, X, Y)
+    np.testing.assert_allclose(hx, hxx, rtol=1e-15)
+    np.testing.assert_allclose(residuals, 1.5 * X - 0.25 - Y, rtol=1e-14)
+
+
+def test_jacobian_with_aux_refusals():
+    x = np.array([0.5, -1.2, 0.8])
+    with pytest.raises(TypeError, match="give one of them"):
+        ez.jacobian(field, output=1, has_aux=True)
+    with pytest.raises(TypeError, match=r"must return a pair \(value, aux\)"):
+        ez.jacfwd(just_value, has_aux=True)(x)
+    with pytest.raises(NotComposable, match="has_aux=True is not differentiated again"):
+        ez.jacobian(ez.jacobian(field, has_aux=True))(x, 2.0)

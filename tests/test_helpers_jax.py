@@ -207,6 +207,7 @@ def test_jacobian_and_hessian_results_pickle():
     [
         "enzyme_py.helpers",
         "enzyme_py._jacobians",
+        "enzyme_py._hessians",
         "enzyme_py._compose",
         "enzyme_py._linear",
         "enzyme_py._reverse_over_reverse",

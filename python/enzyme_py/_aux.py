@@ -20,7 +20,7 @@ residuals). One reverse pass of Numba's tuple result does both: the value's seed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,9 @@ from enzyme_py import _transforms as tf
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import Active, Duplicated, Reverse
 from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py.frontends._numba_contract import first_part
 
-__all__ = ["AuxGradient"]
+__all__ = ["AuxGradient", "WithAux", "checked_has_aux", "with_aux"]
 
 
 class AuxGradient:
@@ -76,29 +77,92 @@ class AuxGradient:
     def _aux_seed(self, args: Sequence[Any]) -> Any:
         """The aux part's zero seed: 0.0 for a scalar; for an array, zeros shaped like
         it, from an evaluation of f on copies of the arguments (one more call)."""
-        if not numba_frontend.is_dispatcher(self.f):
-            raise TypeError(
-                f"{self.__name__}: has_aux=True needs f to return a pair (value, aux), "
-                f"which only Numba functions return; {tf.name_of(self.f)} is not one"
-            )
         from numba.core import types
 
-        signature = numba_frontend.resolve_signature(
-            self.f, tuple(self.f.typeof_pyval(a) for a in args)
-        )
-        found = numba_frontend.return_type(self.f, signature)
-        if not (
-            isinstance(found, types.BaseTuple)
-            and len(found) == 2
-            and isinstance(found.types[0], types.Float)
-        ):
+        value_type, aux_type = _pair_types(self.f, args, self.__name__)
+        if not isinstance(value_type, types.Float):
             raise TypeError(
                 f"{self.__name__}: with has_aux=True, {tf.name_of(self.f)} must return a "
-                f"pair (value, aux) whose value is a float; it returns {found}"
+                f"pair (value, aux) whose value is a float; its value is {value_type}"
             )
-        aux_type = found.types[1]
         if not isinstance(aux_type, types.Array):
             return 0.0 if isinstance(aux_type, types.Float) else None
         if not isinstance(aux_type.dtype, types.Float):
             return None  # no derivative: no seed
         return np.zeros_like(self.f(*tf.fresh(args))[1])
+
+
+def checked_has_aux(value: Any, who: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{who}: has_aux is True or False; got {value!r}")
+    return bool(value)
+
+
+def _pair_types(f: Any, args: Sequence[Any], who: str) -> tuple[Any, Any]:
+    """The Numba types of the pair ``(value, aux)`` that f returns for these arguments;
+    TypeError where f is not a Numba function returning a pair."""
+    if not numba_frontend.is_dispatcher(f):
+        raise TypeError(
+            f"{who}: has_aux=True needs f to return a pair (value, aux), which only Numba "
+            f"functions return; {tf.name_of(f)} is not one"
+        )
+    from numba.core import types
+
+    signature = numba_frontend.resolve_signature(f, tuple(f.typeof_pyval(a) for a in args))
+    found = numba_frontend.return_type(f, signature)
+    if not (isinstance(found, types.BaseTuple) and len(found) == 2):
+        raise TypeError(
+            f"{who}: with has_aux=True, {tf.name_of(f)} must return a pair (value, aux); "
+            f"it returns {found}"
+        )
+    return found.types[0], found.types[1]
+
+
+class WithAux:
+    """What ``jacobian`` / ``jacfwd`` / ``jacrev`` / ``hessian`` return with
+    ``has_aux=True``: ``(the derivative of f's value, aux)``, as JAX's. The value is
+    ``f(...)[0]`` as a function of its own (``first_part``: f inlined), differentiated
+    by ``helper``; aux comes from one more evaluation of f, on copies of the
+    arguments. Not differentiated again."""
+
+    helper_result = True
+    has_aux = True
+
+    def __init__(self, f: Any, helper: Callable[[Any], Any], how: str):
+        self.f, self.helper, self.how = f, helper, how
+        self.__name__ = f"{how}({tf.name_of(f)}, has_aux=True)"
+        self._inner: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (WithAux, (self.f, self.helper, self.how))
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        from enzyme_py._compose import refuse
+
+        refuse("ez.autodiff", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = tf.bind(self.f, args, kwargs, self.__name__)
+        _pair_types(self.f, args, self.__name__)
+        if self._inner is None:
+            self._inner = self.helper(first_part(self.f, len(args)))
+        derivative = self._inner(*args)
+        return derivative, self.f(*tf.fresh(args))[1]
+
+
+def with_aux(f: Any, helper: Callable[[Any], Any], how: str, output: int | None) -> WithAux:
+    """``how(f, has_aux=True)``: f returns ``(value, aux)``; the derivative of its value
+    (by ``helper``) and aux, as JAX's."""
+    from enzyme_py._compose import is_result, refuse
+
+    if output is not None:
+        raise TypeError(
+            f"{how}: has_aux=True is for f returning (value, aux), output= for f writing "
+            "its result into an argument; give one of them"
+        )
+    if is_result(f):
+        refuse(f"{how}(..., has_aux=True)", f)
+    return WithAux(f, helper, how)

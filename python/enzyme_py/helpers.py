@@ -26,7 +26,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number as _real_number
-from enzyme_py._aux import AuxGradient
+from enzyme_py._aux import AuxGradient, checked_has_aux
 from enzyme_py._compose import (
     Gradient,
     GradientOfGradient,
@@ -38,7 +38,8 @@ from enzyme_py._compose import (
     refuse,
     second_of,
 )
-from enzyme_py._jacobians import hessian, jacfwd, jacobian, jacrev
+from enzyme_py._hessians import hessian
+from enzyme_py._jacobians import jacfwd, jacobian, jacrev
 from enzyme_py._third_order import of_second, vjp_of_second
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import (
@@ -135,9 +136,7 @@ def value_and_grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Calla
 
 def _gradient(f: Any, argnums: Argnums, with_value: bool, has_aux: bool = False) -> Any:
     outer = "value_and_grad" if with_value else "grad"
-    if not isinstance(has_aux, (bool, np.bool_)):
-        raise TypeError(f"{outer}: has_aux is True or False; got {has_aux!r}")
-    if has_aux:
+    if checked_has_aux(has_aux, outer):
         if is_result(f):
             refuse(f"{outer}(..., has_aux=True)", f)
         return AuxGradient(f, argnums, with_value)

@@ -1,4 +1,6 @@
-"""A Numba function's array result contracted with weights: ``sum(f(*args) * weights)``.
+"""Scalar or single-result functions made of a Numba function's result: its array
+result contracted with weights (``sum(f(*args) * weights)``), or the first part of a
+pair it returns (``f(*args)[0]``, for ``has_aux``).
 
 Second derivatives of a function returning an array (``ez.hessian(f)`` for f: R^n ->
 R^m, ``jacfwd(jacrev(f))``) are, output by output, second derivatives of a scalar
@@ -17,31 +19,19 @@ from typing import Any
 
 from enzyme_py.frontends._numba_compile import serial_options
 
-__all__ = ["contracted"]
+__all__ = ["contracted", "first_part"]
 
-_made: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+_made: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], Any]] = weakref.WeakKeyDictionary()
 
 
 def contracted(dispatcher: Any, arity: int) -> Any:
     """``g(a0, ..., a{arity-1}, weights) = np.sum(f(a0, ...) * weights)`` for Numba
-    dispatcher f returning an array, made once per f and arity. ``g`` bears f's name,
-    so that errors from differentiating it name the function the user wrote."""
-    import numba
-    import numpy as np
-
-    by_arity = _made.setdefault(dispatcher, {})
-    found = by_arity.get(arity)
-    if found is not None:
-        return found
-    name = dispatcher.py_func.__name__
-    if not name.isidentifier() or keyword.iskeyword(name) or name in ("f", "np"):
-        name = "contracted"
+    dispatcher f returning an array, made once per f and arity."""
     params = ", ".join(f"a{i}" for i in range(arity))
     # A loop, not np.sum(f(...) * weights): no temporary product array, whose shadow's
     # zeroing the derivative vectorises into stores Enzyme cannot type when it
     # differentiates that derivative again.
-    source = (
-        f"def {name}({params}{', ' if params else ''}weights):\n"
+    body = (
         f"    values = f({params}).ravel()\n"
         "    flat = weights.ravel()\n"
         "    total = 0.0\n"
@@ -49,11 +39,43 @@ def contracted(dispatcher: Any, arity: int) -> Any:
         "        total += values[k] * flat[k]\n"
         "    return total\n"
     )
+    return _made_of(dispatcher, "contracted", arity, [*_params(arity), "weights"], body)
+
+
+def first_part(dispatcher: Any, arity: int) -> Any:
+    """``g(a0, ..., a{arity-1}) = f(a0, ...)[0]`` for Numba dispatcher f returning a
+    tuple, made once per f and arity (f inlined, as for ``contracted``)."""
+    params = ", ".join(_params(arity))
+    return _made_of(dispatcher, "first", arity, _params(arity), f"    return f({params})[0]\n")
+
+
+# Names the generated bodies use.
+_TAKEN = frozenset({"f", "np", "values", "flat", "total", "k", "weights"})
+
+
+def _params(arity: int) -> list[str]:
+    return [f"a{i}" for i in range(arity)]
+
+
+def _made_of(dispatcher: Any, kind: str, arity: int, params: list[str], body: str) -> Any:
+    """An @njit function of ``params`` with ``body``, in which ``f`` is the dispatcher
+    (inlined) and ``np`` NumPy; named as f is, so that errors from differentiating it
+    name the function the user wrote. Made once per dispatcher, kind and arity."""
+    import numba
+    import numpy as np
+
+    made = _made.setdefault(dispatcher, {})
+    found = made.get((kind, arity))
+    if found is not None:
+        return found
+    name = dispatcher.py_func.__name__
+    if not name.isidentifier() or keyword.iskeyword(name) or name in _TAKEN or name in params:
+        name = kind
+    source = f"def {name}({', '.join(params)}):\n{body}"
     namespace: dict[str, Any] = {"np": np, "f": _inlined_twin(dispatcher)}
-    exec(compile(source, f"<enzyme_py contraction of {name}>", "exec"), namespace)
-    made = numba.njit(namespace[name])
-    by_arity[arity] = made
-    return made
+    exec(compile(source, f"<enzyme_py {kind} of {name}>", "exec"), namespace)
+    made[(kind, arity)] = function = numba.njit(namespace[name])
+    return function
 
 
 def _inlined_twin(dispatcher: Any) -> Any:
