@@ -168,3 +168,17 @@ def test_jacobian_with_aux_refusals():
         ez.jacfwd(just_value, has_aux=True)(x)
     with pytest.raises(NotComposable, match="has_aux=True is not differentiated again"):
         ez.jacobian(ez.jacobian(field, has_aux=True))(x, 2.0)
+
+
+def test_has_aux_results_pickle():
+    import pickle
+
+    for made in (
+        ez.grad(fit, argnums=(0, 1), has_aux=True),
+        ez.jacrev(field, has_aux=True),
+    ):
+        again = pickle.loads(pickle.dumps(made))
+        args = (1.5, -0.25, X, Y) if made.f is fit else (np.array([0.5, -1.2, 0.8]), 2.0)
+        first, second = made(*args), again(*args)
+        np.testing.assert_allclose(np.asarray(first[0]), np.asarray(second[0]), rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(first[1]), np.asarray(second[1]), rtol=1e-15)

@@ -34,12 +34,25 @@ from enzyme_py.frontends._numba_contract import first_part
 __all__ = ["AuxGradient", "WithAux", "checked_has_aux", "with_aux"]
 
 
-class AuxGradient:
-    """What ``grad`` / ``value_and_grad`` return with ``has_aux=True``: ``(gradient,
-    aux)``, or ``((value, aux), gradient)``. Not differentiated again."""
+class _AuxResult:
+    """A helper's result for ``has_aux=True``: not differentiated again."""
 
     helper_result = True
     has_aux = True
+    __name__: str
+
+    def __repr__(self) -> str:
+        return f"<enzyme_py {self.__name__}>"
+
+    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
+        from enzyme_py._compose import refuse
+
+        refuse("ez.autodiff", self)
+
+
+class AuxGradient(_AuxResult):
+    """What ``grad`` / ``value_and_grad`` return with ``has_aux=True``: ``(gradient,
+    aux)``, or ``((value, aux), gradient)``."""
 
     def __init__(self, f: Any, argnums: Argnums, with_value: bool):
         self.f, self.argnums, self.with_value = f, argnums, with_value
@@ -49,14 +62,6 @@ class AuxGradient:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (AuxGradient, (self.f, self.argnums, self.with_value))
-
-    def __repr__(self) -> str:
-        return f"<enzyme_py {self.__name__}, argnums={self.argnums!r}>"
-
-    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
-        from enzyme_py._compose import refuse
-
-        refuse("ez.autodiff", self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
@@ -118,15 +123,12 @@ def _pair_types(f: Any, args: Sequence[Any], who: str) -> tuple[Any, Any]:
     return found.types[0], found.types[1]
 
 
-class WithAux:
+class WithAux(_AuxResult):
     """What ``jacobian`` / ``jacfwd`` / ``jacrev`` / ``hessian`` return with
     ``has_aux=True``: ``(the derivative of f's value, aux)``, as JAX's. The value is
     ``f(...)[0]`` as a function of its own (``first_part``: f inlined), differentiated
     by ``helper``; aux comes from one more evaluation of f, on copies of the
-    arguments. Not differentiated again."""
-
-    helper_result = True
-    has_aux = True
+    arguments."""
 
     def __init__(self, f: Any, helper: Callable[[Any], Any], how: str):
         self.f, self.helper, self.how = f, helper, how
@@ -135,14 +137,6 @@ class WithAux:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (WithAux, (self.f, self.helper, self.how))
-
-    def __repr__(self) -> str:
-        return f"<enzyme_py {self.__name__}>"
-
-    def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
-        from enzyme_py._compose import refuse
-
-        refuse("ez.autodiff", self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
