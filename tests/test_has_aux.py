@@ -182,3 +182,29 @@ def test_has_aux_results_pickle():
         first, second = made(*args), again(*args)
         np.testing.assert_allclose(np.asarray(first[0]), np.asarray(second[0]), rtol=1e-15)
         np.testing.assert_allclose(np.asarray(first[1]), np.asarray(second[1]), rtol=1e-15)
+
+
+def test_jvp_and_vjp_with_aux():
+    x, tx = np.array([0.5, -1.2, 0.8]), np.array([1.0, 0.5, -2.0])
+    value, tangent, total = ez.jvp(field, (x, 2.0), (tx, 0.0), has_aux=True)
+    jac = ez.jacobian(field, has_aux=True)(x, 2.0)[0]
+    assert total == pytest.approx(float(np.sum(x)), rel=1e-15)
+    np.testing.assert_allclose(value, [2.0 * x[0] * x[1], math.sin(x[2]) * x[0]], rtol=1e-15)
+    np.testing.assert_allclose(tangent, jac @ tx, rtol=1e-14)
+
+    value, vjp_fn, total = ez.vjp(field, x, 2.0, has_aux=True)
+    assert total == pytest.approx(float(np.sum(x)), rel=1e-15)
+    c = np.array([0.3, -1.0])
+    dx, dk = vjp_fn(c)
+    np.testing.assert_allclose(dx, c @ jac, rtol=1e-14)
+    assert dk == pytest.approx(c[0] * x[0] * x[1], rel=1e-14)
+
+    energy, vjp_fn, steps = ez.vjp(energy_and_steps, x, has_aux=True)  # an integer aux
+    assert energy == pytest.approx(float(np.sum(2.0 * np.sin(x) * x)), rel=1e-13)
+    assert steps == 3
+    (g,) = vjp_fn(1.0)
+    np.testing.assert_allclose(g, 2.0 * (np.cos(x) * x + np.sin(x)), rtol=1e-12)
+    with pytest.raises(TypeError, match=r"must return a pair \(value, aux\)"):
+        ez.vjp(just_value, x, has_aux=True)
+    with pytest.raises(TypeError, match=r"must return a pair \(value, aux\)"):
+        ez.jvp(just_value, (x,), (x,), has_aux=True)

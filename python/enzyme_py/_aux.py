@@ -31,7 +31,7 @@ from enzyme_py.core import Active, Duplicated, Reverse
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.frontends._numba_contract import first_part
 
-__all__ = ["AuxGradient", "WithAux", "checked_has_aux", "with_aux"]
+__all__ = ["AuxGradient", "WithAux", "checked_has_aux", "pair_types", "with_aux"]
 
 
 class _AuxResult:
@@ -84,7 +84,7 @@ class AuxGradient(_AuxResult):
         it, from an evaluation of f on copies of the arguments (one more call)."""
         from numba.core import types
 
-        value_type, aux_type = _pair_types(self.f, args, self.__name__)
+        value_type, aux_type = pair_types(self.f, args, self.__name__)
         if not isinstance(value_type, types.Float):
             raise TypeError(
                 f"{self.__name__}: with has_aux=True, {tf.name_of(self.f)} must return a "
@@ -103,7 +103,7 @@ def checked_has_aux(value: Any, who: str) -> bool:
     return bool(value)
 
 
-def _pair_types(f: Any, args: Sequence[Any], who: str) -> tuple[Any, Any]:
+def pair_types(f: Any, args: Sequence[Any], who: str) -> tuple[Any, Any]:
     """The Numba types of the pair ``(value, aux)`` that f returns for these arguments;
     TypeError where f is not a Numba function returning a pair."""
     if not numba_frontend.is_dispatcher(f):
@@ -140,7 +140,7 @@ class WithAux(_AuxResult):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
-        _pair_types(self.f, args, self.__name__)
+        pair_types(self.f, args, self.__name__)
         if self._inner is None:
             self._inner = self.helper(first_part(self.f, len(args)))
         derivative = self._inner(*args)

@@ -50,27 +50,27 @@ def value_and_grad(f: Any, argnums: Any = 0, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.value_and_grad")
 
 
-def jvp(f: Any, primals: Any, tangents: Any) -> NoReturn:
+def jvp(f: Any, primals: Any, tangents: Any, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.jvp")
 
 
-def vjp(f: Any, *primals: Any) -> NoReturn:
+def vjp(f: Any, *primals: Any, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.vjp")
 
 
-def jacobian(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
+def jacobian(f: Any, argnums: Any = 0, output: Any = None, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.jacobian")
 
 
-def jacfwd(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
+def jacfwd(f: Any, argnums: Any = 0, output: Any = None, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.jacfwd")
 
 
-def jacrev(f: Any, argnums: Any = 0, output: Any = None) -> NoReturn:
+def jacrev(f: Any, argnums: Any = 0, output: Any = None, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.jacrev")
 
 
-def hessian(f: Any, argnums: Any = 0) -> NoReturn:
+def hessian(f: Any, argnums: Any = 0, has_aux: bool = False) -> NoReturn:
     _unavailable("ez.hessian")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number as _real_number
-from enzyme_py._aux import AuxGradient, checked_has_aux
+from enzyme_py._aux import AuxGradient, checked_has_aux, pair_types
 from enzyme_py._compose import (
     Gradient,
     GradientOfGradient,
@@ -151,8 +151,12 @@ def _gradient(f: Any, argnums: Argnums, with_value: bool, has_aux: bool = False)
     return Gradient(f, argnums, with_value)
 
 
-def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """``(f(*primals), directional derivative along tangents)`` by one forward pass.
+def jvp(
+    f: Any, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False
+) -> tuple[Any, ...]:
+    """``(f(*primals), directional derivative along tangents)`` by one forward pass;
+    with ``has_aux=True`` (``f`` returns ``(value, aux)``), ``(value, its tangent, aux)``
+    from the same pass, as JAX's.
 
     ``tangents`` has one entry per primal: an array like a float array, a float for a
     float scalar, or None (no tangent: zero; integers are always Const). Omitted
@@ -183,6 +187,13 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    if checked_has_aux(has_aux, "jvp"):
+        who = f"jvp({tf.name_of(f)}, has_aux=True)"
+        if is_result(f):
+            refuse(who, f)
+        pair_types(f, tf.with_defaults(f, primals, who), who)
+        (value, aux), (tangent, _) = jvp(f, primals, tangents)
+        return value, tangent, aux
     if isinstance(f, Pullback):  # a linear map: (vjp_fn(c), vjp_fn(dc))
         return f.jvp(primals, tangents)
     g = as_gradient(f)
@@ -220,9 +231,11 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     )
 
 
-def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
+def vjp(f: Any, *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
     """``(f(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` returns one entry per primal:
-    the pullback for float arrays and scalars, None for the others.
+    the pullback for float arrays and scalars, None for the others. With
+    ``has_aux=True`` (``f`` returns ``(value, aux)``): ``(value, vjp_fn, aux)``, as
+    JAX's, ``vjp_fn`` taking the value's cotangent.
 
     ``f`` runs once, on the primals given; for a function returning a float, that one
     run is Enzyme's augmented forward pass (split mode), and ``vjp_fn`` runs only the
@@ -247,6 +260,8 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
     >>> vjp_fn((None, None, np.array([1.0, 10.0])))
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
+    if checked_has_aux(has_aux, "vjp"):
+        return _vjp_with_aux(f, primals)
     n = len(primals)
     if isinstance(f, Pullback):  # a linear map: its pullback is its transpose
         return f.vjp(primals)
@@ -306,6 +321,23 @@ def vjp(f: Any, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Any, ...]]]:
 
     transpose = _forward_at(f, at, n, tf.name_of(f), outputs=nothing)
     return value, Pullback(vjp_fn, tf.name_of(f), transpose)
+
+
+def _vjp_with_aux(f: Any, primals: Sequence[Any]) -> tuple[Any, ...]:
+    """``vjp(f, *primals, has_aux=True)``: the pullback of f's value alone (the aux
+    part's cotangent zero; an integer or boolean aux has none)."""
+    who = f"vjp({tf.name_of(f)}, has_aux=True)"
+    if is_result(f):
+        refuse(who, f)
+    pair_types(f, tf.with_defaults(f, primals, who), who)
+    (value, aux), pull = vjp(f, *primals)
+    differentiable = np.asarray(aux).dtype.kind == "f"
+    zero = (np.zeros_like(aux) if isinstance(aux, np.ndarray) else 0.0) if differentiable else None
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        return pull((cotangent, zero))
+
+    return value, vjp_fn, aux
 
 
 def _forward_at(
