@@ -221,7 +221,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   const std::string derivative_name = entry_name + "_derivative";
   LLVMSetValueName2(derivative, derivative_name.c_str(), derivative_name.size());
   LLVMSetLinkage(derivative, LLVMExternalLinkage);
-  divide_twice_by_squares(mod);
+  divide_by_squares_in_steps(mod);
   Artifact out;
   out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);

@@ -55,10 +55,10 @@ int make_adds_plain(LLVMModuleRef mod, const std::string &function,
 // which overflows for |y| > 1e154: the tangent came out 0 without an error.
 // After Enzyme, every fdiv of X by (Y * Y) whose flags allow reassociation and
 // reciprocals (Enzyme's own arithmetic is `fast`; so is user code compiled
-// with fast-math, which allows the same) becomes (X / Y) / Y, the new
-// divisions without those two flags so that InstCombine does not fold them
+// with fast-math, which allows the same) becomes X * (1 / Y) * (1 / Y), the new
+// instructions without those two flags so that InstCombine does not fold them
 // back. Returns how many.
-int divide_twice_by_squares(LLVMModuleRef mod);
+int divide_by_squares_in_steps(LLVMModuleRef mod);
 
 // Whether `function` can reach a call of itself or of a function it is called
 // from, through direct calls of functions defined in `mod` (recursion). Enzyme

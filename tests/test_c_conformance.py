@@ -294,7 +294,7 @@ def test_fabs_at_signed_zero_and_max_ties():
 
 def test_forward_division_by_a_large_number():
     # Enzyme v0.0.289's forward rule for x / y divides by y * y, which overflows for
-    # |y| > 1e154 (the tangent came out 0); enzyme_py divides by y twice instead.
+    # |y| > 1e154 (the tangent came out 0); enzyme_py multiplies by 1 / y twice instead.
     m = ez.c(
         "double q(double x, double y) { return x / y; }\n"
         "float qf(float x, float y) { return x / y; }\n"
