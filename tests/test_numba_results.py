@@ -236,15 +236,28 @@ def value_count_signs(x):
     return np.sum(x * x), x.shape[0], x > 0.0
 
 
+@numba.njit
+def value_sign_scale(x):
+    return np.sum(x * x), x[0] > 0.0, x.shape[0] * 1.5
+
+
 def test_integer_and_boolean_parts_have_no_derivative():
     dx = np.zeros(6)
-    ((s, n, positive),) = ez.autodiff(value_count_signs, ez.Reverse, ez.Duplicated,
-                                      ez.Duplicated)(X, dx, (1.0, None, None))  # fmt: skip
+    reverse = ez.autodiff(value_count_signs, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    ((s, n, positive),) = reverse(X, dx, (1.0, None, None))
     assert s == pytest.approx(np.sum(X * X), rel=1e-14) and n == 6
     np.testing.assert_array_equal(positive, X > 0.0)
     np.testing.assert_allclose(dx, 2.0 * X, rtol=1e-14)
-    (s, n, positive), tangent = ez.autodiff(value_count_signs, ez.Forward, ez.Dual, ez.Dual)(
-        X, np.ones(6)
-    )
+    forward = ez.autodiff(value_count_signs, ez.Forward, ez.Dual, ez.Dual)
+    (s, n, positive), tangent = forward(-X, np.ones(6))
     assert tangent[1:] == (None, None) and n == 6
-    assert tangent[0] == pytest.approx(np.sum(2.0 * X), rel=1e-14)
+    assert tangent[0] == pytest.approx(np.sum(-2.0 * X), rel=1e-14)
+
+    dx = np.zeros(6)
+    reverse = ez.autodiff(value_sign_scale, ez.Reverse, ez.Duplicated, ez.Duplicated)
+    ((s, first, scale),) = reverse(X, dx, (1.0, None, 2.0))
+    assert first is bool(X[0] > 0.0) and scale == 9.0  # a boolean scalar: a byte in the tuple
+    np.testing.assert_allclose(dx, 2.0 * X, rtol=1e-14)
+    forward = ez.autodiff(value_sign_scale, ez.Forward, ez.Dual, ez.Dual)
+    (s, first, scale), tangent = forward(-X, np.ones(6))
+    assert first is bool(-X[0] > 0.0) and tangent[1:] == (None, 0.0)

@@ -66,7 +66,8 @@ def _part(numba_type: Any, member: int | None, ctx: Any, name: str) -> ResultPar
             str(ctx.get_data_type(numba_type.dtype)),
         )
     if member is not None and isinstance(numba_type, (types.Float, types.Integer, types.Boolean)):
-        llvm_type = str(ctx.get_value_type(numba_type))
+        # As the tuple holds it: a boolean is a byte there (its value type is i1).
+        llvm_type = str(ctx.get_data_type(numba_type))
         return ResultPart(np.dtype(str(numba_type)), 0, True, member, llvm_type, llvm_type)
     raise TypeError(
         f"'{name}' returns {numba_type}{'' if member is None else ' in a tuple'}; enzyme_py "
