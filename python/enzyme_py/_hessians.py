@@ -182,6 +182,7 @@ class _Hessian:
         self.f, self.argnums = f, argnums
         self._derivatives = tf.Derivatives(f)
         self.__name__ = f"hessian({tf.name_of(f)})"
+        self._by_columns: Blocks | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Hessian, (self.f, self.argnums))
@@ -198,12 +199,13 @@ class _Hessian:
         if tf.returns_arrays(self.f, args):  # f: R^n -> R^m, as jax.hessian's
             h = _output_blocks(self.f, args, nums, self.__name__)
             return h[0][0] if tf.single(self.argnums) else tuple(tuple(r) for r in h)
-        for i in nums:
-            if not tf.is_float_array(args[i]):
-                raise TypeError(
-                    f"{self.__name__} needs argument {i} to be a float array; got "
-                    f"{type(args[i]).__name__} (a float scalar: pass it as a 1-element array)"
-                )
+        if not all(tf.is_float_array(args[i]) for i in nums):
+            # Float scalars among them (as JAX takes them): one column at a time.
+            if self._by_columns is None:
+                self._by_columns = Blocks(Gradient(self.f, self.argnums, False), (), "hessian")
+                self._by_columns.__name__ = self.__name__
+            h = self._by_columns._columns(args, nums)
+            return h[0][0] if tf.single(self.argnums) else tuple(tuple(r) for r in h)
         fn = tf.reverse_derivative(
             self._derivatives,
             args,
@@ -237,13 +239,14 @@ class _Hessian:
 
 
 def hessian(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., Any]:
-    """The Hessian of scalar-valued ``f`` with respect to the float array arguments in
-    ``argnums``, by forward mode over reverse mode, columns in batches.
+    """The Hessian of scalar-valued ``f`` with respect to the float array (and float
+    scalar) arguments in ``argnums``, by forward mode over reverse mode, columns in
+    batches (one at a time where a float scalar is among them).
 
-    An int ``argnums`` gives one block of shape ``x.shape + x.shape``; a tuple gives the
-    nested blocks as JAX does: ``h[a][b]`` of shape ``x_a.shape + x_b.shape`` for the
-    arguments ``argnums[a]`` and ``argnums[b]``. ``f`` runs on copies: the caller's
-    arrays are left as given.
+    An int ``argnums`` gives one block of shape ``x.shape + x.shape`` (a float for a
+    float scalar); a tuple gives the nested blocks as JAX does: ``h[a][b]`` of shape
+    ``x_a.shape + x_b.shape`` for the arguments ``argnums[a]`` and ``argnums[b]``.
+    ``f`` runs on copies: the caller's arrays are left as given.
 
     A Numba ``f`` that returns a float array has, as in JAX, one Hessian per element of
     its result: shaped ``result.shape + x.shape + x.shape`` (blocks ``result.shape +
@@ -261,6 +264,11 @@ def hessian(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[...
     (array([[6., 0.],
            [0., 0.]]), array([[2.],
            [6.]]), array([[4.]]))
+    >>> @numba.njit
+    ... def g(t, a):
+    ...     return a * t ** 4
+    >>> ez.hessian(g, argnums=(0, 1))(2.0, 3.0)     # float scalars: floats, as JAX's
+    ((144.0, 32.0), (32.0, 0.0))
     """
     if checked_has_aux(has_aux, "hessian"):
         return with_aux(f, partial(hessian, argnums=argnums), "hessian", None)
