@@ -295,11 +295,25 @@ def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
         return False
     from numba.core.errors import TypingError
 
+    # Memoised where the arguments' kinds determine their Numba types (Numba's typeof is
+    # a good part of a small Hessian's call otherwise).
+    plain = all(isinstance(a, (np.ndarray, float, int, np.generic)) for a in args)
+    kinds = tuple(argument_kind(a) for a in args) if plain else None
+    memo = _returns_arrays.setdefault(f, {})
+    if kinds is not None and kinds in memo:
+        return memo[kinds]
     types = tuple(f.typeof_pyval(a) for a in args)
     try:
-        return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+        found = numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
     except TypingError:
         return False
+    if kinds is not None:
+        memo[kinds] = found
+    return found
+
+
+# Per Numba dispatcher: returns_arrays by the kinds of the arguments.
+_returns_arrays: weakref.WeakKeyDictionary[Any, dict[Any, bool]] = weakref.WeakKeyDictionary()
 
 
 def zero_shadows(
