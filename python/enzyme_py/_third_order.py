@@ -199,6 +199,46 @@ def _units(a: Any, start: int, stop: int) -> Any:
     return t.reshape(a.shape if width == 1 else (width, *a.shape))
 
 
+def _absolute(nums: Argnums, n: int) -> Argnums:
+    """Argnums counted from the front (``-1`` is ``n - 1``), as an int or a tuple as
+    given: they keep their meaning for a function with more parameters after them."""
+    if isinstance(nums, (int, np.integer)):
+        return int(nums) % n
+    return tuple(int(j) % n for j in nums)
+
+
+def _per_output(
+    f: Any, args: Sequence[Any], who: str, of_output: Callable[[Any], Callable[..., Any]]
+) -> Any:
+    """A derivative of Numba f returning a float array, element by element of its
+    result: ``of_output(g)`` for the contraction ``g(*args, weights) = sum(f(*args) *
+    weights)`` (``_numba_contract``), called with each unit ``weights``; the results
+    stacked leaf by leaf, the result's shape in front (JAX's layout)."""
+    from enzyme_py._batching import array_result
+    from enzyme_py.frontends._numba_contract import contracted
+
+    out = array_result(f, args, who)
+    if out.dtype.kind != "f":
+        raise TypeError(
+            f"{who}: {tf.name_of(f)} returns an array of {out.dtype}, which has no "
+            "derivative; return float values"
+        )
+    compute = of_output(contracted(f, len(args)))
+    found = []
+    for k in range(out.size):
+        weights = np.zeros(out.size, dtype=out.dtype)
+        weights[k] = 1
+        found.append(compute(*args, weights.reshape(out.shape)))
+    return _stacked(found, out.shape)
+
+
+def _stacked(items: list[Any], shape: tuple[int, ...]) -> Any:
+    """Items nested alike (tuples of arrays or floats), stacked leaf by leaf."""
+    if isinstance(items[0], tuple):
+        return tuple(_stacked([item[j] for item in items], shape) for j in range(len(items[0])))
+    return np.stack([np.asarray(item) for item in items]).reshape(*shape, *np.shape(items[0]))
+
+
 def _nest(n: int, groups: Sequence[Argnums], block: Any) -> Any:
     """``block(*positions)`` nested over the argnums groups as JAX nests its results:
     an int unwraps its level, a sequence gives a tuple."""
@@ -251,8 +291,9 @@ def _checked(
             )
     if tf.returns_arrays(f, args):
         raise NotComposable(
-            f"{who}: {tf.name_of(f)} returns an array (or a tuple); the helpers compose "
-            "derivatives of scalar-valued functions only (its Jacobian: ez.jacobian(f))"
+            f"{who}: {tf.name_of(f)} returns an array (or a tuple); the pullback of its "
+            "second derivatives is not composed: ez.jacobian of them gives the tensor "
+            "(result.shape + three argument shapes), ez.jvp of them T v"
         )
 
 
@@ -292,6 +333,15 @@ class ThirdDerivative:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
+        if tf.returns_arrays(self.f, args):  # one tensor per element of the result
+
+            def of_output(g: Any) -> Callable[..., Any]:
+                n = len(args)
+                a, b, c = (_absolute(nums, n) for nums in (self.a, self.b, self.c))
+                scalars = tuple(_absolute(nums, n) for nums in self.scalars)
+                return ThirdDerivative(g, a, b, c, self.__name__, scalars, self.with_value)
+
+            return _per_output(self.f, args, self.__name__, of_output)
         groups = [tf.positions(g, len(args)) for g in (self.a, self.b, self.c)]
         rows, mids, cols = groups
         scalars = [tf.positions(g, len(args)) for g in self.scalars]
@@ -361,6 +411,18 @@ def jvp_of_second(
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
     args = tf.fresh(tf.with_defaults(f, primals, who))
+    if tf.returns_arrays(f, args):  # (H, T v) per element of the result
+
+        def of_output(g: Any) -> Callable[..., Any]:
+            n, rest = len(args), (None,) * (len(args) + 1 - len(tangents))
+            a_, b_ = _absolute(a, n), _absolute(b, n)
+            scal = tuple(_absolute(nums, n) for nums in scalars)
+            derivatives_g = tf.Derivatives(g)
+            return lambda *call: jvp_of_second(
+                g, derivatives_g, a_, b_, scal, call, (*tangents, *rest), name
+            )
+
+        return _per_output(f, args, who, of_output)  # type: ignore[no-any-return]
     rows, mids = tf.positions(a, len(args)), tf.positions(b, len(args))
     given = tf.given_tangents(args, tangents, who)
     scal = [tf.positions(g, len(args)) for g in scalars]
