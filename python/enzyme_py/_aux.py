@@ -1,9 +1,12 @@
-"""``grad(f, has_aux=True)`` and ``value_and_grad(f, has_aux=True)``, as JAX's.
+"""``has_aux=True``, as JAX's: ``f`` returns a pair ``(value, aux)``, a value to
+differentiate and anything else it computed (a float, integer or boolean scalar or
+array: losses with their metrics or residuals).
 
-``f`` returns a pair ``(value, aux)``: a float scalar to differentiate and anything
-else it computed (a float or integer scalar or array: losses with their metrics or
-residuals). One reverse pass of Numba's tuple result does both: the value's seed is
-1, the aux's 0, so the gradient is the value's alone and aux comes back with it.
+``grad`` / ``value_and_grad`` (``AuxGradient``): one reverse pass of Numba's tuple
+result does both, the value's seed 1 and the aux's 0, so the gradient is the value's
+alone and aux comes back with it. The Jacobians and ``hessian`` (``WithAux``)
+differentiate ``f(...)[0]`` as a function of its own and take aux from one more
+evaluation of ``f``; ``jvp`` and ``vjp`` (in ``helpers``) use the tuple result.
 
 >>> import numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
