@@ -1,6 +1,7 @@
 """Batches of columns and rows, shared by the Jacobians and the Hessians: unit seeds
-for a range of elements in lanes, per-lane values as rows, and the retry one column
-at a time where Enzyme refuses a batch."""
+for a range of elements in lanes, per-lane values as rows, the retry one column at a
+time where Enzyme refuses a batch, and derivatives of a function returning an array
+taken element by element of its result (``per_output``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py.frontends._numba_contract import contracted
 
-__all__ = ["array_result", "batched", "batches", "lanes", "size_of", "unit"]
+__all__ = ["array_result", "batched", "batches", "lanes", "per_output", "size_of", "unit"]
 
 
 def batches(n: int, size: int) -> list[tuple[int, int]]:
@@ -60,3 +62,32 @@ def array_result(f: Any, args: Sequence[Any], who: str) -> np.ndarray:
             "(or use ez.jvp / ez.vjp, which take tuples)"
         )
     return np.asarray(found)
+
+
+def per_output(
+    f: Any, args: Sequence[Any], who: str, of_output: Callable[[Any], Callable[..., Any]]
+) -> Any:
+    """A derivative of Numba f returning a float array, element by element of its
+    result: ``of_output(g)`` for the contraction ``g(*args, weights) = sum(f(*args) *
+    weights)`` (``_numba_contract``), called with each unit ``weights``; the results
+    stacked leaf by leaf, the result's shape in front (JAX's layout)."""
+    out = array_result(f, args, who)
+    if out.dtype.kind != "f":
+        raise TypeError(
+            f"{who}: {tf.name_of(f)} returns an array of {out.dtype}, which has no "
+            "derivative; return float values"
+        )
+    compute = of_output(contracted(f, len(args)))
+    found = []
+    for k in range(out.size):
+        weights = np.zeros(out.size, dtype=out.dtype)
+        weights[k] = 1
+        found.append(compute(*args, weights.reshape(out.shape)))
+    return _stacked(found, out.shape)
+
+
+def _stacked(items: list[Any], shape: tuple[int, ...]) -> Any:
+    """Items nested alike (tuples of arrays or floats), stacked leaf by leaf."""
+    if isinstance(items[0], (tuple, list)):
+        return tuple(_stacked([item[j] for item in items], shape) for j in range(len(items[0])))
+    return np.stack([np.asarray(item) for item in items]).reshape(*shape, *np.shape(items[0]))

@@ -16,12 +16,11 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._aux import checked_has_aux, with_aux
-from enzyme_py._batching import array_result, batched, batches, lanes, size_of, unit
+from enzyme_py._batching import batched, batches, lanes, per_output, size_of, unit
 from enzyme_py._compose import Gradient, as_gradient, hessian_of_gradient, is_result, refuse
 from enzyme_py._third_order import Second
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import Reverse
-from enzyme_py.frontends._numba_contract import contracted
 
 __all__ = ["Blocks", "ValueAndBlocks", "hessian"]
 
@@ -139,33 +138,16 @@ def _output_blocks(f: Any, args: Sequence[Any], union: tuple[int, ...], who: str
     arguments ``union``: nested blocks ``h[a][b]`` of shape ``out.shape + x_a.shape +
     x_b.shape`` (JAX's ``hessian`` of such f). Output k's Hessian is that of the scalar
     ``sum(f(x) * e_k)`` (``_numba_contract``), by forward over reverse mode."""
-    out = array_result(f, args, who)
-    if out.dtype.kind != "f":
-        raise TypeError(
-            f"{who}: {tf.name_of(f)} returns an array of {out.dtype}, which has no "
-            "derivative; return float values"
-        )
-    g = contracted(f, len(args))
-    # Made once: their derivatives are kept with them, for every output.
-    hessian = _Hessian(g, union)
-    columns = Blocks(Gradient(g, union, False), union, "jacfwd")
-    arrays = all(tf.is_float_array(args[i]) for i in union)
-    weights = np.zeros(out.size, dtype=out.dtype)
-    per_output = []
-    for k in range(out.size):
-        weights[:] = 0
-        weights[k] = 1
-        call = (*args, weights.reshape(out.shape))
-        per_output.append(hessian(*call) if arrays else columns._columns(call, union))
-    return [
-        [
-            np.stack([np.asarray(h[a][b]) for h in per_output]).reshape(
-                *out.shape, *np.shape(args[i]), *np.shape(args[m])
-            )
-            for b, m in enumerate(union)
-        ]
-        for a, i in enumerate(union)
-    ]
+
+    def of_output(g: Any) -> Callable[..., Any]:
+        # Made once: their derivatives are kept with them, for every output.
+        hessian = _Hessian(g, union)
+        columns = Blocks(Gradient(g, union, False), union, "jacfwd")
+        if all(tf.is_float_array(args[i]) for i in union):
+            return hessian
+        return lambda *call: columns._columns(call, union)
+
+    return per_output(f, args, who, of_output)
 
 
 class _Hessian:

@@ -42,6 +42,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
+from enzyme_py._batching import per_output
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Reverse
 
@@ -207,38 +208,6 @@ def _absolute(nums: Argnums, n: int) -> Argnums:
     return tuple(int(j) % n for j in nums)
 
 
-def _per_output(
-    f: Any, args: Sequence[Any], who: str, of_output: Callable[[Any], Callable[..., Any]]
-) -> Any:
-    """A derivative of Numba f returning a float array, element by element of its
-    result: ``of_output(g)`` for the contraction ``g(*args, weights) = sum(f(*args) *
-    weights)`` (``_numba_contract``), called with each unit ``weights``; the results
-    stacked leaf by leaf, the result's shape in front (JAX's layout)."""
-    from enzyme_py._batching import array_result
-    from enzyme_py.frontends._numba_contract import contracted
-
-    out = array_result(f, args, who)
-    if out.dtype.kind != "f":
-        raise TypeError(
-            f"{who}: {tf.name_of(f)} returns an array of {out.dtype}, which has no "
-            "derivative; return float values"
-        )
-    compute = of_output(contracted(f, len(args)))
-    found = []
-    for k in range(out.size):
-        weights = np.zeros(out.size, dtype=out.dtype)
-        weights[k] = 1
-        found.append(compute(*args, weights.reshape(out.shape)))
-    return _stacked(found, out.shape)
-
-
-def _stacked(items: list[Any], shape: tuple[int, ...]) -> Any:
-    """Items nested alike (tuples of arrays or floats), stacked leaf by leaf."""
-    if isinstance(items[0], tuple):
-        return tuple(_stacked([item[j] for item in items], shape) for j in range(len(items[0])))
-    return np.stack([np.asarray(item) for item in items]).reshape(*shape, *np.shape(items[0]))
-
-
 def _nest(n: int, groups: Sequence[Argnums], block: Any) -> Any:
     """``block(*positions)`` nested over the argnums groups as JAX nests its results:
     an int unwraps its level, a sequence gives a tuple."""
@@ -341,7 +310,7 @@ class ThirdDerivative:
                 scalars = tuple(_absolute(nums, n) for nums in self.scalars)
                 return ThirdDerivative(g, a, b, c, self.__name__, scalars, self.with_value)
 
-            return _per_output(self.f, args, self.__name__, of_output)
+            return per_output(self.f, args, self.__name__, of_output)
         groups = [tf.positions(g, len(args)) for g in (self.a, self.b, self.c)]
         rows, mids, cols = groups
         scalars = [tf.positions(g, len(args)) for g in self.scalars]
@@ -422,7 +391,7 @@ def jvp_of_second(
                 g, derivatives_g, a_, b_, scal, call, (*tangents, *rest), name
             )
 
-        return _per_output(f, args, who, of_output)  # type: ignore[no-any-return]
+        return per_output(f, args, who, of_output)  # type: ignore[no-any-return]
     rows, mids = tf.positions(a, len(args)), tf.positions(b, len(args))
     given = tf.given_tangents(args, tangents, who)
     scal = [tf.positions(g, len(args)) for g in scalars]
