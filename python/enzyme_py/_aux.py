@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _transforms as tf
+from enzyme_py._compose import is_result, refuse
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import Active, Duplicated, Reverse
 from enzyme_py.frontends import numba as numba_frontend
@@ -48,8 +49,6 @@ class _AuxResult:
         return f"<enzyme_py {self.__name__}>"
 
     def __enzyme_autodiff__(self, mode: Any, *activities: Any, **options: Any) -> Any:
-        from enzyme_py._compose import refuse
-
         refuse("ez.autodiff", self)
 
 
@@ -153,8 +152,6 @@ class WithAux(_AuxResult):
 def with_aux(f: Any, helper: Callable[[Any], Any], how: str, output: int | None) -> WithAux:
     """``how(f, has_aux=True)``: f returns ``(value, aux)``; the derivative of its value
     (by ``helper``) and aux, as JAX's."""
-    from enzyme_py._compose import is_result, refuse
-
     if output is not None:
         raise TypeError(
             f"{how}: has_aux=True is for f returning (value, aux), output= for f writing "
