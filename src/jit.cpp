@@ -3,6 +3,7 @@
 #include "crash_report.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
+#include "scatter_adds.h"
 
 #include <dlfcn.h>
 
@@ -16,7 +17,13 @@
 #include <llvm-c/Orc.h>
 #include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
-#include <llvm-c/Transforms/PassBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Passes/StandardInstrumentations.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
 
 namespace enzyme_py {
 
@@ -168,13 +175,48 @@ std::mutex &HostJit::options_mutex() {
 }
 
 void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
-  LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
-  LLVMPassBuilderOptionsSetLoopVectorization(options, 1);
-  LLVMPassBuilderOptionsSetSLPVectorization(options, 1);
-  LLVMPassBuilderOptionsSetLoopUnrolling(options, 1);
-  LLVMErrorRef err = LLVMRunPasses(mod, passes.c_str(), machine_, options);
-  LLVMDisposePassBuilderOptions(options);
-  check(err, "optimizing the derivative");
+  // What LLVMRunPasses does (its instrumentation too: optnone functions are left
+  // alone), with enzyme_py's own passes registered by name.
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  tuning.LoopUnrolling = true;
+  llvm::PassInstrumentationCallbacks callbacks;
+  // An LLVMTargetMachineRef is a TargetMachine (llvm-c's unwrap is not public).
+  llvm::PassBuilder builder(reinterpret_cast<llvm::TargetMachine *>(machine_), tuning,
+                            llvm::None, &callbacks);
+  builder.registerPipelineParsingCallback(
+      [](llvm::StringRef name, llvm::FunctionPassManager &passes,
+         llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
+        if (name != kSplitScatterAdds) return false;
+        passes.addPass(SplitScatterAdds());
+        return true;
+      });
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgsccs;
+  llvm::ModuleAnalysisManager modules;
+  builder.registerLoopAnalyses(loops);
+  builder.registerFunctionAnalyses(functions);
+  builder.registerCGSCCAnalyses(cgsccs);
+  builder.registerModuleAnalyses(modules);
+  builder.crossRegisterProxies(loops, functions, cgsccs, modules);
+  llvm::StandardInstrumentations instrumentation(/*DebugLogging=*/false);
+  instrumentation.registerCallbacks(callbacks, &functions);
+  llvm::ModulePassManager pipeline;
+  if (llvm::Error err = builder.parsePassPipeline(pipeline, passes)) {
+    throw std::runtime_error("optimizing the derivative: " + llvm::toString(std::move(err)));
+  }
+  pipeline.run(*llvm::unwrap(mod), modules);
+  // enzyme_py's own pass is checked: invalid IR from it must be an error, never code.
+  if (passes.find(kSplitScatterAdds) != std::string::npos) {
+    std::string problems;
+    llvm::raw_string_ostream out(problems);
+    if (llvm::verifyModule(*llvm::unwrap(mod), &out)) {
+      throw std::runtime_error("optimizing the derivative made invalid IR (" +
+                               std::string(kSplitScatterAdds) + "): " + out.str());
+    }
+  }
 }
 
 std::string HostJit::emit_object(LLVMModuleRef mod) const {

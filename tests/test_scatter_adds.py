@@ -1,0 +1,255 @@
+"""Reverse loops of stencils, split so that each add vectorises (src/scatter_adds.h).
+
+The reverse of ``b[i] = f(a[i-1], a[i], a[i+1])`` adds into the shadow of ``a`` at
+three offsets of i in one loop; the derivative pipeline splits such a loop into one
+loop per add. These tests check the split derivatives against exact references
+(the heat equation's adjoint as a matrix power, float64 central differences), at
+lengths that exercise vector bodies, remainders and loops too short for either; that
+the split happened; and, on loops written in LLVM IR, the run-time check that falls
+back to the untouched loop when the arrays overlap, and a loop that must not be split
+(it reads what an earlier iteration zeroed).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from benchmarks import kernels
+from enzyme_py._pipeline import SPLIT_SCATTER_ADDS
+from enzyme_py.frontends.ir import parse_module
+
+pytestmark = pytest.mark.needs_enzyme
+
+R = kernels.HEAT_R
+heat = kernels.heat_loss  # the benchmark's kernel: a stencil over a and b, swapped
+
+
+def heat_gradient(u0: np.ndarray, target: np.ndarray, steps: int) -> np.ndarray:
+    """The exact gradient: with S one step's matrix, (S^steps)^T (S^steps u0 - target)."""
+    n = u0.shape[0]
+    step = np.eye(n)
+    for i in range(1, n - 1):
+        step[i, i - 1 : i + 2] = [R, 1.0 - 2.0 * R, R]
+    power = np.linalg.matrix_power(step, steps)
+    u0, target = u0.astype(np.float64), target.astype(np.float64)
+    return power.T @ (power @ u0 - target)  # type: ignore[no-any-return]
+
+
+def split_loops(ir: str) -> list[str]:
+    """The blocks of the split loops (their labels), in order."""
+    return sorted(set(re.findall(r"^([\w.]*\.scatter\d+):", ir, re.MULTILINE)))
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 17, 64, 101])
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_heat_gradient_matches_the_exact_adjoint(n, steps):
+    rng = np.random.default_rng(10 * n + steps)
+    u0, target = rng.uniform(size=n), rng.uniform(size=n)
+    got = ez.grad(heat)(u0, target, steps)
+    np.testing.assert_allclose(got, heat_gradient(u0, target, steps), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [5, 33, 100])
+def test_heat_gradient_in_float32(n):
+    rng = np.random.default_rng(n)
+    u0 = rng.uniform(size=n).astype(np.float32)
+    target = rng.uniform(size=n).astype(np.float32)
+    got = ez.grad(heat)(u0, target, 5)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, heat_gradient(u0, target, 5), rtol=2e-5, atol=2e-6)
+
+
+def test_the_heat_reverse_stencil_loop_is_split():
+    n = 64
+    u0, target = np.ones(n), np.zeros(n)
+    df = ez.autodiff(heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly)
+    ir = df.for_arguments((u0, np.zeros(n), target, 3, 1.0)).inspect_llvm(optimized=True)
+    # The two adds into the shadow's neighbours, each in a loop of its own.
+    assert len(split_loops(ir)) >= 2, split_loops(ir)
+
+
+SMOOTH = r"""
+double smooth_loss(double *out, const double *in, long n, long steps) {
+  double s = 0.0;
+  for (long t = 0; t < steps; ++t) {
+    for (long i = 1; i < n - 1; ++i) out[i] = 0.25 * in[i - 1] + 0.5 * in[i] + 0.25 * in[i + 1];
+  }
+  for (long i = 0; i < n; ++i) s += out[i] * out[i] * (1.0 + 0.1 * i);
+  return s;
+}
+"""
+
+
+def smooth_loss(out: np.ndarray, inp: np.ndarray, n: int, steps: int) -> float:
+    for _ in range(steps):
+        for i in range(1, n - 1):
+            out[i] = 0.25 * inp[i - 1] + 0.5 * inp[i] + 0.25 * inp[i + 1]
+    return float(np.sum(out * out * (1.0 + 0.1 * np.arange(n))))
+
+
+@pytest.fixture(scope="module")
+def smooth():
+    """smooth_loss's gradient with respect to out and in (both Duplicated)."""
+    f = ez.c(SMOOTH).smooth_loss
+    return ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+
+
+@pytest.mark.parametrize("n", [3, 4, 9, 100, 1001])
+def test_c_stencil_gradient_matches_central_differences(smooth, n):
+    rng = np.random.default_rng(n)
+    out, inp = rng.uniform(size=n), rng.uniform(size=n)
+    df = smooth
+    dout, din = np.zeros(n), np.zeros(n)
+    df(out.copy(), dout, inp, din, n, 2, 1.0)
+    h = 1e-2  # the loss is quadratic: central differences are exact but for rounding
+    for k in sorted({0, 1, n // 2, n - 2, n - 1}):
+        e = np.zeros(n)
+        e[k] = h
+        numeric = (
+            smooth_loss(out.copy(), inp + e, n, 2) - smooth_loss(out.copy(), inp - e, n, 2)
+        ) / (2 * h)
+        assert din[k] == pytest.approx(numeric, rel=1e-7, abs=1e-8), k
+    assert split_loops(df.inspect_llvm(optimized=True))
+
+
+@pytest.mark.parametrize("shift", [1, 2, 5])
+def test_c_stencil_on_overlapping_arrays_matches_central_differences(smooth, shift):
+    # out and in are one buffer, `shift` apart (their shadows too): the split loops'
+    # run-time check sees the shadows overlap and runs the untouched loop.
+    n = 200
+    buf = np.random.default_rng(shift).uniform(size=n + shift)
+    df = smooth
+
+    def loss(b: np.ndarray) -> float:
+        b = b.copy()
+        return smooth_loss(b[shift:], b[:n], n, 1)
+
+    work, shadow = buf.copy(), np.zeros(n + shift)
+    df(work[shift:], shadow[shift:], work[:n], shadow[:n], n, 1, 1.0)
+    h = 1e-2  # quadratic, as above
+    for k in (0, 1, shift, n // 2, n + shift - 2, n + shift - 1):
+        e = np.zeros(n + shift)
+        e[k] = h
+        numeric = (loss(buf + e) - loss(buf - e)) / (2 * h)
+        assert shadow[k] == pytest.approx(numeric, rel=1e-7, abs=1e-8), k
+
+
+# A reverse loop as Enzyme writes one, running downwards: g[j] is read and zeroed,
+# a[j], a[j+1], a[j+2] are added into (fast-math adds).
+SCATTER_IR = r"""
+define void @scatter(double* %a, double* %g, i64 %n) {
+entry:
+  %empty = icmp slt i64 %n, 1
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ %n, %entry ], [ %next, %loop ]
+  %next = add i64 %i, -1
+  %pg = getelementptr double, double* %g, i64 READ
+  %v = load double, double* %pg
+  %pz = getelementptr double, double* %g, i64 %next
+  store double 0.0, double* %pz
+  %p0 = getelementptr double, double* %a, i64 %next
+  %x0 = load double, double* %p0
+  %h = fmul fast double %v, 0.25
+  %y0 = fadd fast double %x0, %h
+  store double %y0, double* %p0
+  %p1 = getelementptr double, double* %a, i64 %i
+  %x1 = load double, double* %p1
+  %y1 = fadd fast double %x1, %v
+  store double %y1, double* %p1
+  %i2 = add i64 %i, 1
+  %p2 = getelementptr double, double* %a, i64 %i2
+  %x2 = load double, double* %p2
+  %y2 = fadd fast double %x2, %h
+  store double %y2, double* %p2
+  %more = icmp sgt i64 %next, 0
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def scatter_reference(a: np.ndarray, g: np.ndarray, n: int, ahead: int) -> None:
+    for j in range(n - 1, -1, -1):
+        v = g[j + ahead]
+        g[j] = 0.0
+        a[j] += 0.25 * v
+        a[j + 1] += v
+        a[j + 2] += 0.25 * v
+
+
+@pytest.fixture(scope="module")
+def scatter():
+    return ez.llvm_ir(SCATTER_IR.replace("READ", "%next"), "scatter")
+
+
+def test_a_scatter_loop_is_split_and_exact(scatter):
+    n = 1001
+    rng = np.random.default_rng(1)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    scatter(a, g, n)
+    scatter_reference(a_ref, g_ref, n, 0)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    np.testing.assert_array_equal(g, g_ref)
+    ir = scatter.__dict__["_primal"].inspect_llvm(optimized=True)
+    assert "scatter.fallback" in ir  # versioned: a and g may overlap
+
+
+def split_by_the_pass_alone(text: str) -> str:
+    module = parse_module(text)
+    module.native.optimize(f"function({SPLIT_SCATTER_ADDS})")
+    return module.native.ir()
+
+
+@pytest.mark.parametrize("noalias", [True, False])
+def test_the_pass_alone_splits_and_its_result_runs(noalias):
+    # The pass on its own (the derivative pipeline's loop-load elimination runs before
+    # it and may already forward a noalias loop's adds): one loop per add, then the
+    # rest; a run-time check and a fallback copy only where a and g may overlap.
+    text = SCATTER_IR.replace("READ", "%next")
+    if noalias:
+        text = text.replace("double* %a, double* %g", "double* noalias %a, double* noalias %g")
+    split = split_by_the_pass_alone(text)
+    assert [f"loop.scatter{k}" for k in range(3)] == split_loops(split)
+    assert ("scatter.fallback" in split) is not noalias
+    n = 515
+    rng = np.random.default_rng(3)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    ez.llvm_ir(split, "scatter")(a, g, n)
+    scatter_reference(a_ref, g_ref, n, 0)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    np.testing.assert_array_equal(g, g_ref)
+
+
+@pytest.mark.parametrize("start", [0, 1, 3, 500, 1002])
+def test_overlapping_arrays_take_the_untouched_loop(scatter, start):
+    # g is the same memory as part of a (from `start`; 1002 overlaps one entry, the
+    # last a[n + 1]): the loop's own order of loads, zeroing and adds must hold.
+    n = 1001
+    buf = np.random.default_rng(start).uniform(size=start + 2 * n + 4)
+    expected = buf.copy()
+    scatter(buf[: n + 2], buf[start : start + n], n)
+    scatter_reference(expected[: n + 2], expected[start : start + n], n, 0)
+    np.testing.assert_allclose(buf, expected, rtol=1e-14)
+
+
+def test_a_loop_reading_what_an_earlier_iteration_zeroed_is_not_split():
+    # g[j + 1] was zeroed by the iteration before: loops split apart would read it
+    # before it was zeroed.
+    scatter_ahead = ez.llvm_ir(SCATTER_IR.replace("READ", "%i"), "scatter")
+    n = 257
+    rng = np.random.default_rng(2)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n + 1)
+    a_ref, g_ref = a.copy(), g.copy()
+    scatter_ahead(a, g, n)
+    scatter_reference(a_ref, g_ref, n, 1)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    np.testing.assert_array_equal(g, g_ref)
+    assert not split_loops(scatter_ahead.__dict__["_primal"].inspect_llvm(optimized=True))
