@@ -35,6 +35,7 @@ CPU that unrolls so (an Intel Rocket Lake: a prologue loop and an unrolled body)
 unrolled reverse loop was no longer one the second vectoriser takes ("value that could
 not be identified as reduction is used outside the loop"), and Rosenbrock's reverse
 loop stayed scalar there; for "generic" hosts (the AMD EPYC above) nothing changes.
+
 After the first loop vectoriser and before the SLP vectoriser, enzyme_py's own pass
 ``enzyme-py-split-scatter-adds`` (``src/scatter_adds.h``, registered by name in
 ``src/jit.cpp``): a reverse stencil loop adds into neighbouring entries of one shadow
@@ -42,8 +43,8 @@ After the first loop vectoriser and before the SLP vectoriser, enzyme_py's own p
 before stored, which no vectoriser takes; their adds commute, so the loop is split into
 one loop per add (each touching every entry once) and the rest, and the second
 pipeline's vectoriser takes each. Heat 1000 x 1000 on the 2-core AMD EPYC: reverse
-1.06-1.2 ms -> 0.6-0.76 ms (5.9-6.1x -> 3.4-4.2x its primal); the C and Cython heat
-derivatives too (1.15 -> 0.69 ms, 1.52 -> 0.64 ms).
+1.06-1.2 ms -> 0.65-0.79 ms (5.9-6.1x -> 2.9-3.7x its primal, two suite runs); the C and
+Cython heat derivatives too (1.15 -> 0.69-0.75 ms, 1.52 -> 0.64-0.81 ms).
 
 Part of the derivative cache's key (``_build.environment_parts``).
 """
