@@ -33,7 +33,6 @@ using llvm::StoreInst;
 // step (each iteration its own entry).
 struct ReadAddWrite {
   LoadInst *load;
-  llvm::BinaryOperator *add;
   StoreInst *store;
   const llvm::SCEVAddRecExpr *address;
 };
@@ -90,7 +89,7 @@ std::optional<ReadAddWrite> read_add_write(StoreInst *store, const llvm::Loop &l
       continue;
     const llvm::SCEVAddRecExpr *address = affine_address(store->getPointerOperand(), loop, se);
     if (!address) return std::nullopt;
-    return ReadAddWrite{load, add, store, address};
+    return ReadAddWrite{load, store, address};
   }
   return std::nullopt;
 }
@@ -362,16 +361,11 @@ llvm::Value *disjoint(const Split &s, llvm::ScalarEvolution &se) {
 // Returns the untouched copy of the loop that a run-time check falls back to, if any.
 BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   BasicBlock *body = s.body;
-  llvm::LLVMContext &context = body->getContext();
   // Where the adds' entries may be another access's, a run-time check chooses
   // between the split loops and an untouched copy of the loop.
-  BasicBlock *check = nullptr;
-  BasicBlock *fallback = nullptr;
   llvm::Value *apart = s.unproven.empty() ? nullptr : disjoint(s, se);
+  BasicBlock *fallback = nullptr;
   if (apart) {
-    check = BasicBlock::Create(context, body->getName() + ".scatter.check", body->getParent(),
-                               body);
-    llvm::BranchInst::Create(body, check);
     llvm::ValueToValueMapTy map;
     fallback = clone_of(body, ".scatter.fallback", map, /*keep_whole=*/true);
     for (llvm::PHINode &phi : s.exit->phis()) {
@@ -380,7 +374,6 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
       phi.addIncoming(mapped == map.end() ? value : static_cast<llvm::Value *>(mapped->second),
                       fallback);
     }
-    fallback->replacePhiUsesWith(s.outside, check);
   }
   // One copy of the loop per add, in order, each keeping that add only; then the
   // loop itself without them. (Keeping the last add in the loop saves a pass, but
@@ -393,14 +386,16 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     keep_only(copy, {llvm::cast<Instruction>(map[s.adds[k].store]), copy->getTerminator()});
     copies.push_back(copy);
   }
-  if (check) {
-    Instruction *placeholder = check->getTerminator();
-    llvm::BranchInst::Create(copies.front(), fallback, apart, check);
-    placeholder->eraseFromParent();
-  }
   // The loop's entry edge now leads to the check, or straight to the first copy.
-  s.outside->getTerminator()->replaceSuccessorWith(body, check ? check : copies.front());
-  if (check) copies.front()->replacePhiUsesWith(s.outside, check);
+  BasicBlock *entry = copies.front();
+  if (apart) {
+    entry = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.check",
+                               body->getParent(), fallback);
+    llvm::BranchInst::Create(copies.front(), fallback, apart, entry);
+    fallback->replacePhiUsesWith(s.outside, entry);
+    copies.front()->replacePhiUsesWith(s.outside, entry);
+  }
+  s.outside->getTerminator()->replaceSuccessorWith(body, entry);
   for (size_t k = 0; k < copies.size(); ++k) {
     BasicBlock *next = k + 1 < copies.size() ? copies[k + 1] : body;
     copies[k]->getTerminator()->replaceSuccessorWith(s.exit, next);
