@@ -419,6 +419,44 @@ void arena_release() {
   tape.reset();
 }
 
+size_t run_guarded(void (*entry)(void *), void *slots) {
+  return run_to_out_of_memory(entry, slots);
+}
+
+void *fail_allocation(size_t bytes) { return allocation_failed(bytes); }
+
+namespace {
+thread_local int64_t loop_status = 0;
+thread_local int64_t loop_detail = 0;
+}  // namespace
+
+void fail_from_loop(int64_t status, int64_t detail) {
+  if (!out_of_memory_exit) return;  // not inside a derivative call
+  loop_status = status;
+  loop_detail = detail;
+  allocation_failed(kLoopFailed);
+}
+
+bool take_loop_failure(int64_t &status, int64_t &detail) {
+  if (loop_status == 0) return false;
+  status = loop_status;
+  detail = loop_detail;
+  loop_status = loop_detail = 0;
+  return true;
+}
+
+void *arena_block(size_t bytes) {
+  void *p = nullptr;
+  if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) return allocation_failed(bytes);
+  try {
+    (active_blocks ? *active_blocks : blocks).push_back(p);
+  } catch (const std::bad_alloc &) {
+    std::free(p);
+    return allocation_failed(bytes);
+  }
+  return p;
+}
+
 size_t call_entry(void (*entry)(void *), void *slots) {
   const size_t failed = run_to_out_of_memory(entry, slots);
   arena_release();

@@ -31,6 +31,28 @@ void arena_release();
 // number of bytes that could not be allocated (at least 1), else 0.
 size_t call_entry(void (*entry)(void *), void *slots);
 
+// entry(slots) with a failed allocation returning here, as inside call_entry, but
+// nothing released: 0, or the bytes the allocation that failed asked for. For work
+// a derivative hands to other threads (parfor_runner.h).
+size_t run_guarded(void (*entry)(void *), void *slots);
+
+// What a failed allocation of `bytes` does on this thread: inside call_entry it ends
+// the call (which returns `bytes`); elsewhere it returns null.
+void *fail_allocation(size_t bytes);
+
+// What call_entry returns for a derivative call ended by fail_from_loop.
+constexpr size_t kLoopFailed = ~size_t{0};
+
+// Ends the derivative call running on this thread, as a failed allocation does, for
+// code it ran on other threads that failed with Numba's `status` and exception info
+// address `detail` (parfor_runner.h); take_loop_failure then returns them (once).
+void fail_from_loop(int64_t status, int64_t detail);
+bool take_loop_failure(int64_t &status, int64_t &detail);
+
+// `bytes` (64-aligned, not zeroed) freed with this thread's temporaries: after the
+// derivative call (call_entry), or with the split tape allocated into now.
+void *arena_block(size_t bytes);
+
 // Split reverse mode: the memory of one augmented forward pass (Enzyme's tape,
 // the temporaries and their shadows it allocated), kept until this object dies
 // so that its reverse pass can run any number of times in between.

@@ -336,6 +336,10 @@ py::object Caller::call(py::args args) const {
     py::gil_scoped_release release;
     failed_bytes = call_entry(entry_, slots);
   }
+  int64_t loop_status = 0, loop_detail = 0;
+  if (failed_bytes == kLoopFailed && take_loop_failure(loop_status, loop_detail)) {
+    throw CalleeFailed(loop_status, loop_detail);
+  }
   if (failed_bytes) throw OutOfMemory(failed_bytes);
   if (errors[0] != 0) throw CalleeFailed(errors[0], errors[1]);
 

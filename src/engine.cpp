@@ -12,6 +12,7 @@
 #include <llvm-c/IRReader.h>
 
 #include "arena.h"
+#include "parfor_runner.h"
 #include "entry_abi.h"
 #include "enzyme_hooks.h"
 #include "enzyme_plugin.h"
@@ -85,6 +86,7 @@ Engine::Engine(const std::string &plugin_path) {
   jit_ = std::make_unique<HostJit>();
   // Before any other definition of these names (Numba's own are defined later).
   for (const auto &[name, address] : arena_symbols()) jit_->define_symbol(name, address);
+  for (const auto &[name, address] : parfor_symbols()) jit_->define_symbol(name, address);
 }
 
 void Engine::set_mincut(bool on) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "arena.h"
+#include "parfor_runner.h"
 #include "caller.h"
 #include "crash_report.h"
 #include "register.h"
@@ -51,6 +52,8 @@ void register_calls(py::module_ &m) {
         "Bytes from a MemInfo header of the arena to its data, for an alignment.");
   m.def("runtime_symbols", &arena_symbols,
         "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
+  m.def("parfor_symbols", &parfor_symbols,
+        "Names the JIT resolves to the prange runner's functions -> addresses.");
 
   m.def("install_crash_report", &install_crash_report,
         "On a fatal signal, write the faulting address, the derivative or library the\n"

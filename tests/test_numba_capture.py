@@ -25,7 +25,7 @@ pytestmark = pytest.mark.needs_enzyme
 def second_compiles(monkeypatch):
     """How many times the function was compiled again for differentiation."""
     count = [0]
-    for name in ("_ad_compile_ir", "_ad_compile_full"):
+    for name in ("ad_compile_ir", "_ad_compile_full"):
         original = getattr(compile_, name)
 
         def counting(*args, original=original, **kwargs):
@@ -123,7 +123,7 @@ def test_the_kept_ir_is_that_of_a_second_compile():
         kept = compile_._from_primal(f, signature)
         assert kept is not None
         clone = numba.njit(**compile_.serial_options(f))(f.py_func)
-        again = compile_._ad_compile_ir(clone, signature)
+        again = compile_.ad_compile_ir(clone, signature)
         made = _bodies(kept.ir, kept.fndesc.mangled_name)
         assert made and made == _bodies(again.ir, again.fndesc.mangled_name)
 

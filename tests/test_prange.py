@@ -192,30 +192,23 @@ def test_both_compiles_for_differentiation_are_serial(numba_optimized):
     assert weighted_log.targetoptions["parallel"]  # the dispatcher itself stays parallel
 
 
-# threads= above 1: the prange loops of the derivative run as OpenMP loops (libomp).
-@pytest.fixture
-def libomp():
-    """LLVM's OpenMP runtime, loaded only by the tests that use it."""
-    from enzyme_py.frontends import _numba_openmp
-
-    try:
-        _numba_openmp.load_runtime()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+# threads= above 1: the prange loops of a reverse derivative run on enzyme_py's threads
+# (frontends/_numba_parfor.py, src/parfor_runner.h).
+ON_THREADS = "@__enzyme_py_parfor_run("
 
 
 def threaded(f, mode, *activities, threads, call):
     """``ez.autodiff(f, mode, *activities, threads=threads)`` called once on ``call``:
-    (the derivative, its result). Holds the contract of threads=: above 1 the prange
-    loops run as OpenMP loops, or a PerformanceWarning says the derivative runs
-    serially; never serial in silence."""
+    (the derivative, its result, whether it ran on threads). Holds the contract of
+    threads=: above 1 the prange loops run on threads, or a PerformanceWarning says
+    the derivative runs serially; never serial in silence."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # Built by autodiff where f has one compiled signature, else at the first call.
         df = ez.autodiff(f, mode, *activities, threads=threads)
         result = df(*call)
     warned = [w for w in caught if issubclass(w.category, ez.PerformanceWarning)]
-    on_threads = "@__kmpc_fork_call(" in df.for_arguments(call).inspect_llvm()
+    on_threads = ON_THREADS in df.for_arguments(call).inspect_llvm(optimized=True)
     if threads == 1:
         assert not warned and not on_threads
     else:
@@ -225,41 +218,54 @@ def threaded(f, mode, *activities, threads, call):
             assert f"autodiff({f.__name__}, ..., threads={threads})" in message
             assert "runs on one thread instead" in message
             assert w.filename == __file__  # reported at the caller's line
-    return df, result
+    return df, result, on_threads
 
 
-@pytest.mark.usefixtures("libomp")
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_threads_reverse_matches_finite_differences(threads):
     x = rng.uniform(-2.0, 2.0, 301)
     w = rng.uniform(0.5, 1.5, 3)
     for f in (parallel_squares, prange_rosenbrock):
         dx = np.zeros_like(x)
-        _, (value,) = threaded(
-            f, ez.Reverse, ez.Duplicated, ez.Active, threads=threads, call=(x, dx, 1.0)
+        _, (value,), on_threads = threaded(
+            f, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=threads, call=(x, dx, 1.0)
         )
-        assert value == pytest.approx(f(x), rel=1e-12)
+        assert value is None
+        assert on_threads == (threads > 1)  # reductions over arrays it only reads
         fd = central(f, (x,), 0)
         np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+        np.testing.assert_allclose(dx, ez.grad(f)(x), rtol=1e-13, atol=1e-13)
     dx, dw = np.zeros_like(x), np.zeros_like(w)
-    _, (value,) = threaded(
-        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active,
+    threaded(
+        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly,
         threads=threads, call=(x, dx, w, dw, 1.0),
     )  # fmt: skip
-    assert value == pytest.approx(weighted_log(x, w), rel=1e-12)
     np.testing.assert_allclose(dx, central(weighted_log, (x, w), 0), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dw, central(weighted_log, (x, w), 1), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.usefixtures("libomp")
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 64])
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_threads_short_ranges_and_more_threads_than_indices(n, threads):
+    x = rng.uniform(-2.0, 2.0, n + 1)
+    dx = np.zeros_like(x)
+    _, _, on_threads = threaded(
+        prange_rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=threads,
+        call=(x, dx, 1.0),
+    )  # fmt: skip
+    assert on_threads
+    np.testing.assert_allclose(dx, ez.grad(prange_rosenbrock)(x), rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("threads", [2, 4])
 def test_threads_forward_output_arrays_and_a_time_loop(threads):
     x = rng.uniform(-2.0, 2.0, 50)
     w = rng.uniform(0.5, 1.5, 3)
     tx, tw = rng.normal(size=x.shape), rng.normal(size=w.shape)
-    _, (y, dy) = threaded(
+    _, (y, dy), on_threads = threaded(
         weighted_log, ez.Forward, ez.Dual, ez.Dual, ez.Dual, threads=threads, call=(x, tx, w, tw)
     )
+    assert not on_threads  # forward mode: serial, with the warning
     h = 1e-6
     fd = (weighted_log(x + h * tx, w + h * tw) - weighted_log(x - h * tx, w - h * tw)) / (2 * h)
     assert y == pytest.approx(weighted_log(x, w), rel=1e-12)
@@ -267,7 +273,7 @@ def test_threads_forward_output_arrays_and_a_time_loop(threads):
 
     out, dout, dx = np.zeros_like(x), rng.normal(size=x.shape), np.zeros_like(x)
     seed = dout.copy()
-    _, (_, da) = threaded(
+    _, (_, da), _ = threaded(
         prange_map, ez.Reverse, ez.Duplicated, ez.Active, ez.Duplicated,
         threads=threads, call=(x, dx, 1.5, out, dout),
     )  # fmt: skip
@@ -276,32 +282,68 @@ def test_threads_forward_output_arrays_and_a_time_loop(threads):
 
     u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
     du0 = np.zeros_like(u0)
-    _, (value,) = threaded(
-        prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active,
+    threaded(
+        prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly,
         threads=threads, call=(u0, du0, target, 7, 1.0),
     )  # fmt: skip
-    assert value == pytest.approx(prange_heat(u0, target, 7), rel=1e-12)
     np.testing.assert_allclose(du0, central(prange_heat, (u0, target, 7), 0), rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.usefixtures("libomp")
+@numba.njit(parallel=True)
+def shared_weights(x, w):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += w[i % w.shape[0]] * math.sin(x[i])
+    return s * s
+
+
+@numba.njit(parallel=True, boundscheck=True)
+def shifted_product(x, k):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i + k]
+    return s
+
+
 def test_threads_race_many_indices_adding_into_few_entries():
     # 200000 indices add into w's 3 adjoint entries from every thread: an unsynchronised
     # add would lose some of them (one lost term is a relative error of about 1/n).
     n = 200_000
     x = np.linspace(0.1, 3.0, n)
     w = np.array([0.5, 1.0, 1.5])
+    for f, exact in ((shared_weights, True), (weighted_log, False)):
+        dx, dw = np.zeros_like(x), np.zeros_like(w)
+        _, _, on_threads = threaded(
+            f, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly,
+            threads=4, call=(x, dx, w, dw, 1.0),
+        )  # fmt: skip
+        assert on_threads == exact  # weighted_log's body takes a float: serial
     dx, dw = np.zeros_like(x), np.zeros_like(w)
     threaded(
-        weighted_log, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active,
+        shared_weights, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly,
         threads=4, call=(x, dx, w, dw, 1.0),
     )  # fmt: skip
-    scale = float(w @ w)
-    s = float(np.sum(w[np.arange(n) % 3] * np.sin(x)) * scale)
-    outer = 2.0 * s / (1.0 + s * s)
+    s = float(np.sum(w[np.arange(n) % 3] * np.sin(x)))
     sines = np.array([np.sin(x[k::3]).sum() for k in range(3)])
-    expected = outer * (sines * scale + 2.0 * w * (s / scale))
-    np.testing.assert_allclose(dw, expected, rtol=1e-8)
+    np.testing.assert_allclose(dw, 2.0 * s * sines, rtol=1e-10)
+    np.testing.assert_allclose(dx, 2.0 * s * w[np.arange(n) % 3] * np.cos(x), rtol=1e-10)
+
+
+def test_threads_a_body_that_raises_raises_its_exception():
+    # An index out of bounds in a chunk on another thread: the derivative call ends with
+    # the body's own IndexError, and the derivative works again after.
+    x = np.arange(1000) * 0.25
+    df = ez.autodiff(shifted_product, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly,
+                     threads=2)  # fmt: skip
+    dx = np.zeros_like(x)
+    df(x, dx, 0, 1.0)
+    np.testing.assert_allclose(dx, 2.0 * x, rtol=1e-14)
+    assert ON_THREADS in df.for_arguments((x, dx, 0, 1.0)).inspect_llvm(optimized=True)
+    with pytest.raises(IndexError, match="out of bounds"):
+        df(x, np.zeros_like(x), 5, 1.0)
+    dx = np.zeros_like(x)
+    df(x, dx, 0, 1.0)
+    np.testing.assert_allclose(dx, 2.0 * x, rtol=1e-14)
 
 
 def test_threads_is_checked():
@@ -312,35 +354,19 @@ def test_threads_is_checked():
                     ez.Reverse, ez.Active, ez.Active, threads=2)  # fmt: skip
 
 
-@pytest.mark.usefixtures("libomp")
-def test_threads_builds_from_the_parallel_compile_as_openmp_loops():
+def test_threads_builds_from_a_parallel_compile_with_typed_launches():
     from enzyme_py.frontends import numba as numba_frontend
 
     x = rng.uniform(-1.0, 1.0, 7)
-    sig = (numba.typeof(x), numba.typeof(1.5), numba.typeof(x))
-    ir = numba_frontend.specialize(prange_map, sig, strided=True, threads=2).wrapper.ir()
-    assert "@__kmpc_fork_call(" in ir and "call void @numba_parallel_for(" not in ir
-    serial = numba_frontend.specialize(prange_map, sig, strided=True).wrapper.ir()
-    assert "__kmpc_fork_call" not in serial
+    parallel_squares(x)
+    sig = (numba.typeof(x),)
+    ir = numba_frontend.specialize(parallel_squares, sig, strided=True, threads=2).wrapper.ir()
+    assert "@__enzyme_py_parfor_0.augment" in ir and "numba_parallel_for" not in ir
+    serial = numba_frontend.specialize(parallel_squares, sig, strided=True).wrapper.ir()
+    assert "__enzyme_py_parfor" not in serial
 
 
 def test_performance_warning_is_public():
     assert issubclass(ez.PerformanceWarning, UserWarning)
     assert "PerformanceWarning" in ez.__all__
     assert ez.PerformanceWarning is ez.core.PerformanceWarning
-
-
-@pytest.mark.usefixtures("libomp")
-def test_a_prange_reduction_is_never_rewritten_for_openmp_threads():
-    # Numba's reduction indexes its per-thread partial sums by Numba's thread id, which
-    # OpenMP threads do not have: rewriting it would race on one entry.
-    from enzyme_py.frontends import _numba_openmp
-
-    x = rng.uniform(-1.0, 1.0, 9)
-    parallel_squares(x)
-    ir = next(iter(parallel_squares.inspect_llvm().values()))
-    assert "@get_thread_id(" in ir and _numba_openmp.has_parallel_launch(ir)
-    with pytest.raises(ValueError, match="prange reduction"):
-        _numba_openmp.openmp_ir(ir, 2)
-    mapped = next(iter(prange_map.inspect_llvm().values()))
-    assert "__kmpc_fork_call" in _numba_openmp.openmp_ir(mapped, 2)

@@ -87,14 +87,13 @@ def autodiff(
         sig: for a Numba dispatcher, the signature to differentiate (a Numba signature
             or its string). Without it, the dispatcher's only compiled signature, or one
             derivative per argument types, made at the first call with those types.
-        threads: for a Numba dispatcher compiled with ``parallel=True``: above 1, its
-            ``prange`` loops run on that many threads in the derivative too, as OpenMP
-            loops that Enzyme differentiates (needs LLVM's ``libomp.so.5``;
-            experimental). Where Enzyme refuses that form (Enzyme v0.0.289 does for
-            every prange loop tried on 2026-12-03: Numba's scheduling calls and the
-            gufunc's untyped steps), the derivative of the serial twin is built
-            instead and a ``PerformanceWarning`` says so. Left out or 1: the
-            derivative of its serial twin (prange as range), on one thread.
+        threads: for a Numba dispatcher compiled with ``parallel=True``, Reverse
+            mode: above 1, its ``prange`` loops run on up to that many threads in the
+            derivative too (experimental; docs/design.md §8). A loop whose body takes
+            a float that is not an array, reduces into an array, reads a non-C array or
+            is nested, and forward mode, run on one thread instead, with a
+            ``PerformanceWarning`` saying why. Left out or 1: the derivative of its
+            serial twin (prange as range), on one thread.
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the

@@ -33,6 +33,7 @@ from enzyme_py.core import (
     EnzymeError,
     Mode,
     PerformanceWarning,
+    Reverse,
 )
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.frontends._numba_signatures import argument_kind
@@ -92,8 +93,8 @@ class NumbaDerivative:
         threads: int = 1,
     ):
         self.dispatcher = dispatcher
-        # Above 1: a parallel=True function's prange loops run on that many OpenMP
-        # threads in the derivative too (frontends/_numba_openmp.py); else serially.
+        # Above 1: a parallel=True function's prange loops run on that many threads in
+        # its reverse derivative too (frontends/_numba_parfor.py); else serially.
         self.threads = threads
         self.mode = mode
         self.activities = activities
@@ -233,26 +234,29 @@ class NumbaDerivative:
         return found
 
     def _threaded(self, signature: tuple[Any, ...], params: Any, ret: Any) -> Derivative | None:
-        """The derivative with the prange loops as OpenMP loops on ``threads`` threads, or
-        None, with a PerformanceWarning, where Enzyme refuses it (the caller then builds
-        the serial one: the same numbers, on one thread)."""
-        try:
-            parallel = numba_frontend.specialize(
-                self.dispatcher, signature, strided=True, threads=self.threads
-            )
-            return Derivative(parallel.wrapper, self.mode, params, ret, self.options)
-        except (EnzymeError, ValueError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warn_at_user(
-                PerformanceWarning(
-                    f"autodiff({self.name}, ..., threads={self.threads}): Enzyme could not "
-                    "differentiate the prange loops of this parallel=True function as "
-                    f"OpenMP loops ({reason}); its derivative runs on one thread instead "
-                    "(the same numbers). Leave threads= out to build the serial one "
-                    "directly."
+        """The reverse derivative with the prange loops on ``threads`` threads, or None,
+        with a PerformanceWarning saying why, where that cannot be built (the caller
+        then builds the serial one: the same numbers, on one thread)."""
+        if self.mode is not Reverse:
+            reason = "in forward mode the prange loops run on one thread"
+        else:
+            try:
+                parallel = numba_frontend.specialize(
+                    self.dispatcher, signature, strided=True, threads=self.threads
                 )
+                return Derivative(parallel.wrapper, self.mode, params, ret, self.options)
+            except Exception as exc:  # any refusal falls back, and says so
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else type(exc).__name__
+        warn_at_user(
+            PerformanceWarning(
+                f"autodiff({self.name}, ..., threads={self.threads}): the prange loops of "
+                f"this parallel=True function cannot run on threads in its derivative "
+                f"({reason}); its derivative runs on one thread instead (the same numbers). "
+                "Leave threads= out to build the serial one directly."
             )
-            return None
+        )
+        return None
 
     def specialize(self, signature: tuple[Any, ...]) -> Derivative:
         """The derivative for Numba argument types ``signature`` of every parameter."""

@@ -41,7 +41,7 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
     the signature, so that every callee that uses no substitute keeps its normal, fully
     optimised compile (those that do, transitively, are cloned with the substitutes:
     ``with_substitutes``; ``uses_substitutes`` then chooses the full form below).
-    LLVM IR only where Numba allows (``_ad_compile_ir``); else (a function with
+    LLVM IR only where Numba allows (``ad_compile_ir``); else (a function with
     object-mode blocks, whose lifted code needs machine code) a full compile.
     """
     import numba
@@ -55,7 +55,7 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
     clone = numba.njit(**serial_options(dispatcher))(with_substitutes(dispatcher.py_func))
     if not substitutes:
         try:
-            return _ad_compile_ir(clone, signature)
+            return ad_compile_ir(clone, signature)
         except Exception:  # the full compile below raises what is wrong, if anything
             pass
     # The substitutes' helpers are compiled for the first time here: the full form
@@ -66,7 +66,7 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
 
 
 def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | None:
-    """The IR ``_ad_compile_ir`` would make, from the module of the dispatcher's own
+    """The IR ``ad_compile_ir`` would make, from the module of the dispatcher's own
     compile that ``_numba_capture`` kept: the callees' modules linked in, then the
     first module stage only, as there. None where no such module was kept, and for
     what that compile differs in: ``parallel=True`` (its prange loops are Numba's
@@ -109,13 +109,13 @@ def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
     stage (opt=0: inlining, for its refcount pruning)."""
     from numba.core.compiler_lock import global_compiler_lock
 
-    with global_compiler_lock, _first_stage_only():
+    with global_compiler_lock, first_stage_only():
         clone.compile(signature)
     return IRCompile.of(clone.overloads[tuple(signature)])
 
 
 @contextlib.contextmanager
-def _first_stage_only() -> Iterator[None]:
+def first_stage_only() -> Iterator[None]:
     """While active, every library Numba finalises gets only its first module stage
     (opt=0: inlining): the clone's, and that of any callee compiled for the first
     time inside it (the substitutes' helpers of ``_numba_substitutes``, whose fully
@@ -139,7 +139,7 @@ def _first_stage_only() -> Iterator[None]:
         library_class._optimize_final_module = full
 
 
-def _ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
+def ad_compile_ir(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
     """``_ad_compile_full``'s IR without what Numba's JIT needs and enzyme_py never
     uses: no machine code (the compile is never called) and no wrappers for Python
     or C callers, whose lowering and code generation were half of a first

@@ -89,7 +89,7 @@ def _environment() -> bytes:
                 "_numba_runtime.py",
                 "_numba_substitutes.py",
                 "_numba_linalg.py",
-                "_numba_openmp.py",
+                "_numba_parfor.py",
                 "ir.py",
             )
         ]

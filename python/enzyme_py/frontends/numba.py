@@ -28,7 +28,7 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._signature import Param
-from enzyme_py.frontends import _numba_runtime
+from enzyme_py.frontends import _numba_parfor, _numba_runtime
 from enzyme_py.frontends._numba_capture import install_when_imported
 from enzyme_py.frontends._numba_compile import (
     IRCompile,
@@ -225,8 +225,8 @@ def _specialize(
     compile, for what Enzyme cannot analyse in the unoptimised form. ``strided``: array
     parameters of layouts other than C take their strides as hidden parameters (any
     layout passes); without it every array is passed C-contiguous. ``threads`` above 1,
-    for a ``parallel=True`` dispatcher: its own parallel compile, each prange launch
-    made an OpenMP loop on that many threads (``_numba_openmp``); otherwise the serial
+    for a ``parallel=True`` dispatcher: a parallel compile whose prange loops run on
+    that many threads in the derivative (``_numba_parfor``); otherwise the serial
     twin.
     """
     from numba.core import types
@@ -238,7 +238,7 @@ def _specialize(
     # Enzyme differentiates is compiled only when a derivative is built (see below).
     compile_if_missing(dispatcher, signature)
     cres = dispatcher.overloads[tuple(signature)]
-    openmp = threads > 1 and is_parallel(dispatcher)
+    threaded = threads > 1 and is_parallel(dispatcher)
     ctx = cres.target_context
     fndesc = cres.fndesc
     fnty = ctx.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
@@ -392,13 +392,16 @@ def _specialize(
         )
     wrapper_params.append(Param("errors", "pointer", None, hidden=("errors", 0, 0)))
     compiled: list[Any] = []  # the compile whose IR is differentiated, once made
+    launches: list[Any] = []  # its prange loops, where they run on several threads
 
     def source(noalias: bool) -> SourceModule:
         """The module Enzyme differentiates: Numba's IR and the wrapper, with the
         arrays' noalias promise or without it."""
         if not compiled:
-            if openmp:  # its own parallel compile, each prange launch an OpenMP loop
-                compiled.append(IRCompile.of(cres))
+            if threaded:  # a parallel compile, each prange loop a typed launch
+                ir_compile, found = _numba_parfor.parfor_compile(dispatcher, signature)
+                compiled.append(ir_compile)
+                launches.extend(found)
             elif numba_optimized:
                 compiled.append(IRCompile.of(serial_compile(dispatcher, signature)))
             else:
@@ -411,17 +414,20 @@ def _specialize(
         numba_ir = _numba_runtime.without_array_owners(
             numba_ir, own.fndesc.mangled_name, array_names
         )
-        if openmp:
-            from enzyme_py.frontends import _numba_openmp
-
-            _numba_openmp.load_runtime()
-            numba_ir = _numba_openmp.openmp_ir(numba_ir, threads)
+        launch_names: list[str] = []
+        if threaded:
+            numba_ir, launch_names = _numba_parfor.threaded_ir(numba_ir, tuple(launches), threads)
         wrapper_text = wrapper_lines.replace(_CALLEE, own.fndesc.mangled_name)
         if noalias:
             numba_ir = _with_noalias(numba_ir, own.fndesc.mangled_name, array_names)
         text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "noalias" if noalias else "")
         text += "\n"
-        module = _simplified(parse_module(text, _stable(text)))
+        if launch_names:
+            module = _numba_parfor.threaded_module(
+                text, own.fndesc.mangled_name, WRAPPER, launch_names, _stable(text), noalias
+            )
+        else:
+            module = _simplified(parse_module(text, _stable(text)))
         if len(wrapper_params) != len(function_of(module, WRAPPER, name).params):
             raise RuntimeError(f"the wrapper of '{name}' has an unexpected signature")
         return module

@@ -1,0 +1,279 @@
+#include "parfor_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "arena.h"
+
+namespace enzyme_py {
+namespace {
+
+thread_local int64_t chunk_index = 0;
+
+// Workers that run task 1..n-1 of a launch while the caller runs task 0. One launch
+// at a time: a launch that finds the pool busy (another Python thread's derivative)
+// runs all its tasks on its own thread. Launches come in bursts (a derivative's
+// forward and reverse passes, a loop of steps), so a worker that finished, and the
+// caller waiting for the workers, spin a little before they sleep: waking a sleeping
+// thread cost about 0.4 ms on a 2-core machine.
+class Pool {
+ public:
+  static Pool &get() {
+    static Pool *pool = new Pool;  // never destroyed: workers outlive static teardown
+    return *pool;
+  }
+
+  // task(t) for t in [0, tasks); task 0 on this thread.
+  void run(int64_t tasks, const std::function<void(int64_t)> &task) {
+    std::unique_lock<std::mutex> launch(launch_, std::try_to_lock);
+    if (tasks <= 1 || !launch.owns_lock()) {
+      for (int64_t t = 0; t < tasks; ++t) task(t);
+      return;
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (static_cast<int64_t>(workers_.size()) < tasks - 1) {
+        const int64_t index = static_cast<int64_t>(workers_.size()) + 1;
+        workers_.emplace_back([this, index] { work(index); });
+        workers_.back().detach();
+      }
+      task_ = &task;
+      tasks_ = tasks;
+      pending_.store(tasks - 1, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    task(0);
+    for (int spin = 0; spin < kSpins && pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      relax();
+    }
+    if (pending_.load(std::memory_order_acquire) != 0) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
+  }
+
+ private:
+  static constexpr int kSpins = 4000;
+
+  static void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  void work(int64_t index) {
+    uint64_t seen = 0;
+    for (;;) {
+      for (int spin = 0;
+           spin < kSpins && generation_.load(std::memory_order_acquire) == seen; ++spin) {
+        relax();
+      }
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      const std::function<void(int64_t)> *task;
+      int64_t tasks;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);  // task_ and tasks_ of this launch
+        task = task_;
+        tasks = tasks_;
+      }
+      if (index >= tasks) continue;
+      (*task)(index);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        done_.notify_one();
+      }
+    }
+  }
+
+  std::mutex launch_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int64_t)> *task_ = nullptr;
+  int64_t tasks_ = 0;
+  std::atomic<int64_t> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+};
+
+struct Chunks {
+  int64_t first, count, parts;
+  Chunks(int64_t first_, int64_t last, int64_t threads) : first(first_) {
+    count = last >= first_ ? last - first_ + 1 : 0;
+    parts = std::max<int64_t>(1, std::min<int64_t>(threads, count));
+  }
+  int64_t begin(int64_t t) const { return first + count / parts * t + std::min(t, count % parts); }
+  int64_t end(int64_t t) const { return begin(t + 1) - 1; }  // inclusive
+};
+
+// fn() with a failed allocation ending it (0, else the bytes asked for); on the
+// workers, what the chunk allocated is freed after it.
+size_t guarded(int64_t t, const std::function<void()> &fn) {
+  struct Call {
+    const std::function<void()> *fn;
+    static void trampoline(void *self) { (*static_cast<Call *>(self)->fn)(); }
+  } call{&fn};
+  const int64_t outer = chunk_index;
+  chunk_index = t;
+  const size_t failed = run_guarded(&Call::trampoline, &call);
+  chunk_index = outer;
+  if (t != 0) arena_release();
+  return failed;
+}
+
+// After every task ended: a failed allocation ends the derivative call as on one
+// thread.
+void raise_failure(const std::vector<size_t> &failed) {
+  for (size_t bytes : failed) {
+    if (bytes) fail_allocation(bytes);
+  }
+}
+
+// Zeroed copies of the private shadows of `privates` for task t, in slots: kept by
+// this thread between launches (a fresh mapping per launch costs a page fault per
+// page), one set per task index (a busy pool runs every task on one thread).
+void give_copies(int64_t t, std::vector<int64_t> &slots, const int64_t *privates,
+                 int64_t count) {
+  thread_local std::vector<std::vector<std::vector<char>>> kept;
+  if (static_cast<int64_t>(kept.size()) <= t) kept.resize(t + 1);
+  auto &mine = kept[t];
+  if (static_cast<int64_t>(mine.size()) < count) mine.resize(count);
+  for (int64_t p = 0; p < count; ++p) {
+    const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
+    const int64_t kind = privates[3 * p + 2];
+    if (kind == 3 || (t == 0 && kind != 2)) continue;  // shared, or the first thread's
+    auto &copy = mine[p];
+    if (copy.size() < static_cast<size_t>(bytes) + 64) {
+      try {
+        copy.assign(static_cast<size_t>(bytes) + 64, 0);
+      } catch (const std::bad_alloc &) {
+        fail_allocation(static_cast<size_t>(bytes));
+        return;
+      }
+    }
+    // 64-aligned within the vector, zeroed.
+    auto address = reinterpret_cast<uintptr_t>(copy.data());
+    char *aligned = copy.data() + ((64 - address % 64) % 64);
+    std::memset(aligned, 0, static_cast<size_t>(bytes));
+    slots[slot] = reinterpret_cast<int64_t>(aligned);
+  }
+}
+
+template <typename T>
+void add_into(T *to, const T *from, size_t n) {
+  for (size_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
+}  // namespace
+
+std::map<std::string, uint64_t> parfor_symbols() {
+  return {
+      {"__enzyme_py_parfor_thread", reinterpret_cast<uint64_t>(&enzyme_py_parfor_thread)},
+      {"__enzyme_py_parfor_run", reinterpret_cast<uint64_t>(&enzyme_py_parfor_run)},
+      {"__enzyme_py_parfor_reverse", reinterpret_cast<uint64_t>(&enzyme_py_parfor_reverse)},
+      {"__enzyme_py_parfor_snapshot", reinterpret_cast<uint64_t>(&enzyme_py_parfor_snapshot)},
+  };
+}
+
+}  // namespace enzyme_py
+
+using enzyme_py::Chunks;
+
+extern "C" int64_t enzyme_py_parfor_thread() { return enzyme_py::chunk_index; }
+
+extern "C" void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first,
+                                     int64_t last, int64_t threads) {
+  const Chunks chunks(first, last, threads);
+  if (chunks.count == 0) return;
+  std::vector<int32_t> status(chunks.parts, 0);
+  std::vector<void *> exception(chunks.parts, nullptr);
+  std::vector<size_t> failed(chunks.parts, 0);
+  enzyme_py::Pool::get().run(chunks.parts, [&](int64_t t) {
+    failed[t] = enzyme_py::guarded(t, [&] {
+      status[t] = chunk(slots, chunks.begin(t), chunks.end(t), &exception[t]);
+    });
+  });
+  enzyme_py::raise_failure(failed);
+  for (int64_t t = 0; t < chunks.parts; ++t) {
+    if (status[t] != 0) {
+      enzyme_py::fail_from_loop(status[t], reinterpret_cast<int64_t>(exception[t]));
+      return;  // outside a derivative call: nothing to end
+    }
+  }
+}
+
+extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots,
+                                         int64_t *shadows, int64_t slot_count,
+                                         const int64_t *privates, int64_t count,
+                                         int64_t first, int64_t last, int64_t threads) {
+  const Chunks chunks(first, last, threads);
+  if (chunks.count == 0) return;
+  // Per task: its shadow slots, the private ones pointing at zeroed copies of its own
+  // (made by the task itself, in memory its thread keeps for the next launch).
+  std::vector<std::vector<int64_t>> own(chunks.parts);
+  for (int64_t t = 0; t < chunks.parts; ++t) own[t].assign(shadows, shadows + slot_count);
+  std::vector<size_t> failed(chunks.parts, 0);
+  auto &pool = enzyme_py::Pool::get();
+  pool.run(chunks.parts, [&](int64_t t) {
+    failed[t] = enzyme_py::guarded(t, [&] {
+      enzyme_py::give_copies(t, own[t], privates, count);
+      chunk(slots, own[t].data(), chunks.begin(t), chunks.end(t));
+    });
+  });
+  // The copies added into the shared shadows, each thread a part of every shadow.
+  pool.run(chunks.parts, [&](int64_t t) {
+    for (int64_t p = 0; p < count; ++p) {
+      const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
+      const int64_t kind = privates[3 * p + 2];
+      if (kind == 2 || kind == 3) continue;
+      const size_t size = kind == 0 ? sizeof(double) : sizeof(float);
+      const size_t n = static_cast<size_t>(bytes) / size;
+      const size_t lo = n * t / chunks.parts, hi = n * (t + 1) / chunks.parts;
+      for (int64_t u = 1; u < chunks.parts; ++u) {
+        if (kind == 0) {
+          enzyme_py::add_into(reinterpret_cast<double *>(shadows[slot]) + lo,
+                              reinterpret_cast<const double *>(own[u][slot]) + lo, hi - lo);
+        } else {
+          enzyme_py::add_into(reinterpret_cast<float *>(shadows[slot]) + lo,
+                              reinterpret_cast<const float *>(own[u][slot]) + lo, hi - lo);
+        }
+      }
+    }
+  });
+  enzyme_py::raise_failure(failed);
+}
+
+extern "C" int64_t *enzyme_py_parfor_snapshot(const int64_t *slots, int64_t slot_count,
+                                              const int64_t *copies, int64_t count) {
+  const size_t head = (static_cast<size_t>(slot_count) * sizeof(int64_t) + 63) / 64 * 64;
+  size_t bytes = head;
+  for (int64_t c = 0; c < count; ++c) {
+    if (copies[2 * c] >= 0) bytes += (static_cast<size_t>(copies[2 * c + 1]) + 63) / 64 * 64;
+  }
+  auto *block = static_cast<char *>(enzyme_py::arena_block(bytes));
+  if (!block) return nullptr;
+  auto *out = reinterpret_cast<int64_t *>(block);
+  std::memcpy(out, slots, static_cast<size_t>(slot_count) * sizeof(int64_t));
+  char *next = block + head;
+  for (int64_t c = 0; c < count; ++c) {
+    const int64_t slot = copies[2 * c];
+    if (slot < 0) continue;  // memory nothing overwrites before the reverse pass
+    const auto size = static_cast<size_t>(copies[2 * c + 1]);
+    std::memcpy(next, reinterpret_cast<const void *>(slots[slot]), size);
+    out[slot] = reinterpret_cast<int64_t>(next);
+    next += (size + 63) / 64 * 64;
+  }
+  return out;
+}
