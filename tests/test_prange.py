@@ -370,3 +370,56 @@ def test_performance_warning_is_public():
     assert issubclass(ez.PerformanceWarning, UserWarning)
     assert "PerformanceWarning" in ez.__all__
     assert ez.PerformanceWarning is ez.core.PerformanceWarning
+
+
+@numba.njit(parallel=True)
+def row_norms(a, w):
+    # A 2-D array read a row per index, a Const weight array, float32 or float64.
+    s = 0.0
+    for i in numba.prange(a.shape[0]):
+        r = 0.0
+        for j in range(a.shape[1]):
+            r += w[j] * a[i, j] * a[i, j]
+        s += math.sqrt(r + 1.0)
+    return s
+
+
+@numba.njit(parallel=True)
+def two_inputs(x, y):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * math.sin(y[i])
+    return s
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 2e-5)])
+def test_threads_rows_of_a_matrix_and_a_const_weight_array(dtype, rtol):
+    a = rng.uniform(-1.0, 1.0, (257, 5)).astype(dtype)
+    w = rng.uniform(0.5, 1.5, 5).astype(dtype)
+    da = np.zeros_like(a)
+    _, _, on_threads = threaded(
+        row_norms, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly, threads=3,
+        call=(a, da, w, dtype(1.0)),
+    )  # fmt: skip
+    assert on_threads
+    a64, w64 = a.astype(np.float64), w.astype(np.float64)
+    r = (a64 * a64 * w64).sum(axis=1)
+    expected = w64 * a64 / np.sqrt(r + 1.0)[:, None]
+    np.testing.assert_allclose(da, expected, rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(w, w.astype(dtype))  # the Const array is not written
+
+
+def test_threads_with_one_array_passed_twice():
+    # x and y the same memory: the derivative without the noalias promise, which keeps
+    # its snapshots (docs/design.md §8).
+    x = rng.uniform(-1.0, 1.0, 1001)
+    dx = np.zeros_like(x)
+    df = ez.autodiff(two_inputs, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly,
+                     threads=2)  # fmt: skip
+    df(x, dx, x, dx, 1.0)
+    np.testing.assert_allclose(dx, np.sin(x) + x * np.cos(x), rtol=1e-12, atol=1e-14)
+    y, dy = x.copy(), np.zeros_like(x)
+    dx = np.zeros_like(x)
+    df(x, dx, y, dy, 1.0)
+    np.testing.assert_allclose(dx, np.sin(y), rtol=1e-14)
+    np.testing.assert_allclose(dy, x * np.cos(y), rtol=1e-14)

@@ -90,6 +90,7 @@ def _environment() -> bytes:
                 "_numba_substitutes.py",
                 "_numba_linalg.py",
                 "_numba_parfor.py",
+                "_numba_parfor_ir.py",
                 "ir.py",
             )
         ]

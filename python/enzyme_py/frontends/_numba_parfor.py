@@ -1,29 +1,31 @@
-"""Numba's prange loops as calls that a derivative runs on several threads.
+"""Numba's prange loops as calls that a derivative runs on several threads
+(``threads=`` on a reverse derivative; docs/design.md §8).
 
 With ``parallel=True`` Numba outlines each prange loop into a body function that loops
 over a schedule ``[first, last]`` (its gufunc body) and launches it through its own
 threading layer, which Enzyme cannot see into. Here the function is compiled again
-with each launch replaced by a typed call ``__enzyme_py_parfor_K(retptr, excinfo,
-sched, args..., reduction arrays...)`` of the body's own signature (``typed_launches``),
-and ``threaded_ir`` defines that call and Enzyme's rules for it:
+with each launch replaced by a typed call ``__enzyme_py_parfor_K(first, last, args...)``
+of the body's arguments (``typed_launches``); ``_numba_parfor_ir`` defines that call and
+Enzyme's rules for it, and ``threaded_module`` makes the module Enzyme differentiates:
 
 - the call runs the body over one chunk of the range per thread on enzyme_py's threads
   (``src/parfor_runner.h``); the body's ``get_thread_id()`` returns the chunk's index,
   which picks its entry of Numba's per-thread reduction arrays;
-- the augmented forward pass copies every array the body is given (a snapshot: what
-  later code may overwrite), then runs the call;
+- the augmented forward pass copies the arrays the body is given (a snapshot: what
+  later code may overwrite; not the function's own arrays that it only reads), then
+  runs the call;
 - the reverse pass runs the body's own reverse derivative (Enzyme's, from an
   ``__enzyme_autodiff`` marker) over the same chunks on the snapshot. Threads add into
   the shadows of arrays the body only reads through zeroed copies of their own, added
   into the shadow after all chunks ran; a reduction array's shadow is shared (each
   chunk touches only its own entry). A loop whose body may write a float array other
-  than its reduction arrays runs on one thread (the same rule, one chunk): whether its
-  writes are its own entries is not proven here.
+  than its reduction arrays runs as one chunk: that each index writes only its own
+  entries is not proven here.
 
 Refused (the compile raises ``ParforUnsupported``; the derivative is then the serial
-twin's): nested prange, reductions into arrays, non-C-contiguous arrays, and body
-arguments holding floats that are not arrays (their adjoints would need the rule to
-return them).
+twin's, with a PerformanceWarning): nested prange, reductions into arrays, non-C
+arrays, and body arguments holding floats that are not arrays (their adjoints would
+have to come back from the rule).
 """
 
 from __future__ import annotations
@@ -31,43 +33,26 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from enzyme_py.frontends._numba_parfor_ir import (
+    LAUNCH_PREFIX,
+    Group,
+    Launch,
+    ParforUnsupported,
+    split_types,
+    threaded_ir,
+)
 
 __all__ = [
     "Launch",
     "ParforUnsupported",
+    "inlined_into_wrapper",
     "parfor_compile",
     "threaded_ir",
+    "threaded_module",
     "with_launch_rules",
 ]
-
-LAUNCH_PREFIX = "__enzyme_py_parfor_"
-THREAD_INDEX = "__enzyme_py_parfor_thread"
-
-
-class ParforUnsupported(Exception):
-    """A prange loop this module cannot run on several threads."""
-
-
-@dataclass(frozen=True)
-class Group:
-    """One Numba argument of a launch: its LLVM parameters ``[start, start + count)``."""
-
-    start: int
-    count: int
-    array: str | None  # "float64" / "float32" (differentiable), "const" (other arrays)
-    reduction: bool
-
-
-@dataclass(frozen=True)
-class Launch:
-    name: str  # __enzyme_py_parfor_K
-    body: str  # the outlined body's LLVM name
-    groups: tuple[Group, ...]  # the body's arguments after its schedule
-
-
-_ARRAY_DATA = 4  # meminfo, parent, nitems, itemsize, data, shape..., strides...
 
 
 def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
@@ -202,304 +187,6 @@ def parfor_compile(dispatcher: Any, signature: tuple[Any, ...]) -> tuple[Any, tu
     return compiled, tuple(found)
 
 
-_DECLARE = re.compile(r"^declare void @(__enzyme_py_parfor_\d+)\((.*)\)[^\n]*$", re.M)
-
-_SUPPORT = f"""
-declare i64 @{THREAD_INDEX}() inaccessiblememonly nounwind willreturn "enzyme_inactive" "enzyme_no_escaping_allocation"
-declare void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)*, i64*, i64, i64, i64)
-declare void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)*, i64*, i64*, i64, i64*, i64, i64, i64, i64)
-declare i64* @__enzyme_py_parfor_snapshot(i64*, i64, i64*, i64)
-declare void @__enzyme_autodiff(i8*, ...)
-declare void @llvm.assume(i1)
-"""  # noqa: E501
-
-
-def _split_types(text: str) -> list[str]:
-    """The parameter types of a declaration's list (commas inside braces kept)."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
-
-
-def _to_slot(b: list[str], ty: str, value: str, slot: str) -> None:
-    """Store ``value`` of type ``ty`` into the i64 ``slot``."""
-    if ty.endswith("*"):
-        b.append(f"  {value}.i = ptrtoint {ty} {value} to i64")
-    elif ty == "i64":
-        b.append(f"  {value}.i = add i64 {value}, 0")
-    else:
-        b.append(f"  {value}.i = zext {ty} {value} to i64")
-    b.append(f"  store i64 {value}.i, i64* {slot}")
-
-
-def _from_slot(b: list[str], ty: str, slots: str, j: int, name: str) -> str:
-    b.append(f"  {name}.p = getelementptr i64, i64* {slots}, i64 {j}")
-    b.append(f"  {name}.i = load i64, i64* {name}.p")
-    if ty.endswith("*"):
-        b.append(f"  {name} = inttoptr i64 {name}.i to {ty}")
-    elif ty == "i64":
-        return f"{name}.i"
-    else:
-        b.append(f"  {name} = trunc i64 {name}.i to {ty}")
-    return name
-
-
-def _slots(b: list[str], name: str, count: int) -> str:
-    b.append(f"  {name}.a = alloca [{count} x i64]")
-    b.append(f"  {name} = getelementptr [{count} x i64], [{count} x i64]* {name}.a, i64 0, i64 0")
-    return name
-
-
-def _slot(b: list[str], slots: str, j: int, name: str) -> str:
-    b.append(f"  {name} = getelementptr i64, i64* {slots}, i64 {j}")
-    return name
-
-
-# The body's schedule, a C array of two int64: meminfo, parent, nitems, itemsize, data,
-# shape, stride.
-_SCHED_TYPES = ("i8*", "i8*", "i64", "i64", "i64*", "i64", "i64")
-# Numba's return and exception slots of the body (each chunk has its own).
-_RET = "i8**"
-_EXCINFO = "{ i8*, i32, i8*, i8*, i32 }**"
-
-
-def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: int) -> str:
-    n = len(types)
-    k = launch.name
-    reductions = [g for g in launch.groups if g.reduction]
-    float_arrays = [g for g in launch.groups if g.array in ("float64", "float32")]
-    arrays = [g for g in launch.groups if g.array is not None]
-    parallel = all(g.reduction or not writes[g.start + _ARRAY_DATA] for g in float_arrays)
-    body_ty = f"i32 ({', '.join([_RET, _EXCINFO, *_SCHED_TYPES, *types[2:]])})*"
-    out: list[str] = []
-
-    def thread_count(b: list[str], slots: str) -> str:
-        """``threads``, at most each reduction array's length (Numba's thread count)."""
-        cur = f"{threads if parallel else 1}"
-        for r, g in enumerate(reductions):
-            length = _from_slot(b, "i64", slots, g.start + _ARRAY_DATA + 1, f"%len{r}")
-            b.append(f"  %lt{r} = icmp slt i64 {length}, {cur}")
-            b.append(f"  %tc{r} = select i1 %lt{r}, i64 {length}, i64 {cur}")
-            cur = f"%tc{r}"
-        return cur
-
-    def range_of(b: list[str], slots: str) -> tuple[str, str]:
-        return _from_slot(b, "i64", slots, 0, "%first"), _from_slot(b, "i64", slots, 1, "%last")
-
-    def body_args(b: list[str], slots: str, shadows: str | None) -> list[str]:
-        """The body's arguments from ``slots``: its own retptr and schedule [first, last]."""
-        b.append("  %ret = alloca i8*")
-        b.append(f"  %exc = alloca {_EXCINFO[:-1]}")
-        b.append("  %sched = alloca [2 x i64]")
-        b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
-        b.append("  store i64 %first, i64* %s0")
-        b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
-        b.append("  store i64 %last, i64* %s1")
-        mark = (lambda a: f'metadata !"enzyme_const", {a}') if shadows else (lambda a: a)
-        args = [mark(f"{_RET} %ret"), mark(f"{_EXCINFO} %exc")]
-        sched_values = ["null", "null", "2", "8", "%s0", "2", "8"]
-        for t, v in zip(_SCHED_TYPES, sched_values, strict=True):
-            args.append(mark(f"{t} {v}"))
-        for g in launch.groups:
-            for j in range(g.start, g.start + g.count):
-                v = _from_slot(b, types[j], slots, j, f"%v{j}")
-                dup = shadows and g.array in ("float64", "float32") and j == g.start + _ARRAY_DATA
-                if dup:
-                    assert shadows is not None
-                    s = _from_slot(b, types[j], shadows, j, f"%d{j}")
-                    # A reduction array's value is not needed in the reverse pass.
-                    kind = "enzyme_dupnoneed" if g.reduction else "enzyme_dup"
-                    args.append(f'metadata !"{kind}", {types[j]} {v}, {types[j]} {s}')
-                else:
-                    args.append(mark(f"{types[j]} {v}"))
-        return args
-
-    # The body where its schedule starts at 0 or later: Numba's wraparound of negative
-    # indices then folds away, and loops over the index vectorise. Inlined.
-    body_params = [_RET, _EXCINFO, *_SCHED_TYPES, *types[2:]]
-    # Its pointers are noalias, as Numba declares the body's: without that Enzyme would
-    # keep copies of what it reads, in case the shadows' stores overwrote it.
-    b = [
-        f"define internal i32 @{k}.body("
-        + ", ".join(
-            f"{t} noalias %b{j}" if t.endswith("*") else f"{t} %b{j}"
-            for j, t in enumerate(body_params)
-        )
-        + ") alwaysinline {"
-    ]
-    b.append("  %start = load i64, i64* %b6")
-    b.append("  %nonneg = icmp sge i64 %start, 0")
-    b.append("  call void @llvm.assume(i1 %nonneg)")
-    b.append("  %end.p = getelementptr i64, i64* %b6, i64 1")
-    b.append("  %end = load i64, i64* %end.p")
-    b.append("  %end.nonneg = icmp sge i64 %end, 0")
-    b.append("  call void @llvm.assume(i1 %end.nonneg)")
-    call_args = ", ".join(f"{t} %b{j}" for j, t in enumerate(body_params))
-    b.append(f"  %r = call i32 @{launch.body}({call_args}) alwaysinline")
-    b += ["  ret i32 %r", "}"]
-    out += b
-
-    # The primal: the body over the chunks.
-    b = [f"define internal i32 @{k}.chunk(i64* %slots, i64 %first, i64 %last, i8** %raised) {{"]
-    args = body_args(b, "%slots", None)
-    b.append("  %nonneg = icmp sge i64 %first, 0")
-    b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
-    b.append(f"  %status = call i32 %body({', '.join(args)})")
-    b.append(f"  %e = load {_EXCINFO[:-1]}, {_EXCINFO} %exc")
-    b.append(f"  %e.i8 = bitcast {_EXCINFO[:-1]} %e to i8*")
-    b.append("  store i8* %e.i8, i8** %raised")
-    b += ["  ret i32 %status", "}"]
-    out += b
-
-    # The body only reads these arrays: what lets LLVM infer that the function's own
-    # arrays passed here are only read (threaded_module then copies none of them).
-    read_only = {g.start + _ARRAY_DATA for g in arrays if not writes[g.start + _ARRAY_DATA]}
-    launch_sig = ", ".join(
-        f"{t} readonly nocapture %p{j}" if j in read_only else f"{t} %p{j}"
-        for j, t in enumerate(types)
-    )
-    b = [f"define void @{k}({launch_sig}) noinline {{"]
-    slots = _slots(b, "%slots", n)
-    for j, t in enumerate(types):
-        _to_slot(b, t, f"%p{j}", _slot(b, slots, j, f"%at{j}"))
-    first, last = range_of(b, slots)
-    count = thread_count(b, slots)
-    b.append(
-        f"  call void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)* @{k}.chunk, "
-        f"i64* {slots}, i64 {first}, i64 {last}, i64 {count})"
-    )
-    b += ["  ret void", "}"]
-    out += b
-
-    # The reverse of the body over one chunk (Enzyme's, made by its marker pass).
-    b = [f"define internal void @{k}.reverse(i64* %slots, i64* %shadows, i64 %first, i64 %last) {{"]
-    marked = ", ".join(body_args(b, "%slots", "%shadows"))
-    b.append("  %nonneg = icmp sge i64 %first, 0")
-    b.append("  br i1 %nonneg, label %from_zero, label %anywhere")
-    b.append("from_zero:")
-    b.append("  call void @llvm.assume(i1 %nonneg)")
-    b.append(
-        f"  call void (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} @{k}.body to i8*), "
-        f"{marked})"
-    )
-    b.append("  ret void")
-    b.append("anywhere:")
-    b.append(
-        f"  call void (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} @{launch.body} to i8*), "
-        f"{marked})"
-    )
-    b += ["  ret void", "}"]
-    out += b
-
-    pairs = ", ".join(f"{t} %p{j}, {t} %d{j}" for j, t in enumerate(types))
-    # Augmented forward pass: the snapshot, then the launch.
-    b = [f"define i8* @{k}.augment({pairs}) {{"]
-    slots = _slots(b, "%slots", n)
-    for j, t in enumerate(types):
-        _to_slot(b, t, f"%p{j}", _slot(b, slots, j, f"%at{j}"))
-    copies = _slots(b, "%copies", 2 * len(arrays))
-    for c, g in enumerate(arrays):
-        j = g.start + _ARRAY_DATA
-        nitems = f"%p{g.start + 2}"
-        itemsize = f"%p{g.start + 3}"
-        b.append(f"  %bytes{c} = mul i64 {nitems}, {itemsize}")
-        # -1: memory nothing writes before the reverse pass (threaded_module decides)
-        b.append(f"  %copy{c} = load i1, i1* @{k}.copy.{j}")
-        b.append(f"  %cslot{c} = select i1 %copy{c}, i64 {j}, i64 -1")
-        b.append(f"  store i64 %cslot{c}, i64* {_slot(b, copies, 2 * c, f'%cs{c}')}")
-        b.append(f"  store i64 %bytes{c}, i64* {_slot(b, copies, 2 * c + 1, f'%cb{c}')}")
-        # Not internal (nor constant) yet, so that nothing folds it before
-        # threaded_module decides (_settled_snapshots).
-        out.append(f"@{k}.copy.{j} = global i1 true")
-    b.append(
-        f"  %snapshot = call i64* @__enzyme_py_parfor_snapshot(i64* {slots}, i64 {n}, "
-        f"i64* {copies}, i64 {len(arrays)})"
-    )
-    b.append(f"  call void @{k}({', '.join(f'{t} %p{j}' for j, t in enumerate(types))})")
-    b.append("  %tape = bitcast i64* %snapshot to i8*")
-    b += ["  ret i8* %tape", "}"]
-    out += b
-
-    # Reverse pass: the chunks' reverse derivatives on the snapshot.
-    b = [f"define void @{k}.gradient({pairs}, i8* %tape) {{"]
-    b.append("  %snap = bitcast i8* %tape to i64*")
-    shadows = _slots(b, "%shadows", n)
-    for j, t in enumerate(types):
-        _to_slot(b, t, f"%d{j}", _slot(b, shadows, j, f"%st{j}"))
-    privates = _slots(b, "%privates", 3 * max(1, len(float_arrays)))
-    for c, g in enumerate(float_arrays):
-        j = g.start + _ARRAY_DATA
-        kind = 0 if g.array == "float64" else 1
-        shared = g.reduction or writes[j]
-        b.append(f"  %same{c} = icmp eq {types[j]} %p{j}, %d{j}")
-        b.append(f"  %kind{c} = select i1 %same{c}, i64 2, i64 {3 if shared else kind}")
-        b.append(f"  %pb{c} = mul i64 %p{g.start + 2}, %p{g.start + 3}")
-        b.append(f"  store i64 {j}, i64* {_slot(b, privates, 3 * c, f'%ps{c}')}")
-        b.append(f"  store i64 %pb{c}, i64* {_slot(b, privates, 3 * c + 1, f'%pz{c}')}")
-        b.append(f"  store i64 %kind{c}, i64* {_slot(b, privates, 3 * c + 2, f'%pk{c}')}")
-    first, last = range_of(b, "%snap")
-    count = thread_count(b, "%snap")
-    b.append(
-        f"  call void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)* @{k}.reverse, "
-        f"i64* %snap, i64* {shadows}, i64 {n}, i64* {privates}, i64 {len(float_arrays)}, "
-        f"i64 {first}, i64 {last}, i64 {count})"
-    )
-    b += ["  ret void", "}"]
-    out += b
-    return "\n".join(out) + "\n"
-
-
-def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tuple[str, list[str]]:
-    """``ir_text`` (the module of ``parfor_compile``) with each launch defined, its
-    rules' functions added and the bodies' thread id the runner's; Enzyme's marker pass
-    still has to make the reverse derivatives of the bodies. Returns the text and the
-    launch names (each to get its rules: ``<name>.augment``, ``<name>.gradient``)."""
-    from enzyme_py import _state
-
-    declared = {m.group(1): _split_types(m.group(2)) for m in _DECLARE.finditer(ir_text)}
-    for launch in launches:
-        if launch.name not in declared:
-            raise ParforUnsupported(f"the launch {launch.name} is missing from the IR")
-        # Numba links the body in as linkonce_odr, a definition LLVM infers no
-        # parameter attributes of (another may replace it): ours only.
-        ir_text = re.sub(
-            r"^define linkonce_odr (i32 @" + re.escape(launch.body) + r"\()",
-            r"define internal \1",
-            ir_text,
-            flags=re.M,
-        )
-    parts = []
-    for launch in launches:
-        # The body's parameters: its return and exception slots and its schedule,
-        # then the launch's after first and last.
-        body_writes = [not r for r in _state.native.read_only_params(ir_text, launch.body)]
-        writes = [False, False, *body_writes[2 + len(_SCHED_TYPES) :]]
-        if len(writes) != len(declared[launch.name]):
-            raise ParforUnsupported(f"the body of {launch.name} has an unexpected signature")
-        parts.append(_launch_ir(launch, declared[launch.name], writes, threads))
-    text = _DECLARE.sub("", ir_text)
-    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", text, flags=re.M)
-    text = text.replace("@get_thread_id()", f"@{THREAD_INDEX}()")
-    text = re.sub(r"^@__enzyme_py_parfor_\d+\.keep = .*$", "", text, flags=re.M)
-    # Numba sizes its per-thread reduction arrays by its thread count: ours here.
-    text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
-    text = text.replace("@get_num_threads()", "@__enzyme_py_parfor_count()")
-    count = f"define internal i64 @__enzyme_py_parfor_count() {{\n  ret i64 {threads}\n}}\n"
-    parts = [text, _SUPPORT, count, *parts]
-    return "\n".join(parts), [launch.name for launch in launches]
-
-
 def threaded_module(
     text: str, function: str, wrapper: str, names: list[str], identity: str, noalias: bool
 ) -> Any:
@@ -545,12 +232,12 @@ def _settled_snapshots(ir: str, wrapper: str | None) -> str:
     if wrapper is not None:
         define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)[^\n]*\{$", ir, re.M)
     if wrapper is not None and define is not None:
-        params = [p.split()[-1] for p in _split_types(define.group(1))]
+        params = [p.split()[-1] for p in split_types(define.group(1))]
         read_only = _state.native.read_only_params(ir, wrapper)
         only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
         end = ir.find("\n}\n", define.end())
         for call in _CALL.finditer(ir, define.end(), end if end >= 0 else len(ir)):
-            for j, arg in enumerate(_split_types(call.group(2))):
+            for j, arg in enumerate(split_types(call.group(2))):
                 if arg.split()[-1] in only_read:
                     needless.add(f"@{call.group(1)}.copy.{j}")
 
