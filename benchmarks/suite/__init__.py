@@ -18,7 +18,9 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
 6. ``rosenbrock_prange``, ``gmm_prange``, ``heat_prange``: kernels 1-3 written with
    ``parallel=True`` and ``prange`` (over i, over samples, over cells), same sizes and
    contenders (JAX and PyTorch run their one version of the math again). The Numba primal
-   runs on Numba's threads; enzyme_py differentiates its serial twin (prange as range).
+   runs on Numba's threads; ``enzyme_py_reverse`` differentiates its serial twin (prange
+   as range), ``enzyme_py_threads`` runs its prange loops on every core
+   (``ez.autodiff(..., threads=os.cpu_count())``, experimental).
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells
 x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contender.

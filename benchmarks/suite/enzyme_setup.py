@@ -33,6 +33,8 @@ def setup_enzyme(kernel: str, data: dict[str, Any], contender: str) -> Setup:
     kernel = SERIAL_ROW.get(kernel, kernel)
     args = data["args"]
     f(*args)  # the Numba primal is compiled before the baseline
+    if contender == "enzyme_py_threads":
+        return _setup_threads(f, args, tuple(data["diff"]), versions)
     if kernel in ("rosenbrock", "gmm", "heat"):
 
         def make_grad() -> Callable[[], Any]:
@@ -118,3 +120,36 @@ def _setup_compiled(
         return lambda: g(*args)
 
     return Setup(make=make_grad, derivative=flatten, versions=versions)
+
+
+def _setup_threads(
+    f: Any, args: list[Any], diff: tuple[int, ...], versions: dict[str, str]
+) -> Setup:
+    """The prange rows' reverse derivative with its loops on every core: what ez.grad
+    computes, from ``ez.autodiff(..., threads=os.cpu_count())`` with fresh zeroed
+    shadows each call (as ez.grad returns fresh gradients)."""
+    import os
+
+    import numpy as np
+
+    import enzyme_py as ez
+
+    activities = [ez.Duplicated if i in diff else ez.Const for i in range(len(args))]
+    threads = os.cpu_count() or 1
+
+    def make() -> Callable[[], Any]:
+        df = ez.autodiff(f, ez.Reverse, *activities, ez.ActiveOnly, threads=threads)
+
+        def call() -> tuple[Any, ...]:
+            shadows = {i: np.zeros_like(args[i]) for i in diff}
+            flat: list[Any] = []
+            for i, a in enumerate(args):
+                flat.append(a)
+                if i in shadows:
+                    flat.append(shadows[i])
+            df(*flat, 1.0)
+            return tuple(shadows[i] for i in diff)
+
+        return call
+
+    return Setup(make=make, derivative=flatten, versions=versions | {"threads": str(threads)})

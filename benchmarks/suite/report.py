@@ -74,7 +74,8 @@ def environment(
         "versions": versions,
         "threads": (
             "Numba and enzyme_py: 1 thread (the prange rows' Numba primal: Numba's "
-            f"{_numba_threads()} threads); PyTorch: torch.set_num_threads("
+            f"{_numba_threads()} threads; their 'enzyme_py reverse, threads=' row: "
+            f"threads={cores}); PyTorch: torch.set_num_threads("
             f"{cores}); JAX: XLA CPU client defaults (all cores)"
         ),
         "enzyme_py_ad": bool(info.get("autodiff")),

@@ -36,6 +36,8 @@ CONTENDERS: dict[str, Contender] = {
     for c in (
         Contender("numba_primal", "numba", "Numba primal"),
         Contender("enzyme_py_reverse", "enzyme_py", "enzyme_py reverse"),
+        # The prange rows: ez.autodiff(..., threads=os.cpu_count()), the loops on threads.
+        Contender("enzyme_py_threads", "enzyme_py", "enzyme_py reverse, threads="),
         Contender("enzyme_py_forward", "enzyme_py", "enzyme_py forward"),
         Contender("enzyme_py_jvp_helper", "enzyme_py", "enzyme_py `ez.jvp` helper"),
         Contender("jax", "jax", "JAX jit"),
@@ -114,7 +116,10 @@ def _prange_twin(base: Kernel) -> Kernel:
         base.derivative,
         base.full,
         base.quick,
-        tuple(c for c in base.contenders if c not in COMPILED_CONTENDERS),
+        (
+            *(c for c in base.contenders if c not in COMPILED_CONTENDERS),
+            "enzyme_py_threads",
+        ),
         base.enzyme_reference,
         lambda s: f"{title(s)}, parallel=True prange",
         base.fd_evaluations,
