@@ -395,8 +395,13 @@ py::object Caller::call(py::args args) const {
 
 // For compiled callers (Numba): call an entry point, then release the arena;
 // the bytes an allocation inside failed to get, else 0 (see call_entry).
+// kLoopFailed (all ones): a prange loop's chunk raised; its exception is not kept.
 extern "C" uint64_t enzyme_py_call(uint64_t entry, uint64_t slots) {
-  return call_entry(reinterpret_cast<void (*)(void *)>(entry), reinterpret_cast<void *>(slots));
+  const size_t failed =
+      call_entry(reinterpret_cast<void (*)(void *)>(entry), reinterpret_cast<void *>(slots));
+  int64_t status = 0, detail = 0;
+  if (failed == kLoopFailed) take_loop_failure(status, detail);
+  return failed;
 }
 
 void register_caller(py::module_ &m) {

@@ -32,6 +32,10 @@ void invoke_on_slots(uint64_t entry, py::buffer &slots, Call call) {
     py::gil_scoped_release release;
     failed_bytes = call(fn, data);
   }
+  int64_t loop_status = 0, loop_detail = 0;
+  if (failed_bytes == kLoopFailed && take_loop_failure(loop_status, loop_detail)) {
+    throw CalleeFailed(loop_status, loop_detail);  // a prange chunk's own exception
+  }
   if (failed_bytes) throw OutOfMemory(failed_bytes);
 }
 

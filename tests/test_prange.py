@@ -423,3 +423,13 @@ def test_threads_with_one_array_passed_twice():
     df(x, dx, y, dy, 1.0)
     np.testing.assert_allclose(dx, np.sin(y), rtol=1e-14)
     np.testing.assert_allclose(dy, x * np.cos(y), rtol=1e-14)
+
+
+def test_threads_with_width_runs_serially_and_says_so():
+    x = rng.uniform(-1.0, 1.0, 101)
+    dxs = np.zeros((2, x.size))
+    with pytest.warns(ez.PerformanceWarning, match="with width=2 the prange loops run on one"):
+        df = ez.autodiff(parallel_squares, ez.Reverse, ez.Duplicated, ez.ActiveOnly,
+                         threads=2, width=2)  # fmt: skip
+        df(x, dxs, np.array([1.0, 3.0]))
+    np.testing.assert_allclose(dxs, [2.0 * x, 6.0 * x], rtol=1e-14)

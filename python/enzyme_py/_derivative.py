@@ -324,6 +324,8 @@ class Derivative:
             invoke()
         except _state.native.OutOfMemory as exc:
             self._raise_out_of_memory(exc)
+        except _state.native.CalleeFailed as exc:  # raised on another thread's chunk
+            self._callee_failed(exc)
         errors = filled.errors
         if errors[0] != 0:
             self._raise_callee_error(int(errors[0]), int(errors[1]))

@@ -292,6 +292,9 @@ def compile_njit(
             *lines,
             *entry_lines,
             "    failed_bytes = invoke(entry, slots.ctypes.data)",
+            # All ones: a prange loop's chunk raised (src/arena.h, kLoopFailed).
+            "    if failed_bytes == np.uint64(0xFFFFFFFFFFFFFFFF):",
+            f"        raise RuntimeError({failed!r})",
             "    if failed_bytes != 0:",
             f"        raise MemoryError({out_of_memory!r})",
             "    if errors[0] != 0:",

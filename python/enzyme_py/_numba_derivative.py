@@ -239,6 +239,9 @@ class NumbaDerivative:
         then builds the serial one: the same numbers, on one thread)."""
         if self.mode is not Reverse:
             reason = "in forward mode the prange loops run on one thread"
+        elif self.options.width != 1:
+            # The launches' rules take one shadow per array, not a batch of them.
+            reason = f"with width={self.options.width} the prange loops run on one thread"
         else:
             try:
                 parallel = numba_frontend.specialize(
