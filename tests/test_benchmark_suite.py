@@ -27,36 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The Cython row: the kernel in Cython and in C, primal and gradient.
 COMPILED = {"cython_primal", "enzyme_py_cython", "c_primal", "enzyme_py_c"}
+GRADIENT = {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"}
 KERNELS = {
-    "rosenbrock": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"}
-    | COMPILED,
-    "gmm": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"},
-    "heat": {"numba_primal", "enzyme_py_reverse", "jax", "torch", "finite_differences"} | COMPILED,
-    # The same kernels written with parallel=True and prange.
-    "rosenbrock_prange": {
-        "numba_primal",
-        "enzyme_py_reverse",
-        "enzyme_py_threads",
-        "jax",
-        "torch",
-        "finite_differences",
-    },
-    "gmm_prange": {
-        "numba_primal",
-        "enzyme_py_reverse",
-        "enzyme_py_threads",
-        "jax",
-        "torch",
-        "finite_differences",
-    },
-    "heat_prange": {
-        "numba_primal",
-        "enzyme_py_reverse",
-        "enzyme_py_threads",
-        "jax",
-        "torch",
-        "finite_differences",
-    },
+    "rosenbrock": GRADIENT | COMPILED,
+    "gmm": GRADIENT,
+    "heat": GRADIENT | COMPILED,
+    # The same kernels written with parallel=True and prange, and their threads= row.
+    "rosenbrock_prange": GRADIENT | {"enzyme_py_threads"},
+    "gmm_prange": GRADIENT | {"enzyme_py_threads"},
+    "heat_prange": GRADIENT | {"enzyme_py_threads"},
     "nbody": {
         "numba_primal",
         "enzyme_py_forward",

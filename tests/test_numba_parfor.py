@@ -1,7 +1,7 @@
 """Numba's prange loops as typed launches with Enzyme rules (``frontends/_numba_parfor``),
-the step before derivatives run them on several threads (docs/design.md §8): the
+what lets reverse derivatives run them on several threads (docs/design.md §8): the
 compile, the generated module, the bodies' reverse derivatives from Enzyme's marker
-pass, and the loops it refuses."""
+pass, and the loops it refuses. The derivatives themselves: tests/test_prange.py."""
 
 import re
 
@@ -9,17 +9,9 @@ import numba
 import numpy as np
 import pytest
 
+from benchmarks.kernels import rosenbrock_prange
+
 pytestmark = pytest.mark.needs_enzyme
-
-
-@numba.njit(parallel=True)
-def rosenbrock_prange(x):
-    s = 0.0
-    for i in numba.prange(x.shape[0] - 1):
-        a = x[i + 1] - x[i] * x[i]
-        b = 1.0 - x[i]
-        s += 100.0 * a * a + b * b
-    return s
 
 
 @numba.njit(parallel=True)
