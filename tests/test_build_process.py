@@ -159,6 +159,10 @@ def _start(what: str, cache: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Python turns SIGINT into KeyboardInterrupt only where its parent left SIGINT
+        # alone: a suite started in the background (`cmd &` without job control)
+        # ignores it, and so would this child.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
