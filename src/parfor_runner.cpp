@@ -17,6 +17,10 @@ namespace enzyme_py {
 namespace {
 
 thread_local int64_t chunk_index = 0;
+// True on the pool's workers: what a chunk allocates there is theirs to free after
+// it. On the caller's thread (task 0, and every task when the pool is busy) it belongs
+// to the derivative call, freed with the call's other temporaries.
+thread_local bool on_worker = false;
 
 // Workers that run task 1..n-1 of a launch while the caller runs task 0. One launch
 // at a time: a launch that finds the pool busy (another Python thread's derivative)
@@ -71,6 +75,7 @@ class Pool {
   }
 
   void work(int64_t index) {
+    on_worker = true;
     uint64_t seen = 0;
     for (;;) {
       for (int spin = 0;
@@ -118,8 +123,8 @@ struct Chunks {
   int64_t end(int64_t t) const { return begin(t + 1) - 1; }  // inclusive
 };
 
-// fn() with a failed allocation ending it (0, else the bytes asked for); on the
-// workers, what the chunk allocated is freed after it.
+// fn() with a failed allocation ending it (0, else the bytes asked for); on a worker,
+// what the chunk allocated is freed after it.
 size_t guarded(int64_t t, const std::function<void()> &fn) {
   struct Call {
     const std::function<void()> *fn;
@@ -129,7 +134,7 @@ size_t guarded(int64_t t, const std::function<void()> &fn) {
   chunk_index = t;
   const size_t failed = run_guarded(&Call::trampoline, &call);
   chunk_index = outer;
-  if (t != 0) arena_release();
+  if (on_worker) arena_release();
   return failed;
 }
 
@@ -153,7 +158,7 @@ void give_copies(int64_t t, std::vector<int64_t> &slots, const int64_t *privates
   for (int64_t p = 0; p < count; ++p) {
     const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
     const int64_t kind = privates[3 * p + 2];
-    if (kind == 3 || (t == 0 && kind != 2)) continue;  // shared, or the first thread's
+    if (kind == kParforShared || (t == 0 && kind != kParforDrop)) continue;  // the shadow
     auto &copy = mine[p];
     if (copy.size() < static_cast<size_t>(bytes) + 64) {
       try {
@@ -232,17 +237,20 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
       chunk(slots, own[t].data(), chunks.begin(t), chunks.end(t));
     });
   });
+  // A chunk that failed ends the call before any copy is added (a copy never made
+  // would leave the shadow's own slot, added into itself).
+  enzyme_py::raise_failure(failed);
   // The copies added into the shared shadows, each thread a part of every shadow.
   pool.run(chunks.parts, [&](int64_t t) {
     for (int64_t p = 0; p < count; ++p) {
       const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
       const int64_t kind = privates[3 * p + 2];
-      if (kind == 2 || kind == 3) continue;
-      const size_t size = kind == 0 ? sizeof(double) : sizeof(float);
+      if (kind != kParforSumFloat64 && kind != kParforSumFloat32) continue;
+      const size_t size = kind == kParforSumFloat64 ? sizeof(double) : sizeof(float);
       const size_t n = static_cast<size_t>(bytes) / size;
       const size_t lo = n * t / chunks.parts, hi = n * (t + 1) / chunks.parts;
       for (int64_t u = 1; u < chunks.parts; ++u) {
-        if (kind == 0) {
+        if (kind == kParforSumFloat64) {
           enzyme_py::add_into(reinterpret_cast<double *>(shadows[slot]) + lo,
                               reinterpret_cast<const double *>(own[u][slot]) + lo, hi - lo);
         } else {
@@ -252,7 +260,6 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
       }
     }
   });
-  enzyme_py::raise_failure(failed);
 }
 
 extern "C" int64_t *enzyme_py_parfor_snapshot(const int64_t *slots, int64_t slot_count,

@@ -43,12 +43,18 @@ int64_t enzyme_py_parfor_thread();
 void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first, int64_t last,
                           int64_t threads);
 
+// How the threads of a reverse pass use a shadow (the `kind` of a `privates` triple;
+// python/enzyme_py/frontends/_numba_parfor_ir.py writes the same numbers).
+enum ParforShadow : int64_t {
+  kParforSumFloat64 = 0,  // every thread but the first a zeroed copy, added in after
+  kParforSumFloat32 = 1,  // the same, float32
+  kParforDrop = 2,        // every thread a zeroed copy, dropped (a Const array's shadow)
+  kParforShared = 3,      // all threads the shadow itself
+};
+
 // The reverse pass of a launch: chunk over the same chunks as enzyme_py_parfor_run.
-// `privates` lists `count` triples (slot, bytes, kind) of shadow slots that every
-// thread but the first gets a zeroed copy of, added into the shared shadow after
-// all chunks ran (kind 0: float64, 1: float32), or (kind 2) that every thread gets
-// a zeroed copy of and that is dropped after (the shadow of a Const array); kind 3:
-// shared by all threads.
+// `privates` lists `count` triples (slot, bytes, kind) of shadow slots and how the
+// threads use them (ParforShadow).
 void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots, int64_t *shadows,
                               int64_t slot_count, const int64_t *privates, int64_t count,
                               int64_t first, int64_t last, int64_t threads);

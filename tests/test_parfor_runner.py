@@ -116,10 +116,10 @@ def test_reverse_adds_private_copies_into_shared_shadows(runner, threads):
     compiled code is in tests/test_prange.py.)"""
     _, _, reverse, _ = runner
     n = 20_000
-    few = np.zeros(3)  # kind 0: private copies, added after
-    own = np.zeros(n)  # kind 3: shared, each index its own entry
-    dropped = np.zeros(4)  # kind 2: a Const array's shadow, never written
-    few32 = np.zeros(2, dtype=np.float32)  # kind 1: float32 copies
+    few = np.zeros(3)  # kind 0 (kParforSumFloat64): private copies, added after
+    own = np.zeros(n)  # kind 3 (kParforShared): shared, each index its own entry
+    dropped = np.zeros(4)  # kind 2 (kParforDrop): a Const array's shadow, never written
+    few32 = np.zeros(2, dtype=np.float32)  # kind 1 (kParforSumFloat32): float32 copies
     shadows = (ctypes.c_int64 * 4)(
         few.ctypes.data, own.ctypes.data, dropped.ctypes.data, few32.ctypes.data
     )

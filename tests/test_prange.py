@@ -433,3 +433,45 @@ def test_threads_with_width_runs_serially_and_says_so():
                          threads=2, width=2)  # fmt: skip
         df(x, dxs, np.array([1.0, 3.0]))
     np.testing.assert_allclose(dxs, [2.0 * x, 6.0 * x], rtol=1e-14)
+
+
+@numba.njit(parallel=True)
+def through_a_temporary(x):
+    # The body reads an array made inside the function: the reverse pass reads the
+    # snapshot of it that the derivative call keeps with its temporaries.
+    y = np.empty_like(x)
+    for i in range(x.shape[0]):
+        y[i] = x[i] * x[i]
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += math.sin(y[i]) * x[i]
+    return s
+
+
+def test_threads_derivatives_called_from_several_python_threads_at_once():
+    # While one call's chunks run on the workers, the others run theirs on their own
+    # thread: each must keep its own temporaries (a chunk index above 0 on the caller's
+    # thread once freed them).
+    import threading
+
+    xs = [rng.uniform(-1.0, 1.0, 20_000 + 7 * k) for k in range(4)]
+    expected = [np.sin(x * x) + 2.0 * x * x * np.cos(x * x) for x in xs]
+    df = ez.autodiff(through_a_temporary, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)
+    assert ON_THREADS in df.for_arguments((xs[0], np.zeros_like(xs[0]), 1.0)).inspect_llvm(
+        optimized=True
+    )
+    errors: list[float] = []
+
+    def work(k: int) -> None:
+        for _ in range(40):
+            dx = np.zeros_like(xs[k])
+            df(xs[k], dx, 1.0)
+            errors.append(float(np.max(np.abs(dx - expected[k]))))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 160
+    assert max(errors) < 1e-12

@@ -56,6 +56,9 @@ class Launch:
 
 _ARRAY_DATA = 4  # meminfo, parent, nitems, itemsize, data, shape..., strides...
 
+# How the threads of a reverse pass use a shadow: src/parfor_runner.h, ParforShadow.
+_SUM_FLOAT64, _SUM_FLOAT32, _DROP, _SHARED = 0, 1, 2, 3
+
 
 _DECLARE = re.compile(r"^declare void @(__enzyme_py_parfor_\d+)\((.*)\)[^\n]*$", re.M)
 
@@ -305,10 +308,12 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
     privates = _slots(b, "%privates", 3 * max(1, len(float_arrays)))
     for c, g in enumerate(float_arrays):
         j = g.start + _ARRAY_DATA
-        kind = 0 if g.array == "float64" else 1
-        shared = g.reduction or writes[j]
+        kind = _SUM_FLOAT64 if g.array == "float64" else _SUM_FLOAT32
+        if g.reduction or writes[j]:
+            kind = _SHARED
+        # A Const array's shadow is the array itself (rules.py): a dropped copy.
         b.append(f"  %same{c} = icmp eq {types[j]} %p{j}, %d{j}")
-        b.append(f"  %kind{c} = select i1 %same{c}, i64 2, i64 {3 if shared else kind}")
+        b.append(f"  %kind{c} = select i1 %same{c}, i64 {_DROP}, i64 {kind}")
         b.append(f"  %pb{c} = mul i64 %p{g.start + 2}, %p{g.start + 3}")
         b.append(f"  store i64 {j}, i64* {_slot(b, privates, 3 * c, f'%ps{c}')}")
         b.append(f"  store i64 %pb{c}, i64* {_slot(b, privates, 3 * c + 1, f'%pz{c}')}")
