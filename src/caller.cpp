@@ -336,11 +336,7 @@ py::object Caller::call(py::args args) const {
     py::gil_scoped_release release;
     failed_bytes = call_entry(entry_, slots);
   }
-  int64_t loop_status = 0, loop_detail = 0;
-  if (failed_bytes == kLoopFailed && take_loop_failure(loop_status, loop_detail)) {
-    throw CalleeFailed(loop_status, loop_detail);
-  }
-  if (failed_bytes) throw OutOfMemory(failed_bytes);
+  throw_if_failed(failed_bytes);
   if (errors[0] != 0) throw CalleeFailed(errors[0], errors[1]);
 
   const uint64_t *out = slots + in_slots_.size();
@@ -391,6 +387,14 @@ py::object Caller::call(py::args args) const {
     default:
       return py::none();
   }
+}
+
+void throw_if_failed(size_t failed_bytes) {
+  int64_t loop_status = 0, loop_detail = 0;
+  if (failed_bytes == kLoopFailed && take_loop_failure(loop_status, loop_detail)) {
+    throw CalleeFailed(loop_status, loop_detail);
+  }
+  if (failed_bytes) throw OutOfMemory(failed_bytes);
 }
 
 // For compiled callers (Numba): call an entry point, then release the arena;

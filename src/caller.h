@@ -35,6 +35,11 @@ struct OutOfMemory : std::runtime_error {
                            " bytes (a temporary array, its shadow or Enzyme's tape)") {}
 };
 
+// What call_entry's result means for a Python caller: nothing (0), the exception a
+// prange loop's chunk raised (CalleeFailed, from arena.h's kLoopFailed), or a failed
+// allocation (OutOfMemory).
+void throw_if_failed(size_t failed_bytes);
+
 // What one ArgStep fills (python/enzyme_py/_convention.py: StepKind).
 namespace step {
 constexpr char kScalar = 's';  // a scalar argument

@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "arena.h"
-#include "parfor_runner.h"
 #include "caller.h"
 #include "crash_report.h"
+#include "parfor_runner.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -32,11 +32,7 @@ void invoke_on_slots(uint64_t entry, py::buffer &slots, Call call) {
     py::gil_scoped_release release;
     failed_bytes = call(fn, data);
   }
-  int64_t loop_status = 0, loop_detail = 0;
-  if (failed_bytes == kLoopFailed && take_loop_failure(loop_status, loop_detail)) {
-    throw CalleeFailed(loop_status, loop_detail);  // a prange chunk's own exception
-  }
-  if (failed_bytes) throw OutOfMemory(failed_bytes);
+  throw_if_failed(failed_bytes);
 }
 
 }  // namespace
