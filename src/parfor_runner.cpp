@@ -17,6 +17,7 @@ namespace enzyme_py {
 namespace {
 
 thread_local int64_t chunk_index = 0;
+std::atomic<int64_t> grain_limit{INT64_MAX};
 // True on the pool's workers: what a chunk allocates there is theirs to free after
 // it. On the caller's thread (task 0, and every task when the pool is busy) it belongs
 // to the derivative call, freed with the call's other temporaries.
@@ -86,11 +87,13 @@ class Pool {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       }
-      seen = generation_.load(std::memory_order_acquire);
       const std::function<void(int64_t)> *task;
       int64_t tasks;
       {
-        std::unique_lock<std::mutex> lock(mutex_);  // task_ and tasks_ of this launch
+        // The launch's generation with its task, together: read apart, a worker
+        // could take the next launch's task as this one's and run it twice.
+        std::unique_lock<std::mutex> lock(mutex_);
+        seen = generation_.load(std::memory_order_acquire);
         task = task_;
         tasks = tasks_;
       }
@@ -113,15 +116,34 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
 };
 
+// [first, last] cut into `parts` contiguous chunks (fewer where the range is
+// shorter, or chunks would be shorter than `grain`), run by up to `workers` threads.
 struct Chunks {
-  int64_t first, count, parts;
-  Chunks(int64_t first_, int64_t last, int64_t threads) : first(first_) {
+  int64_t first, count, parts, workers;
+  Chunks(int64_t first_, int64_t last, int64_t parts_, int64_t workers_, int64_t grain)
+      : first(first_) {
     count = last >= first_ ? last - first_ + 1 : 0;
-    parts = std::max<int64_t>(1, std::min<int64_t>(threads, count));
+    grain = std::max<int64_t>(1, std::min(grain, grain_limit.load(std::memory_order_relaxed)));
+    parts = std::max<int64_t>(1, std::min<int64_t>({parts_, count, count / grain}));
+    workers = std::max<int64_t>(1, std::min<int64_t>(workers_, parts));
   }
-  int64_t begin(int64_t t) const { return first + count / parts * t + std::min(t, count % parts); }
-  int64_t end(int64_t t) const { return begin(t + 1) - 1; }  // inclusive
+  int64_t begin(int64_t c) const { return first + count / parts * c + std::min(c, count % parts); }
+  int64_t end(int64_t c) const { return begin(c + 1) - 1; }  // inclusive
+  int64_t shortest() const { return count / parts; }
 };
+
+// The chunks of a pass that worker w of `workers` runs: a contiguous share of `wave`.
+std::vector<int64_t> share(const std::vector<int64_t> &wave, int64_t w, int64_t workers) {
+  const auto n = static_cast<int64_t>(wave.size());
+  return {wave.begin() + n * w / workers, wave.begin() + n * (w + 1) / workers};
+}
+
+// Chunks from `first` on, every `step`-th.
+std::vector<int64_t> every(int64_t first, int64_t step, int64_t parts) {
+  std::vector<int64_t> out;
+  for (int64_t c = first; c < parts; c += step) out.push_back(c);
+  return out;
+}
 
 // fn() with a failed allocation ending it (0, else the bytes asked for); on a worker,
 // what the chunk allocated is freed after it.
@@ -146,19 +168,23 @@ void raise_failure(const std::vector<size_t> &failed) {
   }
 }
 
-// Zeroed copies of the private shadows of `privates` for task t, in slots: kept by
-// this thread between launches (a fresh mapping per launch costs a page fault per
-// page), one set per task index (a busy pool runs every task on one thread).
-void give_copies(int64_t t, std::vector<int64_t> &slots, const int64_t *privates,
-                 int64_t count) {
+// A shadow of a reverse pass and how its threads use it (ParforShadow), decided
+// for this pass.
+struct Private {
+  int64_t slot, bytes, kind;
+};
+
+// Zeroed copies of the private shadows of `plan` for worker w, in slots: kept by this
+// thread between launches (a fresh mapping per launch costs a page fault per page),
+// one set per worker index (a busy pool runs every worker's share on one thread).
+void give_copies(int64_t w, std::vector<int64_t> &slots, const std::vector<Private> &plan) {
   thread_local std::vector<std::vector<std::vector<char>>> kept;
-  if (static_cast<int64_t>(kept.size()) <= t) kept.resize(t + 1);
-  auto &mine = kept[t];
-  if (static_cast<int64_t>(mine.size()) < count) mine.resize(count);
-  for (int64_t p = 0; p < count; ++p) {
-    const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
-    const int64_t kind = privates[3 * p + 2];
-    if (kind == kParforShared || (t == 0 && kind != kParforDrop)) continue;  // the shadow
+  if (static_cast<int64_t>(kept.size()) <= w) kept.resize(w + 1);
+  auto &mine = kept[w];
+  if (mine.size() < plan.size()) mine.resize(plan.size());
+  for (size_t p = 0; p < plan.size(); ++p) {
+    const auto [slot, bytes, kind] = plan[p];
+    if (kind == kParforShared || (w == 0 && kind != kParforDrop)) continue;  // the shadow
     auto &copy = mine[p];
     if (copy.size() < static_cast<size_t>(bytes) + 64) {
       try {
@@ -176,12 +202,32 @@ void give_copies(int64_t t, std::vector<int64_t> &slots, const int64_t *privates
   }
 }
 
+// Whether the memory of two shadows (a Const array's aside: never written) overlaps.
+bool shadows_overlap(const int64_t *shadows, const int64_t *privates, int64_t count) {
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (int64_t p = 0; p < count; ++p) {
+    const int64_t slot = privates[4 * p], bytes = privates[4 * p + 1];
+    if (privates[4 * p + 2] == kParforDrop || bytes <= 0) continue;
+    const auto at = static_cast<uint64_t>(shadows[slot]);
+    spans.emplace_back(at, at + static_cast<uint64_t>(bytes));
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].first < spans[k - 1].second) return true;
+  }
+  return false;
+}
+
 template <typename T>
 void add_into(T *to, const T *from, size_t n) {
   for (size_t i = 0; i < n; ++i) to[i] += from[i];
 }
 
 }  // namespace
+
+int64_t set_parfor_grain_limit(int64_t limit) {
+  return grain_limit.exchange(limit > 0 ? limit : INT64_MAX);
+}
 
 std::map<std::string, uint64_t> parfor_symbols() {
   return {
@@ -199,21 +245,25 @@ using enzyme_py::Chunks;
 extern "C" int64_t enzyme_py_parfor_thread() { return enzyme_py::chunk_index; }
 
 extern "C" void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first,
-                                     int64_t last, int64_t threads) {
-  const Chunks chunks(first, last, threads);
+                                     int64_t last, int64_t parts, int64_t workers,
+                                     int64_t grain) {
+  const Chunks chunks(first, last, parts, workers, grain);
   if (chunks.count == 0) return;
   std::vector<int32_t> status(chunks.parts, 0);
   std::vector<void *> exception(chunks.parts, nullptr);
   std::vector<size_t> failed(chunks.parts, 0);
-  enzyme_py::Pool::get().run(chunks.parts, [&](int64_t t) {
-    failed[t] = enzyme_py::guarded(t, [&] {
-      status[t] = chunk(slots, chunks.begin(t), chunks.end(t), &exception[t]);
-    });
+  const auto all = enzyme_py::every(0, 1, chunks.parts);
+  enzyme_py::Pool::get().run(chunks.workers, [&](int64_t w) {
+    for (int64_t c : enzyme_py::share(all, w, chunks.workers)) {
+      failed[c] = enzyme_py::guarded(c, [&] {
+        status[c] = chunk(slots, chunks.begin(c), chunks.end(c), &exception[c]);
+      });
+    }
   });
   enzyme_py::raise_failure(failed);
-  for (int64_t t = 0; t < chunks.parts; ++t) {
-    if (status[t] != 0) {
-      enzyme_py::fail_from_loop(status[t], reinterpret_cast<int64_t>(exception[t]));
+  for (int64_t c = 0; c < chunks.parts; ++c) {
+    if (status[c] != 0) {
+      enzyme_py::fail_from_loop(status[c], reinterpret_cast<int64_t>(exception[c]));
       return;  // outside a derivative call: nothing to end
     }
   }
@@ -222,40 +272,74 @@ extern "C" void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t 
 extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots,
                                          int64_t *shadows, int64_t slot_count,
                                          const int64_t *privates, int64_t count,
-                                         int64_t first, int64_t last, int64_t threads) {
-  const Chunks chunks(first, last, threads);
+                                         int64_t first, int64_t last, int64_t parts,
+                                         int64_t threads, int64_t grain) {
+  using enzyme_py::Private;
+  Chunks chunks(first, last, parts, threads, grain);
   if (chunks.count == 0) return;
-  // Per task: its shadow slots, the private ones pointing at zeroed copies of its own
-  // (made by the task itself, in memory its thread keeps for the next launch).
-  std::vector<std::vector<int64_t>> own(chunks.parts);
-  for (int64_t t = 0; t < chunks.parts; ++t) own[t].assign(shadows, shadows + slot_count);
-  std::vector<size_t> failed(chunks.parts, 0);
+  // Overlapping shadows (one array passed twice, or two views of one): one thread,
+  // every shadow in place, as the serial derivative.
+  if (enzyme_py::shadows_overlap(shadows, privates, count)) chunks.workers = 1;
+  // Each shadow's use in this pass: a summed one in place where the loop's indices
+  // own its entries and the chunks are long enough for two waves to keep apart.
+  std::vector<Private> plan;
+  bool waves = false;
+  for (int64_t p = 0; p < count; ++p) {
+    Private entry{privates[4 * p], privates[4 * p + 1], privates[4 * p + 2]};
+    const int64_t reach = privates[4 * p + 3];
+    const bool summed = entry.kind == kParforSumFloat64 || entry.kind == kParforSumFloat32;
+    if (summed && chunks.workers > 1 && reach >= 0 && reach <= chunks.shortest()) {
+      entry.kind = kParforShared;
+      waves = waves || reach > 0;
+    }
+    plan.push_back(entry);
+  }
+  const int64_t workers = chunks.workers;
+  // Per worker: its shadow slots, the private ones pointing at zeroed copies of its
+  // own (made by the worker itself, in memory its thread keeps for the next launch).
+  std::vector<std::vector<int64_t>> own(workers);
+  for (auto &slots_of : own) slots_of.assign(shadows, shadows + slot_count);
+  std::vector<size_t> failed(chunks.parts, 0), copies_failed(workers, 0);
   auto &pool = enzyme_py::Pool::get();
-  pool.run(chunks.parts, [&](int64_t t) {
-    failed[t] = enzyme_py::guarded(t, [&] {
-      enzyme_py::give_copies(t, own[t], privates, count);
-      chunk(slots, own[t].data(), chunks.begin(t), chunks.end(t));
+  std::vector<std::vector<int64_t>> passes;
+  if (waves) {
+    passes = {enzyme_py::every(0, 2, chunks.parts), enzyme_py::every(1, 2, chunks.parts)};
+  } else {
+    passes = {enzyme_py::every(0, 1, chunks.parts)};
+  }
+  for (size_t pass = 0; pass < passes.size(); ++pass) {
+    pool.run(workers, [&](int64_t w) {
+      if (pass == 0) {
+        copies_failed[w] =
+            enzyme_py::guarded(0, [&] { enzyme_py::give_copies(w, own[w], plan); });
+      }
+      if (copies_failed[w]) return;
+      for (int64_t c : enzyme_py::share(passes[pass], w, workers)) {
+        failed[c] = enzyme_py::guarded(
+            c, [&] { chunk(slots, own[w].data(), chunks.begin(c), chunks.end(c)); });
+      }
     });
-  });
+  }
   // A chunk that failed ends the call before any copy is added (a copy never made
   // would leave the shadow's own slot, added into itself).
+  enzyme_py::raise_failure(copies_failed);
   enzyme_py::raise_failure(failed);
   // The copies added into the shared shadows, each thread a part of every shadow.
-  pool.run(chunks.parts, [&](int64_t t) {
-    for (int64_t p = 0; p < count; ++p) {
-      const int64_t slot = privates[3 * p], bytes = privates[3 * p + 1];
-      const int64_t kind = privates[3 * p + 2];
-      if (kind != kParforSumFloat64 && kind != kParforSumFloat32) continue;
-      const size_t size = kind == kParforSumFloat64 ? sizeof(double) : sizeof(float);
-      const size_t n = static_cast<size_t>(bytes) / size;
-      const size_t lo = n * t / chunks.parts, hi = n * (t + 1) / chunks.parts;
-      for (int64_t u = 1; u < chunks.parts; ++u) {
-        if (kind == kParforSumFloat64) {
-          enzyme_py::add_into(reinterpret_cast<double *>(shadows[slot]) + lo,
-                              reinterpret_cast<const double *>(own[u][slot]) + lo, hi - lo);
+  pool.run(workers, [&](int64_t t) {
+    for (const Private &entry : plan) {
+      if (entry.kind != kParforSumFloat64 && entry.kind != kParforSumFloat32) continue;
+      const size_t size = entry.kind == kParforSumFloat64 ? sizeof(double) : sizeof(float);
+      const size_t n = static_cast<size_t>(entry.bytes) / size;
+      const size_t lo = n * t / workers, hi = n * (t + 1) / workers;
+      for (int64_t u = 1; u < workers; ++u) {
+        if (entry.kind == kParforSumFloat64) {
+          enzyme_py::add_into(reinterpret_cast<double *>(shadows[entry.slot]) + lo,
+                              reinterpret_cast<const double *>(own[u][entry.slot]) + lo,
+                              hi - lo);
         } else {
-          enzyme_py::add_into(reinterpret_cast<float *>(shadows[slot]) + lo,
-                              reinterpret_cast<const float *>(own[u][slot]) + lo, hi - lo);
+          enzyme_py::add_into(reinterpret_cast<float *>(shadows[entry.slot]) + lo,
+                              reinterpret_cast<const float *>(own[u][entry.slot]) + lo,
+                              hi - lo);
         }
       }
     }

@@ -4,10 +4,10 @@
 // loop is a call of the loop's outlined body (Numba's gufunc body, which loops over
 // a [first, last] schedule) through functions generated per loop
 // (python/enzyme_py/frontends/_numba_parfor.py). Those functions call the ones
-// below, from generated code: the loop's range is cut into one contiguous chunk per
-// thread, chunk t runs on thread t (thread 0: the caller), and
-// __enzyme_py_parfor_thread() returns t inside it, which is what the body reads as
-// Numba's thread id to pick its entry of the per-thread reduction arrays.
+// below, from generated code: the loop's range is cut into contiguous chunks (one or
+// two per thread), chunk c runs with __enzyme_py_parfor_thread() returning c, which
+// is what the body reads as Numba's thread id to pick its entry of the per-thread
+// reduction arrays (Numba's thread count is the chunk count there).
 //
 // The values a chunk function takes are packed into an array of int64 "slots"
 // (pointers and integers alike), one per LLVM parameter of the launch.
@@ -21,6 +21,10 @@ namespace enzyme_py {
 
 // Names generated code uses -> addresses of the functions below.
 std::map<std::string, uint64_t> parfor_symbols();
+
+// The most indices per chunk a launch may ask for (its `grain`; tests set 1 to run
+// short ranges on several threads); returns the previous limit.
+int64_t set_parfor_grain_limit(int64_t limit);
 
 }  // namespace enzyme_py
 
@@ -36,14 +40,16 @@ typedef void (*ParforReverseChunk)(int64_t *slots, int64_t *shadows, int64_t fir
 // The index of the chunk this thread runs (0 outside a launch).
 int64_t enzyme_py_parfor_thread();
 
-// chunk over [first, last] (inclusive, as Numba's schedule) cut into `threads`
-// chunks. Where one fails, after all ended, the derivative call ends with that
-// chunk's status and exception (fail_from_loop in arena.h): the caller raises the
-// body's own exception.
+// chunk over [first, last] (inclusive, as Numba's schedule) cut into `parts` chunks
+// (fewer where the range is shorter, or where chunks would have fewer than `grain`
+// indices), run on up to `workers` threads, each thread a contiguous run of chunks;
+// chunk c sees c as its thread index. Where one fails, after
+// all ended, the derivative call ends with that chunk's status and exception
+// (fail_from_loop in arena.h): the caller raises the body's own exception.
 void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first, int64_t last,
-                          int64_t threads);
+                          int64_t parts, int64_t workers, int64_t grain);
 
-// How the threads of a reverse pass use a shadow (the `kind` of a `privates` triple;
+// How the threads of a reverse pass use a shadow (the `kind` of a `privates` entry;
 // python/enzyme_py/frontends/_numba_parfor_ir.py writes the same numbers).
 enum ParforShadow : int64_t {
   kParforSumFloat64 = 0,  // every thread but the first a zeroed copy, added in after
@@ -52,12 +58,19 @@ enum ParforShadow : int64_t {
   kParforShared = 3,      // all threads the shadow itself
 };
 
-// The reverse pass of a launch: chunk over the same chunks as enzyme_py_parfor_run.
-// `privates` lists `count` triples (slot, bytes, kind) of shadow slots and how the
-// threads use them (ParforShadow).
+// The reverse pass of a launch: chunk over the same chunks as enzyme_py_parfor_run,
+// each with its own thread index. `privates` lists `count` quadruples (slot, bytes,
+// kind, reach) of shadow slots and how the threads use them (ParforShadow). A
+// kParforSum shadow with a reach r >= 0 (two indices more than r apart never touch
+// the same entry of it: the loop's indices own its entries) is used in place, without
+// copies, when every chunk is at least as long as r: the chunks then run in two waves,
+// the even ones, then the odd ones, so that no two chunks running together touch the
+// same entry. Shadows whose memory overlaps another's make the whole pass run on the
+// calling thread, every shadow in place.
 void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots, int64_t *shadows,
                               int64_t slot_count, const int64_t *privates, int64_t count,
-                              int64_t first, int64_t last, int64_t threads);
+                              int64_t first, int64_t last, int64_t parts, int64_t workers,
+                              int64_t grain);
 
 // A copy of `slot_count` slots whose `count` pairs (slot, bytes) name memory copied
 // to a block of its own, the slot then pointing at the copy (a negative slot: none): what the reverse pass

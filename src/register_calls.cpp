@@ -54,6 +54,9 @@ void register_calls(py::module_ &m) {
         "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
   m.def("parfor_symbols", &parfor_symbols,
         "Names the JIT resolves to the prange runner's functions -> addresses.");
+  m.def("set_parfor_grain_limit", &set_parfor_grain_limit, py::arg("limit"),
+        "The most indices per chunk a prange launch may ask for (0: no limit); returns\n"
+        "the previous limit. Tests set 1 to run short ranges on several threads.");
 
   m.def("install_crash_report", &install_crash_report,
         "On a fatal signal, write the faulting address, the derivative or library the\n"

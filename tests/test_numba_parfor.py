@@ -56,21 +56,60 @@ def test_a_reduction_loop_becomes_a_typed_launch_with_rules():
     assert "!enzyme_gradient" in ir
 
 
-def test_a_loop_writing_a_float_array_keeps_one_thread():
-    """Whether each index writes only entries of its own is not proven: one chunk."""
+@numba.njit(parallel=True)
+def scattered(x, out, where):
+    for i in numba.prange(x.shape[0]):
+        out[where[i]] = 2.0 * x[i]  # where an index writes is data: not its own entry
+
+
+@numba.njit(parallel=True)
+def spread(x, out):
+    for i in numba.prange(x.shape[0] - 1):
+        out[i + 1] = x[i] - out[i]  # reads what the index i - 1 writes
+
+
+@numba.njit(parallel=True)
+def row_sums(a, out):
+    for i in numba.prange(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):  # a loop of its own: every index may be a chunk
+            s += a[i, j]
+        out[i] = s
+
+
+_RUN = re.compile(r"call void @__enzyme_py_parfor_run\(.*, i64 (\S+), i64 (\d+), i64 (\d+)\)")
+
+
+def test_chunks_of_a_loop_are_what_its_indices_touch():
+    """Chunks run together where every float array written is written at the entries
+    its index owns (index_reach: 0); a loop writing elsewhere runs as one chunk. Arrays
+    read around the index (a stencil) make two chunks per thread, for the reverse
+    pass's two waves."""
     from enzyme_py.frontends import _numba_parfor
 
-    compiled, launches = _compiled(scaled, np.ones(4), np.zeros(4), 3)
+    def runs(f, *args):
+        compiled, launches = _compiled(f, *args)
+        text, _ = _numba_parfor.threaded_ir(compiled.ir, launches, threads=4)
+        return _RUN.findall(text), text
+
+    _, launches = _compiled(scaled, np.ones(4), np.zeros(4), 3)
     (launch,) = launches
     assert sorted(str(g.array) for g in launch.groups) == ["None", "float64", "float64"]
     assert not any(g.reduction for g in launch.groups)
-    text, _ = _numba_parfor.threaded_ir(compiled.ir, launches, threads=4)
-    run = re.findall(r"call void @__enzyme_py_parfor_run\(.*, i64 (\S+)\)", text)
-    assert run == ["1"]
-    compiled, launches = _compiled(rosenbrock_prange, np.ones(10))
-    text, _ = _numba_parfor.threaded_ir(compiled.ir, launches, threads=4)
-    (count,) = re.findall(r"call void @__enzyme_py_parfor_run\(.*, i64 (\S+)\)", text)
-    assert count.startswith("%tc")  # 4, at most the reduction array's length
+    # out[i]: its own entry; a light body (no loop): chunks of 16384 indices at least
+    assert runs(scaled, np.ones(4), np.zeros(4), 3)[0] == [("4", "4", "16384")]
+    assert runs(scattered, np.ones(4), np.zeros(4), np.arange(4))[0] == [("1", "4", "16384")]
+    assert runs(spread, np.ones(4), np.zeros(4))[0] == [("1", "4", "16384")]
+    assert runs(row_sums, np.ones((4, 3)), np.zeros(4))[0] == [("4", "4", "1")]
+    ((count, workers, grain),), text = runs(rosenbrock_prange, np.ones(10))
+    # x[i] and x[i + 1]: 8 chunks on 4 threads, at most the reduction array's length
+    assert count.startswith("%tc") and workers == "4" and grain == "16384"
+    assert re.search(r"%tc0 = select i1 %lt0, i64 %len0.i, i64 8", text)
+    # its reverse pass: x's shadow (slot 6, float64 kind 0) with reach 1 at any first
+    gradient = text[text.index("define void @__enzyme_py_parfor_0.gradient(") :]
+    assert "store i64 6, i64* %pe0.0" in gradient
+    assert "%kind0 = select i1 %same0, i64 2, i64 0" in gradient
+    assert "%reach0.4 = select i1 %ge0.4, i64 1, i64 %reach0.2" in gradient
 
 
 @pytest.mark.parametrize(

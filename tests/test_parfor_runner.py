@@ -27,7 +27,7 @@ def runner():
     symbols = _state.native.parfor_symbols()
     i64 = ctypes.c_int64
     thread = ctypes.CFUNCTYPE(i64)(symbols["__enzyme_py_parfor_thread"])
-    run = ctypes.CFUNCTYPE(None, CHUNK, ctypes.c_void_p, i64, i64, i64)(
+    run = ctypes.CFUNCTYPE(None, CHUNK, ctypes.c_void_p, i64, i64, i64, i64, i64)(
         symbols["__enzyme_py_parfor_run"]
     )
     reverse = ctypes.CFUNCTYPE(
@@ -41,6 +41,8 @@ def runner():
         i64,
         i64,
         i64,
+        i64,
+        i64,
     )(symbols["__enzyme_py_parfor_reverse"])
     snapshot = ctypes.CFUNCTYPE(
         ctypes.POINTER(i64), ctypes.POINTER(i64), i64, ctypes.POINTER(i64), i64
@@ -48,9 +50,9 @@ def runner():
     return thread, run, reverse, snapshot
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+@pytest.mark.parametrize("threads,parts", [(1, 1), (2, 2), (3, 3), (4, 4), (2, 4), (3, 6)])
 @pytest.mark.parametrize("first,last", [(0, 99), (5, 5), (-3, 10), (0, 2)])
-def test_chunks_cover_the_range_once_with_one_index_per_thread(runner, threads, first, last):
+def test_chunks_cover_the_range_once_with_one_index_per_chunk(runner, threads, parts, first, last):
     thread, run, _, _ = runner
     seen: list[tuple[int, int, int, int]] = []
     lock = threading.Lock()
@@ -61,17 +63,64 @@ def test_chunks_cover_the_range_once_with_one_index_per_thread(runner, threads, 
             seen.append((lo, hi, thread(), threading.get_ident()))
         return 0
 
-    run(chunk, None, first, last, threads)
+    run(chunk, None, first, last, parts, threads, 1)
     covered = sorted(i for lo, hi, _, _ in seen for i in range(lo, hi + 1))
     assert covered == list(range(first, last + 1))
-    parts = min(threads, last - first + 1)
+    parts = min(parts, last - first + 1)
     assert sorted(t for _, _, t, _ in seen) == list(range(parts))
-    # Chunk t starts where chunk t - 1 ended: the mapping the reverse pass relies on.
+    # Chunk c starts where chunk c - 1 ended: the mapping the reverse pass relies on.
     by_index = sorted(seen, key=lambda s: s[2])
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(by_index))
-    if parts > 1:
-        assert len({ident for *_, ident in seen}) == parts  # really several threads
+    workers = min(threads, parts)
+    assert len({ident for *_, ident in seen}) == workers  # really several threads
     assert thread() == 0  # outside a launch
+
+
+@pytest.mark.parametrize(
+    "grain,count,parts", [(1, 100, 4), (30, 100, 3), (100, 100, 1), (500, 7, 1)]
+)
+def test_chunks_are_at_least_a_grain_long(runner, grain, count, parts):
+    """A light body asks for chunks of a grain of indices at least (fewer chunks, not
+    shorter ones); set_parfor_grain_limit caps the grain (what tests/test_prange.py
+    sets, to run its short ranges on several threads)."""
+    from enzyme_py import _state
+
+    _, run, _, _ = runner
+    seen = []
+
+    @CHUNK
+    def chunk(slots, lo, hi, raised):
+        seen.append((lo, hi))
+        return 0
+
+    run(chunk, None, 0, count - 1, 4, 2, grain)
+    assert len(seen) == parts
+    assert sorted(i for lo, hi in seen for i in range(lo, hi + 1)) == list(range(count))
+    before = _state.native.set_parfor_grain_limit(1)
+    try:
+        seen.clear()
+        run(chunk, None, 0, count - 1, 4, 2, grain)
+        assert len(seen) == min(4, count)
+    finally:
+        _state.native.set_parfor_grain_limit(before)
+
+
+def test_back_to_back_launches_of_different_sizes_run_each_chunk_once(runner):
+    """Launches one after the other with 2, 4 and 3 chunks, as a derivative's passes
+    come: each chunk runs once per launch (a worker that took a later launch's task
+    for the one it woke for ran it twice, and its launch then waited forever)."""
+    _, run, _, _ = runner
+    counts = np.zeros(4, dtype=np.int64)
+
+    @CHUNK
+    def chunk(slots, lo, hi, raised):
+        counts[lo] += 1
+        return 0
+
+    sizes = [2, 4, 3] * 700
+    for parts in sizes:
+        run(chunk, None, 0, parts - 1, parts, parts, 1)
+    assert counts.tolist() == [len(sizes), len(sizes), 1400, 700]
 
 
 def test_empty_range_runs_nothing(runner):
@@ -83,7 +132,7 @@ def test_empty_range_runs_nothing(runner):
         calls.append((lo, hi))
         return 0
 
-    run(chunk, None, 4, 3, 4)
+    run(chunk, None, 4, 3, 4, 4, 1)
     assert calls == []
 
 
@@ -99,12 +148,13 @@ def test_a_failing_chunk_outside_a_derivative_call_ends_nothing(runner):
         ran.append(lo)
         return 7 if lo <= 60 <= hi else 0
 
-    run(chunk, None, 0, 99, 4)
+    run(chunk, None, 0, 99, 4, 4, 1)
     assert sorted(ran) == [0, 25, 50, 75]
 
 
-def _privates(*triples):
-    flat = [v for t in triples for v in t]
+def _privates(*entries):
+    """(slot, bytes, kind) or (slot, bytes, kind, reach) entries; reach -1: unknown."""
+    flat = [v for e in entries for v in (*e, -1)[:4]]
     return (ctypes.c_int64 * max(1, len(flat)))(*flat)
 
 
@@ -140,11 +190,95 @@ def test_reverse_adds_private_copies_into_shared_shadows(runner, threads):
         d[:] += 1.0
         g[:] += np.float32(hi - lo + 1)
 
-    reverse(chunk, None, shadows, 4, privates, 4, 0, n - 1, threads)
+    reverse(chunk, None, shadows, 4, privates, 4, 0, n - 1, threads, threads, 1)
     np.testing.assert_array_equal(few, [sum(i % 3 == k for i in range(n)) for k in range(3)])
     np.testing.assert_array_equal(own, np.full(n, 2.0))
     np.testing.assert_array_equal(dropped, np.zeros(4))
     np.testing.assert_array_equal(few32, np.full(2, n, dtype=np.float32))
+
+
+def _doubles(address, n):
+    return np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_double)), (n,))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_owned_shadows_are_used_in_place_in_two_waves(runner, threads):
+    """A shadow whose entries the loop's indices own within a reach r (a stencil
+    x[i], x[i + 1]: r = 1) has no copies: every chunk adds into it, the even chunks
+    first, then the odd ones, so that no two chunks running together touch an entry."""
+    thread, _, reverse, _ = runner
+    n = 1000
+    x = np.zeros(n + 1)
+    shadows = (ctypes.c_int64 * 1)(x.ctypes.data)
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    @REVERSE
+    def chunk(slots, sh, lo, hi):
+        with lock:
+            events.append(("start", thread()))
+        assert sh[0] == x.ctypes.data  # the shadow itself, in every chunk
+        d = _doubles(sh[0], n + 1)
+        d[lo : hi + 1] += 1.0
+        d[lo + 1 : hi + 2] += 1.0
+        with lock:
+            events.append(("end", thread()))
+
+    privates = _privates((0, x.nbytes, 0, 1))
+    reverse(chunk, None, shadows, 1, privates, 1, 0, n - 1, 2 * threads, threads, 1)
+    np.testing.assert_array_equal(x, np.r_[1.0, np.full(n - 1, 2.0), 1.0])
+    assert sorted(c for e, c in events if e == "start") == list(range(2 * threads))
+    last_even_end = max(k for k, (e, c) in enumerate(events) if e == "end" and c % 2 == 0)
+    first_odd_start = min(k for k, (e, c) in enumerate(events) if e == "start" and c % 2)
+    assert last_even_end < first_odd_start
+
+
+@pytest.mark.parametrize(
+    "reach,n,in_place", [(1, 1000, True), (-1, 1000, False), (300, 1000, False), (0, 2, True)]
+)
+def test_shadows_are_copied_where_ownership_is_unknown_or_chunks_are_short(
+    runner, reach, n, in_place
+):
+    """In place where the reach is known and every chunk (here 4 on 2 threads) is at
+    least as long; else each thread but the first adds into a copy of its own."""
+    _, _, reverse, _ = runner
+    x = np.zeros(n)
+    shadows = (ctypes.c_int64 * 1)(x.ctypes.data)
+    seen = []
+
+    @REVERSE
+    def chunk(slots, sh, lo, hi):
+        seen.append(sh[0] == x.ctypes.data)
+        _doubles(sh[0], n)[lo : hi + 1] += 1.0 + lo
+
+    reverse(chunk, None, shadows, 1, _privates((0, x.nbytes, 0, reach)), 1, 0, n - 1, 4, 2, 1)
+    assert all(seen) == in_place and any(seen)  # the first thread: always the shadow
+    parts = min(4, n)
+    starts = [n // parts * c for c in range(parts)]
+    expected = np.concatenate([np.full(n // parts, 1.0 + lo) for lo in starts])
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_overlapping_shadows_run_on_one_thread_in_place(runner):
+    """One array passed twice (two shadow slots, one memory): a copy per slot would be
+    right too, but a shadow used in place (owned, or written) must not share memory
+    with another thread's copy: the pass runs on the caller's thread."""
+    _, _, reverse, _ = runner
+    n = 100
+    x = np.zeros(n)
+    shadows = (ctypes.c_int64 * 2)(x.ctypes.data, x.ctypes.data + 8 * 10)
+    idents = set()
+
+    @REVERSE
+    def chunk(slots, sh, lo, hi):
+        idents.add(threading.get_ident())
+        _doubles(sh[0], n)[lo : hi + 1] += 1.0
+        _doubles(sh[1], n - 10)[max(lo - 10, 0) : max(hi - 9, 0)] += 1.0
+
+    privates = _privates((0, x.nbytes, 0, 0), (1, x.nbytes - 80, 3))
+    reverse(chunk, None, shadows, 2, privates, 2, 0, n - 1, 4, 4, 1)
+    assert idents == {threading.get_ident()}
+    np.testing.assert_array_equal(x, np.r_[np.ones(10), np.full(n - 10, 2.0)])
 
 
 def test_snapshot_copies_named_memory_only(runner):

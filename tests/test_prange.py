@@ -197,6 +197,17 @@ def test_both_compiles_for_differentiation_are_serial(numba_optimized):
 ON_THREADS = "@__enzyme_py_parfor_run("
 
 
+@pytest.fixture(autouse=True)
+def short_chunks():
+    """Chunks of any length: a light loop body asks for 16384 indices per chunk at
+    least, and these tests' ranges are short; they are meant to run on threads."""
+    from enzyme_py import _state
+
+    before = _state.native.set_parfor_grain_limit(1)
+    yield
+    _state.native.set_parfor_grain_limit(before)
+
+
 def threaded(f, mode, *activities, threads, call):
     """``ez.autodiff(f, mode, *activities, threads=threads)`` called once on ``call``:
     (the derivative, its result, whether it ran on threads). Holds the contract of
@@ -327,6 +338,36 @@ def test_threads_race_many_indices_adding_into_few_entries():
     sines = np.array([np.sin(x[k::3]).sum() for k in range(3)])
     np.testing.assert_allclose(dw, 2.0 * s * sines, rtol=1e-10)
     np.testing.assert_allclose(dx, 2.0 * s * w[np.arange(n) % 3] * np.cos(x), rtol=1e-10)
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_stencils_add_in_place_in_two_waves(threads):
+    """x[i] and x[i + 1] (Rosenbrock), a[i - 1], a[i], a[i + 1] into b[i] (heat): each
+    index owns the entries within a reach of its own, so the reverse pass adds into
+    the shadows in place, even chunks then odd ones. Long ranges: a wave mixing
+    neighbouring chunks would lose adds (checked against the serial derivative)."""
+    x = rng.uniform(-2.0, 2.0, 200_001)
+    dx = np.zeros_like(x)
+    df, _, on_threads = threaded(
+        prange_rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=threads,
+        call=(x, dx, 1.0),
+    )  # fmt: skip
+    assert on_threads
+    ir = df.for_arguments((x, dx, 1.0)).inspect_llvm(optimized=True)
+    assert "@__enzyme_py_parfor_reverse(" in ir
+    for _ in range(3):  # the same numbers every call
+        np.testing.assert_allclose(dx, ez.grad(prange_rosenbrock)(x), rtol=1e-13, atol=1e-13)
+        dx[:] = 0.0
+        df(x, dx, 1.0)
+    u0, target = rng.uniform(0.0, 1.0, 50_000), rng.uniform(0.0, 1.0, 50_000)
+    du0 = np.zeros_like(u0)
+    _, _, on_threads = threaded(
+        prange_heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly,
+        threads=threads, call=(u0, du0, target, 4, 1.0),
+    )  # fmt: skip
+    assert on_threads
+    serial = ez.grad(prange_heat)(u0, target, 4)
+    np.testing.assert_allclose(du0, serial, rtol=1e-13, atol=1e-15)
 
 
 def test_threads_a_body_that_raises_raises_its_exception():

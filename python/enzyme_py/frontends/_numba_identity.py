@@ -91,6 +91,8 @@ def _environment() -> bytes:
                 "_numba_linalg.py",
                 "_numba_parfor.py",
                 "_numba_parfor_ir.py",
+                "_numba_parfor_indices.py",
+                "_numba_parfor_launch.py",
                 "ir.py",
             )
         ]

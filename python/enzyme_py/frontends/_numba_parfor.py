@@ -15,12 +15,15 @@ Enzyme's rules for it, and ``threaded_module`` makes the module Enzyme different
   later code may overwrite; not the function's own arrays that it only reads), then
   runs the call;
 - the reverse pass runs the body's own reverse derivative (Enzyme's, from an
-  ``__enzyme_autodiff`` marker) over the same chunks on the snapshot. Threads add into
-  the shadows of arrays the body only reads through zeroed copies of their own, added
-  into the shadow after all chunks ran; a reduction array's shadow is shared (each
-  chunk touches only its own entry). A loop whose body may write a float array other
-  than its reduction arrays runs as one chunk: that each index writes only its own
-  entries is not proven here.
+  ``__enzyme_autodiff`` marker) over the same chunks on the snapshot. Where each
+  index provably touches only entries within a reach r of its own (``index_reach``
+  on the body at one index: ``_numba_parfor_indices``), a shadow is used in place,
+  the chunks (two per thread) running in two waves, even then odd, each chunk at
+  least r long; other shadows of arrays the body only reads get zeroed copies per
+  thread, added into the shadow after all chunks ran; a reduction array's shadow is
+  shared (each chunk touches only its own entry). A loop whose body writes a float
+  array (other than its reduction arrays) at entries its index does not provably own
+  runs as one chunk.
 
 Refused (the compile raises ``ParforUnsupported``; the derivative is then the serial
 twin's, with a PerformanceWarning): nested prange, reductions into arrays, non-C
@@ -35,13 +38,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from enzyme_py.frontends._numba_parfor_ir import (
+from enzyme_py.frontends._numba_parfor_ir import threaded_ir
+from enzyme_py.frontends._numba_parfor_launch import (
     LAUNCH_PREFIX,
     Group,
     Launch,
     ParforUnsupported,
     split_types,
-    threaded_ir,
 )
 
 __all__ = [

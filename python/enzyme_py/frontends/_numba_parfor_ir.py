@@ -1,10 +1,14 @@
-"""The IR of ``_numba_parfor``'s typed launches: what a launch is (its arguments,
-grouped by Numba argument), and the functions generated for each (``threaded_ir``).
+"""The functions generated for each of ``_numba_parfor``'s typed launches
+(``threaded_ir``; what a launch is: ``_numba_parfor_launch``).
 
 For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
 
 - ``K`` itself packs its arguments into int64 slots and runs ``K.chunk`` over the
-  chunks of ``[first, last]`` on enzyme_py's threads (``src/parfor_runner.h``);
+  chunks of ``[first, last]`` on enzyme_py's threads (``src/parfor_runner.h``). The
+  chunk count: one per thread, two per thread where an array read around the index
+  (a stencil) can then have its shadow used in place (``_numba_parfor_indices``), one
+  where the body writes a float array at entries its index does not provably own; a
+  light body (no loop of its own) asks for chunks of ``_LIGHT_GRAIN`` indices at least;
 - ``K.body`` is Numba's outlined body where the schedule starts at 0 or later (Numba's
   wraparound of negative indices then folds away), inlined;
 - ``K.reverse`` is the body's reverse derivative over one chunk (an
@@ -17,77 +21,31 @@ For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-__all__ = [
-    "LAUNCH_PREFIX",
-    "THREAD_INDEX",
-    "Group",
-    "Launch",
-    "ParforUnsupported",
-    "split_types",
-    "threaded_ir",
-]
+from enzyme_py.frontends._numba_parfor_indices import MINIMUMS, Indices, Reaches, body_indices
+from enzyme_py.frontends._numba_parfor_launch import (
+    ARRAY_DATA,
+    EXCINFO,
+    RET,
+    SCHED_TYPES,
+    SCHED_VALUES,
+    SUPPORT,
+    THREAD_INDEX,
+    Launch,
+    ParforUnsupported,
+    split_types,
+)
 
-LAUNCH_PREFIX = "__enzyme_py_parfor_"
-THREAD_INDEX = "__enzyme_py_parfor_thread"
+__all__ = ["threaded_ir"]
 
-
-class ParforUnsupported(Exception):
-    """A prange loop this module cannot run on several threads."""
-
-
-@dataclass(frozen=True)
-class Group:
-    """One Numba argument of a launch: its LLVM parameters ``[start, start + count)``."""
-
-    start: int
-    count: int
-    array: str | None  # "float64" / "float32" (differentiable), "const" (other arrays)
-    reduction: bool
-
-
-@dataclass(frozen=True)
-class Launch:
-    name: str  # __enzyme_py_parfor_K
-    body: str  # the outlined body's LLVM name
-    groups: tuple[Group, ...]  # the body's arguments after its schedule
-
-
-_ARRAY_DATA = 4  # meminfo, parent, nitems, itemsize, data, shape..., strides...
 
 # How the threads of a reverse pass use a shadow: src/parfor_runner.h, ParforShadow.
+# _SUM kinds with a reach (the entries an index owns) are used in place where chunks
+# are long enough: the runner decides per call.
 _SUM_FLOAT64, _SUM_FLOAT32, _DROP, _SHARED = 0, 1, 2, 3
 
 
 _DECLARE = re.compile(r"^declare void @(__enzyme_py_parfor_\d+)\((.*)\)[^\n]*$", re.M)
-
-_SUPPORT = f"""
-declare i64 @{THREAD_INDEX}() inaccessiblememonly nounwind willreturn "enzyme_inactive" "enzyme_no_escaping_allocation"
-declare void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)*, i64*, i64, i64, i64)
-declare void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)*, i64*, i64*, i64, i64*, i64, i64, i64, i64)
-declare i64* @__enzyme_py_parfor_snapshot(i64*, i64, i64*, i64)
-declare void @__enzyme_autodiff(i8*, ...)
-declare void @llvm.assume(i1)
-"""  # noqa: E501
-
-
-def split_types(text: str) -> list[str]:
-    """The parameter types of a declaration's list (commas inside braces kept)."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
 
 
 def _to_slot(b: list[str], ty: str, value: str, slot: str) -> None:
@@ -124,68 +82,11 @@ def _slot(b: list[str], slots: str, j: int, name: str) -> str:
     return name
 
 
-# The body's schedule, a C array of two int64: meminfo, parent, nitems, itemsize, data,
-# shape, stride.
-_SCHED_TYPES = ("i8*", "i8*", "i64", "i64", "i64*", "i64", "i64")
-# Numba's return and exception slots of the body (each chunk has its own).
-_RET = "i8**"
-_EXCINFO = "{ i8*, i32, i8*, i8*, i32 }**"
-
-
-def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: int) -> str:
-    n = len(types)
+def _body_ir(launch: Launch, types: list[str]) -> str:
+    """``K.body``: the body where its schedule starts at 0 or later (Numba's wraparound
+    of negative indices then folds away, and loops over the index vectorise), inlined."""
     k = launch.name
-    reductions = [g for g in launch.groups if g.reduction]
-    float_arrays = [g for g in launch.groups if g.array in ("float64", "float32")]
-    arrays = [g for g in launch.groups if g.array is not None]
-    parallel = all(g.reduction or not writes[g.start + _ARRAY_DATA] for g in float_arrays)
-    body_ty = f"i32 ({', '.join([_RET, _EXCINFO, *_SCHED_TYPES, *types[2:]])})*"
-    out: list[str] = []
-
-    def thread_count(b: list[str], slots: str) -> str:
-        """``threads``, at most each reduction array's length (Numba's thread count)."""
-        cur = f"{threads if parallel else 1}"
-        for r, g in enumerate(reductions):
-            length = _from_slot(b, "i64", slots, g.start + _ARRAY_DATA + 1, f"%len{r}")
-            b.append(f"  %lt{r} = icmp slt i64 {length}, {cur}")
-            b.append(f"  %tc{r} = select i1 %lt{r}, i64 {length}, i64 {cur}")
-            cur = f"%tc{r}"
-        return cur
-
-    def range_of(b: list[str], slots: str) -> tuple[str, str]:
-        return _from_slot(b, "i64", slots, 0, "%first"), _from_slot(b, "i64", slots, 1, "%last")
-
-    def body_args(b: list[str], slots: str, shadows: str | None) -> list[str]:
-        """The body's arguments from ``slots``: its own retptr and schedule [first, last]."""
-        b.append("  %ret = alloca i8*")
-        b.append(f"  %exc = alloca {_EXCINFO[:-1]}")
-        b.append("  %sched = alloca [2 x i64]")
-        b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
-        b.append("  store i64 %first, i64* %s0")
-        b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
-        b.append("  store i64 %last, i64* %s1")
-        mark = (lambda a: f'metadata !"enzyme_const", {a}') if shadows else (lambda a: a)
-        args = [mark(f"{_RET} %ret"), mark(f"{_EXCINFO} %exc")]
-        sched_values = ["null", "null", "2", "8", "%s0", "2", "8"]
-        for t, v in zip(_SCHED_TYPES, sched_values, strict=True):
-            args.append(mark(f"{t} {v}"))
-        for g in launch.groups:
-            for j in range(g.start, g.start + g.count):
-                v = _from_slot(b, types[j], slots, j, f"%v{j}")
-                dup = shadows and g.array in ("float64", "float32") and j == g.start + _ARRAY_DATA
-                if dup:
-                    assert shadows is not None
-                    s = _from_slot(b, types[j], shadows, j, f"%d{j}")
-                    # A reduction array's value is not needed in the reverse pass.
-                    kind = "enzyme_dupnoneed" if g.reduction else "enzyme_dup"
-                    args.append(f'metadata !"{kind}", {types[j]} {v}, {types[j]} {s}')
-                else:
-                    args.append(mark(f"{types[j]} {v}"))
-        return args
-
-    # The body where its schedule starts at 0 or later: Numba's wraparound of negative
-    # indices then folds away, and loops over the index vectorise. Inlined.
-    body_params = [_RET, _EXCINFO, *_SCHED_TYPES, *types[2:]]
+    body_params = [RET, EXCINFO, *SCHED_TYPES, *types[2:]]
     # Its pointers are noalias, as Numba declares the body's: without that Enzyme would
     # keep copies of what it reads, in case the shadows' stores overwrote it.
     b = [
@@ -216,7 +117,86 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
     )
     b.append(f"  %r = call i32 @{launch.body}({call_args}) alwaysinline")
     b += ["  ret i32 %r", "}"]
-    out += b
+    return "\n".join(b) + "\n"
+
+
+# Indices per chunk at least, for a light body (no loop of its own): a chunk shorter
+# than that costs more to hand to a thread than to run (waking one, about 2-5 us).
+_LIGHT_GRAIN = 16384
+
+
+def _launch_ir(
+    launch: Launch, types: list[str], writes: list[bool], indices: Indices, threads: int
+) -> tuple[str, int]:
+    """The functions of a launch but its body, and its chunk count (its thread count
+    in Numba's eyes)."""
+    reach = indices.reach
+    n = len(types)
+    k = launch.name
+    reductions = [g for g in launch.groups if g.reduction]
+    float_arrays = [g for g in launch.groups if g.array in ("float64", "float32")]
+    arrays = [g for g in launch.groups if g.array is not None]
+    unknown: Reaches = (None,) * len(MINIMUMS)
+    # Chunks run together when every float array the body writes is written only at
+    # the entries its index owns (reach 0); else as one chunk.
+    parallel = all(
+        g.reduction
+        or not writes[g.start + ARRAY_DATA]
+        or reach.get(g.start + ARRAY_DATA, unknown)[0] == 0
+        for g in float_arrays
+    )
+    # Two chunks per thread where an array read at nearby indices (a stencil) could
+    # then have its shadow used in place, in two waves of chunks (parfor_runner.h).
+    waves = any(
+        not g.reduction
+        and not writes[g.start + ARRAY_DATA]
+        and any(r is not None and r > 0 for r in reach.get(g.start + ARRAY_DATA, unknown))
+        for g in float_arrays
+    )
+    parts = (2 * threads if waves and threads > 1 else threads) if parallel else 1
+    grain = _LIGHT_GRAIN if indices.light else 1
+    body_ty = f"i32 ({', '.join([RET, EXCINFO, *SCHED_TYPES, *types[2:]])})*"
+    out: list[str] = []
+
+    def chunk_count(b: list[str], slots: str) -> str:
+        """``parts``, at most each reduction array's length (Numba's thread count)."""
+        cur = f"{parts}"
+        for r, g in enumerate(reductions):
+            length = _from_slot(b, "i64", slots, g.start + ARRAY_DATA + 1, f"%len{r}")
+            b.append(f"  %lt{r} = icmp slt i64 {length}, {cur}")
+            b.append(f"  %tc{r} = select i1 %lt{r}, i64 {length}, i64 {cur}")
+            cur = f"%tc{r}"
+        return cur
+
+    def range_of(b: list[str], slots: str) -> tuple[str, str]:
+        return _from_slot(b, "i64", slots, 0, "%first"), _from_slot(b, "i64", slots, 1, "%last")
+
+    def body_args(b: list[str], slots: str, shadows: str | None) -> list[str]:
+        """The body's arguments from ``slots``: its own retptr and schedule [first, last]."""
+        b.append("  %ret = alloca i8*")
+        b.append(f"  %exc = alloca {EXCINFO[:-1]}")
+        b.append("  %sched = alloca [2 x i64]")
+        b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
+        b.append("  store i64 %first, i64* %s0")
+        b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
+        b.append("  store i64 %last, i64* %s1")
+        mark = (lambda a: f'metadata !"enzyme_const", {a}') if shadows else (lambda a: a)
+        args = [mark(f"{RET} %ret"), mark(f"{EXCINFO} %exc")]
+        for t, v in zip(SCHED_TYPES, SCHED_VALUES, strict=True):
+            args.append(mark(f"{t} {v}"))
+        for g in launch.groups:
+            for j in range(g.start, g.start + g.count):
+                v = _from_slot(b, types[j], slots, j, f"%v{j}")
+                dup = shadows and g.array in ("float64", "float32") and j == g.start + ARRAY_DATA
+                if dup:
+                    assert shadows is not None
+                    s = _from_slot(b, types[j], shadows, j, f"%d{j}")
+                    # A reduction array's value is not needed in the reverse pass.
+                    kind = "enzyme_dupnoneed" if g.reduction else "enzyme_dup"
+                    args.append(f'metadata !"{kind}", {types[j]} {v}, {types[j]} {s}')
+                else:
+                    args.append(mark(f"{types[j]} {v}"))
+        return args
 
     # The primal: the body over the chunks.
     b = [f"define internal i32 @{k}.chunk(i64* %slots, i64 %first, i64 %last, i8** %raised) {{"]
@@ -224,15 +204,15 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
     b.append("  %nonneg = icmp sge i64 %first, 0")
     b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
     b.append(f"  %status = call i32 %body({', '.join(args)})")
-    b.append(f"  %e = load {_EXCINFO[:-1]}, {_EXCINFO} %exc")
-    b.append(f"  %e.i8 = bitcast {_EXCINFO[:-1]} %e to i8*")
+    b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
+    b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
     b.append("  store i8* %e.i8, i8** %raised")
     b += ["  ret i32 %status", "}"]
     out += b
 
     # The body only reads these arrays: what lets LLVM infer that the function's own
     # arrays passed here are only read (threaded_module then copies none of them).
-    read_only = {g.start + _ARRAY_DATA for g in arrays if not writes[g.start + _ARRAY_DATA]}
+    read_only = {g.start + ARRAY_DATA for g in arrays if not writes[g.start + ARRAY_DATA]}
     launch_sig = ", ".join(
         f"{t} readonly nocapture %p{j}" if j in read_only else f"{t} %p{j}"
         for j, t in enumerate(types)
@@ -242,10 +222,10 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
     for j, t in enumerate(types):
         _to_slot(b, t, f"%p{j}", _slot(b, slots, j, f"%at{j}"))
     first, last = range_of(b, slots)
-    count = thread_count(b, slots)
+    count = chunk_count(b, slots)
     b.append(
         f"  call void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)* @{k}.chunk, "
-        f"i64* {slots}, i64 {first}, i64 {last}, i64 {count})"
+        f"i64* {slots}, i64 {first}, i64 {last}, i64 {count}, i64 {threads}, i64 {grain})"
     )
     b += ["  ret void", "}"]
     out += b
@@ -278,7 +258,7 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
         _to_slot(b, t, f"%p{j}", _slot(b, slots, j, f"%at{j}"))
     copies = _slots(b, "%copies", 2 * len(arrays))
     for c, g in enumerate(arrays):
-        j = g.start + _ARRAY_DATA
+        j = g.start + ARRAY_DATA
         nitems = f"%p{g.start + 2}"
         itemsize = f"%p{g.start + 3}"
         b.append(f"  %bytes{c} = mul i64 {nitems}, {itemsize}")
@@ -305,9 +285,10 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
     shadows = _slots(b, "%shadows", n)
     for j, t in enumerate(types):
         _to_slot(b, t, f"%d{j}", _slot(b, shadows, j, f"%st{j}"))
-    privates = _slots(b, "%privates", 3 * max(1, len(float_arrays)))
+    first, last = range_of(b, "%snap")
+    privates = _slots(b, "%privates", 4 * max(1, len(float_arrays)))
     for c, g in enumerate(float_arrays):
-        j = g.start + _ARRAY_DATA
+        j = g.start + ARRAY_DATA
         kind = _SUM_FLOAT64 if g.array == "float64" else _SUM_FLOAT32
         if g.reduction or writes[j]:
             kind = _SHARED
@@ -315,19 +296,28 @@ def _launch_ir(launch: Launch, types: list[str], writes: list[bool], threads: in
         b.append(f"  %same{c} = icmp eq {types[j]} %p{j}, %d{j}")
         b.append(f"  %kind{c} = select i1 %same{c}, i64 {_DROP}, i64 {kind}")
         b.append(f"  %pb{c} = mul i64 %p{g.start + 2}, %p{g.start + 3}")
-        b.append(f"  store i64 {j}, i64* {_slot(b, privates, 3 * c, f'%ps{c}')}")
-        b.append(f"  store i64 %pb{c}, i64* {_slot(b, privates, 3 * c + 1, f'%pz{c}')}")
-        b.append(f"  store i64 %kind{c}, i64* {_slot(b, privates, 3 * c + 2, f'%pk{c}')}")
-    first, last = range_of(b, "%snap")
-    count = thread_count(b, "%snap")
+        # The reach for this launch's first index (-1: unknown).
+        found = reach.get(j, unknown) if kind != _SHARED else unknown
+        current = str(-1 if found[0] is None else found[0])
+        for m, r in zip(MINIMUMS[1:], found[1:], strict=True):
+            b.append(f"  %ge{c}.{m} = icmp sge i64 {first}, {m}")
+            b.append(
+                f"  %reach{c}.{m} = select i1 %ge{c}.{m}, i64 {-1 if r is None else r}, "
+                f"i64 {current}"
+            )
+            current = f"%reach{c}.{m}"
+        entry = [str(j), f"%pb{c}", f"%kind{c}", current]
+        for e, value in enumerate(entry):
+            b.append(f"  store i64 {value}, i64* {_slot(b, privates, 4 * c + e, f'%pe{c}.{e}')}")
+    count = chunk_count(b, "%snap")
     b.append(
         f"  call void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)* @{k}.reverse, "
         f"i64* %snap, i64* {shadows}, i64 {n}, i64* {privates}, i64 {len(float_arrays)}, "
-        f"i64 {first}, i64 {last}, i64 {count})"
+        f"i64 {first}, i64 {last}, i64 {count}, i64 {threads}, i64 {grain})"
     )
     b += ["  ret void", "}"]
     out += b
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", parts
 
 
 def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tuple[str, list[str]]:
@@ -349,22 +339,30 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
             ir_text,
             flags=re.M,
         )
-    parts = []
+    writes: dict[str, list[bool]] = {}
     for launch in launches:
         # The body's parameters: its return and exception slots and its schedule,
         # then the launch's after first and last.
         body_writes = [not r for r in _state.native.read_only_params(ir_text, launch.body)]
-        writes = [False, False, *body_writes[2 + len(_SCHED_TYPES) :]]
-        if len(writes) != len(declared[launch.name]):
+        writes[launch.name] = [False, False, *body_writes[2 + len(SCHED_TYPES) :]]
+        if len(writes[launch.name]) != len(declared[launch.name]):
             raise ParforUnsupported(f"the body of {launch.name} has an unexpected signature")
-        parts.append(_launch_ir(launch, declared[launch.name], writes, threads))
-    text = _DECLARE.sub("", ir_text)
-    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", text, flags=re.M)
+    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", ir_text, flags=re.M)
     text = text.replace("@get_thread_id()", f"@{THREAD_INDEX}()")
     text = re.sub(r"^@__enzyme_py_parfor_\d+\.keep = .*$", "", text, flags=re.M)
     # Numba sizes its per-thread reduction arrays by its thread count: ours here.
     text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
     text = text.replace("@get_num_threads()", "@__enzyme_py_parfor_count()")
-    count = f"define internal i64 @__enzyme_py_parfor_count() {{\n  ret i64 {threads}\n}}\n"
-    parts = [text, _SUPPORT, count, *parts]
-    return "\n".join(parts), [launch.name for launch in launches]
+    bodies = [_body_ir(launch, declared[launch.name]) for launch in launches]
+    analysed = body_indices(text, bodies, launches, declared)
+    defined, counts = [], [threads]
+    for launch in launches:
+        part, chunks = _launch_ir(
+            launch, declared[launch.name], writes[launch.name], analysed[launch.name], threads
+        )
+        defined.append(part)
+        counts.append(chunks)
+    # Numba's thread count: the most chunks a launch has (its reduction arrays' length).
+    count = f"define internal i64 @__enzyme_py_parfor_count() {{\n  ret i64 {max(counts)}\n}}\n"
+    text = "\n".join([_DECLARE.sub("", text), SUPPORT, count, *bodies, *defined])
+    return text, [launch.name for launch in launches]

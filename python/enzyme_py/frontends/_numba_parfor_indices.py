@@ -1,0 +1,132 @@
+"""What a prange loop's body does at one index, for ``_numba_parfor_ir``: which
+entries of each float array an index touches (how far apart two indices may be and
+still touch the same entry: ``index_reach`` in src/kernel_ir.h), and whether the body
+is light (straight-line code, no loop of its own).
+
+The analysis runs on ``K.one.<m>(i, args...)``, the body over the one index ``i >= m``:
+its loop of one trip unrolled, Numba's wraparound of negative indices folded where
+``i >= m`` proves it never wraps (``a[i - 1]`` needs ``m >= 1``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from enzyme_py.frontends._numba_parfor_launch import (
+    ARRAY_DATA,
+    EXCINFO,
+    RET,
+    SCHED_TYPES,
+    SCHED_VALUES,
+    SUPPORT,
+    Launch,
+)
+
+__all__ = ["MINIMUMS", "Indices", "Reaches", "body_indices"]
+
+# The least first index of a launch that each reach is worked out for: Numba's
+# wraparound of ``a[i - 1]`` folds away only where ``i >= 1`` is known.
+MINIMUMS = (0, 1, 2, 4)
+Reaches = tuple[int | None, ...]  # per minimum: index_reach's answer
+
+
+@dataclass(frozen=True)
+class Indices:
+    """What the body does at one index: per float array it reads (its data slot), the
+    reach per least first index of ``MINIMUMS``; whether it is straight-line code."""
+
+    reach: dict[int, Reaches]
+    light: bool
+
+
+def one_ir(launch: Launch, types: list[str], minimum: int) -> str:
+    """``K.one.<minimum>(i, args...)``: the body over the one index ``i``, which is at
+    least ``minimum`` (what ``index_reach`` analyses: which entries index ``i``
+    touches)."""
+    k = launch.name
+    params = ", ".join(f"{t} %p{j}" for j, t in enumerate(types) if j >= 2)
+    b = [f"define i32 @{k}.one.{minimum}(i64 %i, {params}) {{"]
+    b.append(f"  %least = icmp sge i64 %i, {minimum}")
+    b.append("  call void @llvm.assume(i1 %least)")
+    b.append("  %ret = alloca i8*")
+    b.append(f"  %exc = alloca {EXCINFO[:-1]}")
+    b.append("  %sched = alloca [2 x i64]")
+    b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
+    b.append("  store i64 %i, i64* %s0")
+    b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
+    b.append("  store i64 %i, i64* %s1")
+    args = [f"{RET} %ret", f"{EXCINFO} %exc"]
+    args += [f"{t} {v}" for t, v in zip(SCHED_TYPES, SCHED_VALUES, strict=True)]
+    args += [f"{t} %p{j}" for j, t in enumerate(types) if j >= 2]
+    b.append(f"  %r = call i32 @{k}.body({', '.join(args)})")
+    b += ["  ret i32 %r", "}"]
+    return "\n".join(b) + "\n"
+
+
+# What makes the body over one index (``K.one``) straight-line code: its loop of one
+# trip unrolled, the index's bounds propagated into Numba's wraparound.
+_ONE_INDEX = (
+    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-simplify,lcssa,"
+    "loop(loop-rotate,indvars),loop-unroll-full,instcombine,correlated-propagation,"
+    "simplifycfg)"
+)
+
+
+def body_indices(
+    text: str, bodies: list[str], launches: tuple[Launch, ...], declared: dict[str, list[str]]
+) -> dict[str, Indices]:
+    """Per launch, what its body does at one index: per float array it reads (its data
+    slot), how far apart two indices may be and still touch the same entry
+    (``index_reach`` in src/kernel_ir.h) for each least first index of ``MINIMUMS``;
+    and whether it is light (straight-line code)."""
+    from enzyme_py import _state
+    from enzyme_py.frontends.ir import parse_module
+
+    ones = [one_ir(launch, declared[launch.name], m) for launch in launches for m in MINIMUMS]
+    count = "define internal i64 @__enzyme_py_parfor_count() {\n  ret i64 1\n}\n"
+    module = parse_module("\n".join([text, SUPPORT, count, *bodies, *ones]))
+    module.native.optimize("always-inline")
+    module.native.optimize(_ONE_INDEX)
+    optimized = module.native.ir()
+    found: dict[str, Indices] = {}
+    for launch in launches:
+        slots = [
+            g.start + ARRAY_DATA
+            for g in launch.groups
+            if g.array in ("float64", "float32") and not g.reduction
+        ]
+        per_minimum: list[list[int | None]] = []
+        for m in MINIMUMS:
+            if per_minimum and None not in per_minimum[-1]:
+                per_minimum.append(per_minimum[-1])  # known already: the same
+                continue
+            # K.one's parameters: the index, then the launch's after first and last.
+            per_minimum.append(
+                _state.native.index_reach(
+                    optimized, f"{launch.name}.one.{m}", 0, [j - 1 for j in slots]
+                )
+            )
+        reach = {j: tuple(r[p] for r in per_minimum) for p, j in enumerate(slots)}
+        found[launch.name] = Indices(reach, _straight_line(optimized, f"{launch.name}.one.0"))
+    return found
+
+
+_LABEL = re.compile(r"^([-\w.$]+):", re.M)
+_TARGET = re.compile(r"label %([-\w.$]+)")
+
+
+def _straight_line(ir: str, function: str) -> bool:
+    """Whether ``function`` in ``ir`` has no loop (no branch back to a block at or
+    before its own) and few instructions."""
+    start = ir.find(f"@{function}(")
+    text = ir[start : ir.find("\n}\n", start)]
+    if text.count("\n") > 400:
+        return False
+    seen: set[str] = set()
+    for line in text.splitlines():
+        label = _LABEL.match(line)
+        if label:
+            seen.add(label.group(1))
+        elif " br " in f" {line.strip()} " and any(t in seen for t in _TARGET.findall(line)):
+            return False
+    return True
