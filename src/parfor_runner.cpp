@@ -235,6 +235,7 @@ std::map<std::string, uint64_t> parfor_symbols() {
       {"__enzyme_py_parfor_run", reinterpret_cast<uint64_t>(&enzyme_py_parfor_run)},
       {"__enzyme_py_parfor_reverse", reinterpret_cast<uint64_t>(&enzyme_py_parfor_reverse)},
       {"__enzyme_py_parfor_snapshot", reinterpret_cast<uint64_t>(&enzyme_py_parfor_snapshot)},
+      {"__enzyme_py_parfor_check", reinterpret_cast<uint64_t>(&enzyme_py_parfor_check)},
   };
 }
 
@@ -344,6 +345,23 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
       }
     }
   });
+}
+
+extern "C" void enzyme_py_parfor_check(const int64_t *slots, const int64_t *arrays,
+                                       int64_t count) {
+  for (int64_t a = 0; a < count; ++a) {
+    if (!arrays[3 * a + 2]) continue;  // only read
+    const auto lo = static_cast<uint64_t>(slots[arrays[3 * a]]);
+    const auto hi = lo + static_cast<uint64_t>(arrays[3 * a + 1]);
+    for (int64_t b = 0; b < count; ++b) {
+      const auto other_lo = static_cast<uint64_t>(slots[arrays[3 * b]]);
+      const auto other_hi = other_lo + static_cast<uint64_t>(arrays[3 * b + 1]);
+      if (b != a && lo < other_hi && other_lo < hi) {
+        enzyme_py::fail_from_loop(kParforOverlap, 0);
+        return;  // outside a derivative call: nothing to end
+      }
+    }
+  }
 }
 
 extern "C" int64_t *enzyme_py_parfor_snapshot(const int64_t *slots, int64_t slot_count,

@@ -72,6 +72,17 @@ void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots, int64_t 
                               int64_t first, int64_t last, int64_t parts, int64_t workers,
                               int64_t grain);
 
+// The status a derivative call ends with when a prange loop writes an array that
+// shares memory with another of its arrays (python/enzyme_py/frontends/_numba_parfor_ir.py
+// and the Numba frontend's error handler use the same number).
+constexpr int64_t kParforOverlap = 8001;
+
+// `count` triples (slot, bytes, written) of a launch's arrays: where an array the body
+// writes shares memory with another one, the derivative call ends with
+// kParforOverlap (fail_from_loop in arena.h). Its snapshot would copy them apart, and
+// the reverse pass would then read values the loop did not.
+void enzyme_py_parfor_check(const int64_t *slots, const int64_t *arrays, int64_t count);
+
 // A copy of `slot_count` slots whose `count` pairs (slot, bytes) name memory copied
 // to a block of its own, the slot then pointing at the copy (a negative slot: none): what the reverse pass
 // reads instead of memory later code may overwrite. Freed with the derivative

@@ -466,6 +466,36 @@ def test_threads_with_one_array_passed_twice():
     np.testing.assert_allclose(dy, x * np.cos(y), rtol=1e-14)
 
 
+@numba.njit(parallel=True)
+def squared_shift(a, b):
+    for i in numba.prange(1, a.shape[0]):
+        b[i] = a[i - 1] * a[i - 1]
+    s = 0.0
+    for i in range(b.shape[0]):
+        s += b[i]
+    return s
+
+
+def test_threads_refuse_a_loop_writing_an_array_it_also_reads_through_another():
+    """b is a: each index then reads what another index wrote. The threaded
+    derivative's snapshot would copy a and b apart and differentiate another loop: a
+    ValueError, not a number; distinct arrays differentiate."""
+    x = rng.uniform(0.5, 1.5, 500)
+    df = ez.autodiff(squared_shift, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly,
+                     threads=2)  # fmt: skip
+    y, dy = x.copy(), np.zeros_like(x)
+    with pytest.raises(ValueError) as info:
+        df(y, dy, y, dy, 1.0)
+    text = str(info.value)
+    assert "a prange loop of 'squared_shift' writes an array that shares memory" in text
+    assert "pass a copy of one, or leave threads= out" in text
+    a, da, b, db = x.copy(), np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)
+    df(a, da, b, db, 1.0)
+    expected = 2.0 * x
+    expected[-1] = 0.0
+    np.testing.assert_allclose(da, expected, rtol=1e-14)
+
+
 def test_threads_with_width_runs_serially_and_says_so():
     x = rng.uniform(-1.0, 1.0, 101)
     dxs = np.zeros((2, x.size))

@@ -270,6 +270,17 @@ def _launch_ir(
         # Not internal (nor constant) yet, so that nothing folds it before
         # threaded_module decides (_settled_snapshots).
         out.append(f"@{k}.copy.{j} = global i1 true")
+    # An array the body writes sharing memory with another: the call ends (the
+    # snapshot would copy them apart).
+    checks = _slots(b, "%checks", 3 * max(1, len(arrays)))
+    for c, g in enumerate(arrays):
+        j = g.start + ARRAY_DATA
+        values = [str(j), f"%bytes{c}", "1" if writes[j] else "0"]
+        for e, value in enumerate(values):
+            b.append(f"  store i64 {value}, i64* {_slot(b, checks, 3 * c + e, f'%ck{c}.{e}')}")
+    b.append(
+        f"  call void @__enzyme_py_parfor_check(i64* {slots}, i64* {checks}, i64 {len(arrays)})"
+    )
     b.append(
         f"  %snapshot = call i64* @__enzyme_py_parfor_snapshot(i64* {slots}, i64 {n}, "
         f"i64* {copies}, i64 {len(arrays)})"

@@ -12,6 +12,7 @@ __all__ = [
     "ARRAY_DATA",
     "EXCINFO",
     "LAUNCH_PREFIX",
+    "PARFOR_OVERLAP",
     "RET",
     "SCHED_TYPES",
     "SCHED_VALUES",
@@ -48,6 +49,10 @@ class Launch:
     groups: tuple[Group, ...]  # the body's arguments after its schedule
 
 
+# The status of a derivative call whose prange loop writes an array sharing memory
+# with another of its arrays (src/parfor_runner.h: kParforOverlap).
+PARFOR_OVERLAP = 8001
+
 ARRAY_DATA = 4  # meminfo, parent, nitems, itemsize, data, shape..., strides...
 
 # The body's schedule, a C array of two int64: meminfo, parent, nitems, itemsize, data,
@@ -64,6 +69,7 @@ declare i64 @{THREAD_INDEX}() inaccessiblememonly nounwind willreturn "enzyme_in
 declare void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)*, i64*, i64, i64, i64, i64, i64)
 declare void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)*, i64*, i64*, i64, i64*, i64, i64, i64, i64, i64, i64)
 declare i64* @__enzyme_py_parfor_snapshot(i64*, i64, i64*, i64)
+declare void @__enzyme_py_parfor_check(i64*, i64*, i64)
 declare void @__enzyme_autodiff(i8*, ...)
 declare void @llvm.assume(i1)
 """  # noqa: E501

@@ -39,6 +39,7 @@ from enzyme_py.frontends._numba_compile import (
 from enzyme_py.frontends._numba_compile import ad_compile as _ad_compile
 from enzyme_py.frontends._numba_errors import raise_numba_error
 from enzyme_py.frontends._numba_identity import code_key as _code_key
+from enzyme_py.frontends._numba_parfor_launch import PARFOR_OVERLAP
 from enzyme_py.frontends._numba_results import (
     ResultPart,
     copy_out,
@@ -448,6 +449,14 @@ def _specialize(
             raise ValueError(
                 f"'{name}' returned {what} with another shape than the array given for it "
                 "(its cotangent or tangent): give one shaped like the result"
+            )
+        if status == PARFOR_OVERLAP:
+            raise ValueError(
+                f"a prange loop of '{name}' writes an array that shares memory with "
+                "another array it uses (one array passed twice, or two views of one); its "
+                "derivative with threads= needs them apart: "
+                "pass a copy of one, or leave threads= out (the derivative on one thread "
+                "follows the loop as range would)"
             )
         raise_numba_error(status, detail, name)
 
