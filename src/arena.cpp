@@ -457,6 +457,8 @@ void *arena_block(size_t bytes) {
   return p;
 }
 
+void *tape_block(size_t bytes) { return enzyme_py_tape_alloc(bytes); }
+
 size_t call_entry(void (*entry)(void *), void *slots) {
   const size_t failed = run_to_out_of_memory(entry, slots);
   arena_release();

@@ -53,6 +53,11 @@ bool take_loop_failure(int64_t &status, int64_t &detail);
 // derivative call (call_entry), or with the split tape allocated into now.
 void *arena_block(size_t bytes);
 
+// `bytes` (aligned as Enzyme's tape blocks, not zeroed) on this thread's tape: memory
+// kept between calls (no fresh pages each call), reset after the derivative call as
+// the tape is; in split mode, the split tape's, kept until it dies.
+void *tape_block(size_t bytes);
+
 // Split reverse mode: the memory of one augmented forward pass (Enzyme's tape,
 // the temporaries and their shadows it allocated), kept until this object dies
 // so that its reverse pass can run any number of times in between.

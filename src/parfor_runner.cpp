@@ -371,7 +371,9 @@ extern "C" int64_t *enzyme_py_parfor_snapshot(const int64_t *slots, int64_t slot
   for (int64_t c = 0; c < count; ++c) {
     if (copies[2 * c] >= 0) bytes += (static_cast<size_t>(copies[2 * c + 1]) + 63) / 64 * 64;
   }
-  auto *block = static_cast<char *>(enzyme_py::arena_block(bytes));
+  // On the tape: a time loop snapshots at every step, and blocks of their own came
+  // as fresh pages each call (heat: a page fault per 4 KiB, most of the call's time).
+  auto *block = static_cast<char *>(enzyme_py::tape_block(bytes));
   if (!block) return nullptr;
   auto *out = reinterpret_cast<int64_t *>(block);
   std::memcpy(out, slots, static_cast<size_t>(slot_count) * sizeof(int64_t));

@@ -84,9 +84,9 @@ constexpr int64_t kParforOverlap = 8001;
 void enzyme_py_parfor_check(const int64_t *slots, const int64_t *arrays, int64_t count);
 
 // A copy of `slot_count` slots whose `count` pairs (slot, bytes) name memory copied
-// to a block of its own, the slot then pointing at the copy (a negative slot: none): what the reverse pass
-// reads instead of memory later code may overwrite. Freed with the derivative
-// call's temporaries.
+// to a block of its own, the slot then pointing at the copy (a negative slot: none):
+// what the reverse pass reads instead of memory later code may overwrite. On the
+// thread's tape (tape_block in arena.h): reset after the derivative call.
 int64_t *enzyme_py_parfor_snapshot(const int64_t *slots, int64_t slot_count,
                                    const int64_t *copies, int64_t count);
 }
