@@ -9,7 +9,7 @@ import numba
 import numpy as np
 import pytest
 
-from benchmarks.kernels import rosenbrock_prange
+from benchmarks.kernels import heat_loss_prange, rosenbrock_prange
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -110,6 +110,22 @@ def test_chunks_of_a_loop_are_what_its_indices_touch():
     assert "store i64 6, i64* %pe0.0" in gradient
     assert "%kind0 = select i1 %same0, i64 2, i64 0" in gradient
     assert "%reach0.4 = select i1 %ge0.4, i64 1, i64 %reach0.2" in gradient
+
+
+def test_snapshots_only_of_what_the_reverse_reads():
+    """A linear stencil's reverse derivative reads no value of its arrays: no snapshot
+    of them at each step of the time loop; the loss's reverse reads a and target."""
+    from enzyme_py import _state
+    from enzyme_py.frontends import _numba_parfor
+
+    compiled, launches = _compiled(heat_loss_prange, np.ones(8), np.ones(8), 2)
+    text, names = _numba_parfor.threaded_ir(compiled.ir, launches, threads=2)
+    lowered = _state.native.run_enzyme_pass(text, "enzyme")
+    needless = _numba_parfor._unread_by_reverse(lowered, names)
+    # the launches: a[i] = u0[i]; b[i] from a[i - 1 : i + 2]; the loss from a and target
+    copy, stencil, loss = ([f"@{name}.copy.{j}" for j in (6, 13)] for name in names)
+    assert set(stencil) <= needless and set(copy) <= needless
+    assert not set(loss) & needless
 
 
 @pytest.mark.parametrize(

@@ -467,6 +467,34 @@ def test_threads_with_one_array_passed_twice():
 
 
 @numba.njit(parallel=True)
+def write_then_read(x, out):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        out[i] = math.sin(x[i])
+        s += out[i] * out[i] * x[i]  # reads back what it wrote
+    return s
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_a_loop_reading_back_what_it_wrote(threads):
+    """out is written at each index's own entry, so the loop runs on threads and its
+    reverse needs no primal value of out (Enzyme is told so): the value read back must
+    still be the one written."""
+    x = rng.uniform(-1.0, 1.0, 1001)
+    out, dout, dx = np.zeros_like(x), rng.normal(size=x.shape), np.zeros_like(x)
+    seed = dout.copy()
+    _, (value,), on_threads = threaded(
+        write_then_read, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active,
+        threads=threads, call=(x, dx, out, dout, 1.0),
+    )  # fmt: skip
+    assert on_threads
+    assert value == pytest.approx(float(np.sum(np.sin(x) ** 2 * x)), rel=1e-12)
+    np.testing.assert_allclose(out, np.sin(x), rtol=1e-15)
+    expected = 2 * np.sin(x) * np.cos(x) * x + np.sin(x) ** 2 + seed * np.cos(x)
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
+
+
+@numba.njit(parallel=True)
 def squared_shift(a, b):
     for i in numba.prange(1, a.shape[0]):
         b[i] = a[i - 1] * a[i - 1]

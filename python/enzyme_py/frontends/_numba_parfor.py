@@ -197,8 +197,9 @@ def threaded_module(
     wrapper): the Numba function inlined into the wrapper (``inlined_into_wrapper``),
     the module prepared for Enzyme as serial code is (``simplify_for_enzyme``), no
     snapshot of arrays the wrapper takes and never writes (``noalias``: the arrays are
-    distinct), the bodies' reverse derivatives made by Enzyme's marker pass, the
-    launches' rules attached."""
+    distinct) nor of arrays whose values the bodies' reverse derivatives never read,
+    the bodies' reverse derivatives made by Enzyme's marker pass, the launches' rules
+    attached."""
     from enzyme_py import _state
     from enzyme_py.frontends.ir import parse_module
 
@@ -208,8 +209,9 @@ def threaded_module(
     # LLVM drop Numba's wraparound of negative indices before Enzyme sees them.
     first.native.optimize(_FOLD_WRAPAROUND)
     first.native.simplify_for_enzyme()
-    ir = _settled_snapshots(first.native.ir(), wrapper if noalias else None)
-    lowered = _state.native.run_enzyme_pass(ir, "enzyme")
+    lowered = _state.native.run_enzyme_pass(first.native.ir(), "enzyme")
+    needless = _unread_by_reverse(lowered, names)
+    lowered = _settled_snapshots(lowered, wrapper if noalias else None, needless)
     return with_launch_rules(parse_module(lowered, identity), names)
 
 
@@ -223,14 +225,58 @@ _COPY_FLAG = re.compile(
 )
 
 
-def _settled_snapshots(ir: str, wrapper: str | None) -> str:
-    """``ir`` with each launch's snapshot flags made constants: false where the launch
-    is called from ``wrapper`` with one of the wrapper's own arrays that the wrapper
-    only reads (LLVM's inference, the launches' read-only parameters included):
-    nothing can change it during the derivative call. None: every array copied."""
+def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
+    """The snapshot flags (``@K.copy.<slot>``) of the arrays whose values the reverse
+    derivatives of launch K's body (``K.reverse``'s calls, in ``ir`` after Enzyme's
+    marker pass) never read, by LLVM's inference (``readnone``) once the attributes
+    Enzyme copied from the body are dropped: a linear stencil's reverse reads no
+    value of its input, and a time loop would copy it at every step."""
+    from enzyme_py.frontends.ir import parse_module
+
+    def fresh(m: re.Match[str]) -> str:
+        return re.sub(r" (readonly|readnone|writeonly)\b", "", m.group(0))
+
+    module = parse_module(re.sub(r"^define [^\n]*@diffe[^\n]*$", fresh, ir, flags=re.M))
+    module.native.optimize(_INFER_ATTRIBUTES)
+    inferred = module.native.ir()
+    params: dict[str, list[str]] = {}
+    for m in _DIFFE_DEFINE.finditer(inferred):
+        params[m.group(1)] = split_types(m.group(2))
+    needless: set[str] = set()
+    for name in names:
+        start = ir.find(f"define internal void @{name}.reverse(")
+        if start < 0:
+            continue
+        body = ir[start : ir.find("\n}\n", start)]
+        unread: set[int] | None = None
+        for call in _DIFFE_CALL.finditer(body):
+            callee = params.get(call.group(1))
+            if callee is None:
+                return set()  # not understood: every array copied
+            here = set()
+            for arg, param in zip(split_types(call.group(2)), callee, strict=False):
+                value = re.fullmatch(r"\S+\* %v(\d+)", arg)
+                if value and " readnone " in f" {param} ":
+                    here.add(int(value.group(1)))
+            unread = here if unread is None else unread & here
+        needless |= {f"@{name}.copy.{j}" for j in unread or ()}
+    return needless
+
+
+_INFER_ATTRIBUTES = "function(sroa,early-cse,instcombine,adce,simplifycfg),cgscc(function-attrs)"
+_DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", re.M)
+_DIFFE_CALL = re.compile(r"call void @(diffe[-\w.$]+)\((.*)\)")
+
+
+def _settled_snapshots(ir: str, wrapper: str | None, unread: set[str]) -> str:
+    """``ir`` with each launch's snapshot flags made constants: false for the flags of
+    ``unread``, and where the launch is called from ``wrapper`` with one of the
+    wrapper's own arrays that the wrapper only reads (LLVM's inference, the launches'
+    read-only parameters included): nothing can change it during the derivative call.
+    None: those copied."""
     from enzyme_py import _state
 
-    needless: set[str] = set()
+    needless: set[str] = set(unread)
     define = None
     if wrapper is not None:
         define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)[^\n]*\{$", ir, re.M)

@@ -191,8 +191,9 @@ def _launch_ir(
                 if dup:
                     assert shadows is not None
                     s = _from_slot(b, types[j], shadows, j, f"%d{j}")
-                    # A reduction array's value is not needed in the reverse pass.
-                    kind = "enzyme_dupnoneed" if g.reduction else "enzyme_dup"
+                    # Values the reverse pass never needs: a reduction array's, and what the
+                    # body writes (into a snapshot).
+                    kind = "enzyme_dupnoneed" if g.reduction or writes[j] else "enzyme_dup"
                     args.append(f'metadata !"{kind}", {types[j]} {v}, {types[j]} {s}')
                 else:
                     args.append(mark(f"{types[j]} {v}"))
