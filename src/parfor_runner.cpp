@@ -326,6 +326,10 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
   enzyme_py::raise_failure(copies_failed);
   enzyme_py::raise_failure(failed);
   // The copies added into the shared shadows, each thread a part of every shadow.
+  const bool summed = workers > 1 && std::any_of(plan.begin(), plan.end(), [](const Private &e) {
+    return e.kind == kParforSumFloat64 || e.kind == kParforSumFloat32;
+  });
+  if (!summed) return;
   pool.run(workers, [&](int64_t t) {
     for (const Private &entry : plan) {
       if (entry.kind != kParforSumFloat64 && entry.kind != kParforSumFloat32) continue;
