@@ -117,7 +117,8 @@ class Pool {
 };
 
 // [first, last] cut into `parts` contiguous chunks (fewer where the range is
-// shorter, or chunks would be shorter than `grain`), run by up to `workers` threads.
+// shorter, or chunks would be shorter than `grain`), run by up to `workers` threads
+// (one where the range starts below 0).
 struct Chunks {
   int64_t first, count, parts, workers;
   Chunks(int64_t first_, int64_t last, int64_t parts_, int64_t workers_, int64_t grain)
@@ -126,6 +127,10 @@ struct Chunks {
     grain = std::max<int64_t>(1, std::min(grain, grain_limit.load(std::memory_order_relaxed)));
     parts = std::max<int64_t>(1, std::min<int64_t>({parts_, count, count / grain}));
     workers = std::max<int64_t>(1, std::min<int64_t>(workers_, parts));
+    // Negative indices wrap around (Numba's a[i] for i < 0 is a[n + i]): what an index
+    // touches was worked out for i >= 0 (index_reach), so such a range runs its chunks
+    // on one thread, in order.
+    if (first < 0) workers = 1;
   }
   int64_t begin(int64_t c) const { return first + count / parts * c + std::min(c, count % parts); }
   int64_t end(int64_t c) const { return begin(c + 1) - 1; }  // inclusive

@@ -42,10 +42,11 @@ int64_t enzyme_py_parfor_thread();
 
 // chunk over [first, last] (inclusive, as Numba's schedule) cut into `parts` chunks
 // (fewer where the range is shorter, or where chunks would have fewer than `grain`
-// indices), run on up to `workers` threads, each thread a contiguous run of chunks;
-// chunk c sees c as its thread index. Where one fails, after
-// all ended, the derivative call ends with that chunk's status and exception
-// (fail_from_loop in arena.h): the caller raises the body's own exception.
+// indices), run on up to `workers` threads (one where first < 0: negative indices
+// wrap around), each thread a contiguous run of chunks; chunk c sees c as its thread
+// index. Where one fails, after all ended, the derivative call ends with that chunk's
+// status and exception (fail_from_loop in arena.h): the caller raises the body's own
+// exception.
 void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first, int64_t last,
                           int64_t parts, int64_t workers, int64_t grain);
 

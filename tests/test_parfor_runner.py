@@ -71,8 +71,9 @@ def test_chunks_cover_the_range_once_with_one_index_per_chunk(runner, threads, p
     # Chunk c starts where chunk c - 1 ended: the mapping the reverse pass relies on.
     by_index = sorted(seen, key=lambda s: s[2])
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(by_index))
-    workers = min(threads, parts)
-    assert len({ident for *_, ident in seen}) == workers  # really several threads
+    # Really several threads; one where the range starts below 0 (indices wrap around).
+    workers = min(threads, parts) if first >= 0 else 1
+    assert len({ident for *_, ident in seen}) == workers
     assert thread() == 0  # outside a launch
 
 

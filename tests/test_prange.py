@@ -495,6 +495,27 @@ def test_threads_a_loop_reading_back_what_it_wrote(threads):
 
 
 @numba.njit(parallel=True)
+def wrapped_pairs(x):
+    s = 0.0
+    for i in numba.prange(-3, x.shape[0] - 3):  # x[-3] is x[n - 3]: indices wrap around
+        s += x[i] * x[i + 1] * x[i + 1]
+    return s
+
+
+def test_threads_a_range_starting_below_zero():
+    """What an index touches is worked out for indices >= 0; a range starting below 0
+    (Numba wraps x[-3] to x[n - 3]) runs its chunks in order on one thread: the numbers
+    of the serial derivative."""
+    x = rng.uniform(-1.0, 1.0, 50_001)
+    dx = np.zeros_like(x)
+    _, _, on_threads = threaded(
+        wrapped_pairs, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=4, call=(x, dx, 1.0)
+    )
+    assert on_threads
+    np.testing.assert_allclose(dx, ez.grad(wrapped_pairs)(x), rtol=1e-13, atol=1e-13)
+
+
+@numba.njit(parallel=True)
 def squared_shift(a, b):
     for i in numba.prange(1, a.shape[0]):
         b[i] = a[i - 1] * a[i - 1]
