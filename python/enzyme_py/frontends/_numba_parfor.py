@@ -229,14 +229,17 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
     """The snapshot flags (``@K.copy.<slot>``) of the arrays whose values the reverse
     derivatives of launch K's body (``K.reverse``'s calls, in ``ir`` after Enzyme's
     marker pass) never read, by LLVM's inference (``readnone``) once the attributes
-    Enzyme copied from the body are dropped: a linear stencil's reverse reads no
-    value of its input, and a time loop would copy it at every step."""
+    Enzyme copied from the body are dropped (every definition's, inferred again): a
+    linear stencil's reverse reads no value of its input, and a time loop would copy
+    it at every step."""
     from enzyme_py.frontends.ir import parse_module
 
     def fresh(m: re.Match[str]) -> str:
         return re.sub(r" (readonly|readnone|writeonly)\b", "", m.group(0))
 
-    module = parse_module(re.sub(r"^define [^\n]*@diffe[^\n]*$", fresh, ir, flags=re.M))
+    # Every definition's memory attributes inferred afresh (Enzyme's derivatives and
+    # augmented copies carry those of the functions they were made from).
+    module = parse_module(re.sub(r"^define [^\n]*$", fresh, ir, flags=re.M))
     module.native.optimize(_INFER_ATTRIBUTES)
     inferred = module.native.ir()
     params: dict[str, list[str]] = {}
