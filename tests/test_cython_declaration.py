@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 
+import numba
 import numpy as np
 import pytest
 
@@ -30,8 +31,23 @@ double cube(const double *x, int n) {
 }
 """
 
+
+@numba.njit(parallel=True, boundscheck=True)
+def shifted_product(x, k):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i] * x[i + k]  # an IndexError for k > 0, on the last chunk's thread
+    return s
+
+
 CALLER = r"""
 include "decls.pxi"
+
+def call_shift(double[::1] x, double[::1] dx, int64_t k):
+    cdef int status
+    with nogil:
+        status = dshift(x, dx, k, 1.0)
+    return status
 
 def call_wsum(const double[:] x, double[:] dx, double[:] w, double[:] dw):
     cdef double value = 0.0
@@ -115,6 +131,10 @@ def built(tmp_path_factory):
         "dat": ez.autodiff(m.at, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
         # A C function through ez.c: raw pointers, no shapes.
         "dcube": ez.autodiff(ez.c(C_CUBE).cube, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
+        # A Numba prange loop on two threads (tests/test_prange.py).
+        "dshift": ez.autodiff(
+            shifted_product, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly, threads=2
+        ).for_arguments((np.ones(8), np.zeros(8), 0, 1.0)),
     }
     folder = str(tmp_path_factory.mktemp("cython_declaration"))
     text = "\n".join(d.cython_declaration(name) for name, d in derivatives.items())
@@ -136,6 +156,21 @@ def test_reverse_strided_views_match_the_python_path(built):
     assert value == pytest.approx(expected, rel=1e-14)
     np.testing.assert_allclose(dx, rx, rtol=1e-14)
     np.testing.assert_allclose(dw, rw, rtol=1e-14)
+
+
+def test_a_prange_chunk_that_raises_returns_failed_not_out_of_memory(built):
+    from enzyme_py import _cython_call, _state
+
+    _, _, module, _ = built
+    before = _state.native.set_parfor_grain_limit(1)  # short range, several threads
+    try:
+        x, dx = np.linspace(0.5, 1.5, 101), np.zeros(101)
+        assert module.call_shift(x, dx, 0) == 0
+        np.testing.assert_allclose(dx, 2.0 * x, rtol=1e-14)
+        status = module.call_shift(x, np.zeros(101), 1)  # x[101]: the IndexError
+    finally:
+        _state.native.set_parfor_grain_limit(before)
+    assert status == _cython_call.FAILED
 
 
 def test_shadow_unlike_its_array_is_refused(built):

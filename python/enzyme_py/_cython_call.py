@@ -20,7 +20,8 @@ skip it. It returns 0, or:
   array's shape and strides) whose shape or strides differ from its array's (``x``);
 - ``2`` (``OUT_OF_MEMORY``): an allocation inside the derivative failed;
 - ``3`` (``FAILED``): the function failed inside the derivative (an exception it raised,
-  a bounds check's IndexError: only its status survives; the exception is dropped).
+  a bounds check's IndexError, also on another thread's chunk of a prange loop: only
+  its status survives; the exception is dropped).
 
 The addresses are those of this process: the module must be built and run in the
 process that made the declaration, while the derivative is alive.
@@ -288,12 +289,17 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         f"    cdef uint64_t slots[{max(total, 1)}]",
         "    cdef int64_t errors[2]",
         f"    cdef uint64_t entry = {tag}_entry",
+        "    cdef uint64_t failed_bytes",
         "    errors[0] = 0",
         "    errors[1] = 0",
         *checks,
         *overlap,
         *body,
-        f"    if {tag}_invoke(entry, &slots[0]) != 0:",
+        f"    failed_bytes = {tag}_invoke(entry, &slots[0])",
+        # All ones: a prange loop's chunk raised (src/arena.h, kLoopFailed).
+        "    if failed_bytes == 0xFFFFFFFFFFFFFFFFULL:",
+        f"        return {FAILED}",
+        "    if failed_bytes != 0:",
         f"        return {OUT_OF_MEMORY}",
         "    if errors[0] != 0:",
         *release,
