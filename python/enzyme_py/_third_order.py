@@ -42,7 +42,7 @@ import numpy as np
 
 from enzyme_py import _transforms as tf
 from enzyme_py._activities import RecursionBatchRefused
-from enzyme_py._batching import per_output
+from enzyme_py._batching import per_output, size_of
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import Active, Activity, Const, Dual, DualOnly, Reverse
 
@@ -185,10 +185,6 @@ def _copies(tangents: dict[int, Any]) -> dict[int, Any]:
     return {i: t.copy() if isinstance(t, np.ndarray) else t for i, t in tangents.items()}
 
 
-def _size(a: Any) -> int:
-    return a.size if isinstance(a, np.ndarray) else 1
-
-
 def _units(a: Any, start: int, stop: int) -> Any:
     """Unit tangents for elements start:stop of ``a``: one per lane, ``(k, *shape)``
     (shaped like ``a`` for one); 1.0 for a float scalar."""
@@ -228,7 +224,7 @@ def _block(values: dict[tuple[int, int], Any], args: Sequence[Any], idx: Sequenc
     element), shaped ``x_i.shape + ... + x_m.shape`` (a float for all scalars)."""
     m = idx[-1]
     columns = [
-        np.asarray(values[m, e], dtype=np.float64).reshape(-1) for e in range(_size(args[m]))
+        np.asarray(values[m, e], dtype=np.float64).reshape(-1) for e in range(size_of(args[m]))
     ]
     shape = sum((np.shape(args[j]) for j in idx), ())
     block = np.stack(columns, axis=-1).reshape(shape)
@@ -320,10 +316,10 @@ class ThirdDerivative:
         second: dict[tuple[int, int], Any] = {}  # (m, e) -> {i: (H e_me)_i}
         third: dict[tuple[int, int, int, int], dict[int, Any]] = {}  # (m, e, k, c) -> {i: T_i}
         for m in mids:
-            for e in range(_size(args[m])):
+            for e in range(size_of(args[m])):
                 for k in cols:
-                    for start in range(0, _size(args[k]), batch):
-                        stop = min(start + batch, _size(args[k]))
+                    for start in range(0, size_of(args[k]), batch):
+                        stop = min(start + batch, size_of(args[k]))
                         hv, _, tv = _lanes(
                             self._derivatives,
                             args,
@@ -340,10 +336,10 @@ class ThirdDerivative:
         def block(i: int, m: int, k: int) -> Any:
             flat = {
                 (k, c): np.stack(
-                    [np.asarray(third[m, e, k, c][i]).reshape(-1) for e in range(_size(args[m]))],
+                    [np.asarray(third[m, e, k, c][i]).reshape(-1) for e in range(size_of(args[m]))],
                     axis=-1,
                 )
-                for c in range(_size(args[k]))
+                for c in range(size_of(args[k]))
             }
             return _block(flat, args, (i, m, k))
 
@@ -408,14 +404,14 @@ def jvp_of_second(
                     second[m, start + lane] = {i: hv[i][lane] for i in rows}
                     third[m, start + lane] = {i: tv[i][lane] for i in rows}
         else:
-            for e in range(_size(args[m])):
+            for e in range(size_of(args[m])):
                 unit = {m: _units(args[m], e, e + 1)}
                 hv, _, tv = third_vector(derivatives, tf.fresh(args), rows, unit, _copies(given))
                 second[m, e], third[m, e] = hv, tv
 
     def pick(found: dict[tuple[int, int], Any]) -> Any:
         def block(i: int, m: int) -> Any:
-            columns = {(m, e): found[m, e][i] for e in range(_size(args[m]))}
+            columns = {(m, e): found[m, e][i] for e in range(size_of(args[m]))}
             return _block(columns, args, (i, m))
 
         return _nest(len(args), (a, b), block)
@@ -459,12 +455,12 @@ def vjp_of_second(
     floats = tuple(i for i in range(n) if tf.is_float_array(at[i]) or tf.is_float_scalar(at[i]))
     columns: dict[tuple[int, int], Any] = {}
     for m in mids:
-        for e in range(_size(at[m])):
+        for e in range(size_of(at[m])):
             _, hv = tf.hessian_vector(derivatives, tf.fresh(at), rows, {m: _units(at[m], e, e + 1)})
             columns[m, e] = hv
 
     def block(i: int, m: int) -> Any:
-        return _block({(m, e): columns[m, e][i] for e in range(_size(at[m]))}, at, (i, m))
+        return _block({(m, e): columns[m, e][i] for e in range(size_of(at[m]))}, at, (i, m))
 
     value = _nest(len(at), (a, b), block)
 
@@ -486,7 +482,7 @@ def vjp_of_second(
                 f"the cotangent of block ({i}, {m}) of {second.name} must be real numbers "
                 f"of shape {shape}; got {values.dtype} of shape {values.shape}"
             )
-        return values.astype(dtype).reshape(_size(at[i]), _size(at[m]))
+        return values.astype(dtype).reshape(size_of(at[i]), size_of(at[m]))
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
         cts = {
@@ -496,7 +492,7 @@ def vjp_of_second(
         }
         total: dict[int, Any] = {j: np.zeros(np.shape(at[j])) for j in floats}
         for m in mids:
-            for e in range(_size(at[m])):
+            for e in range(size_of(at[m])):
                 t2 = {}
                 for i in rows:
                     col = cts[i, m][:, e]
