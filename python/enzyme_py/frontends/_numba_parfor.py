@@ -262,7 +262,16 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
                 if value and " readnone " in f" {param} ":
                     here.add(int(value.group(1)))
             unread = here if unread is None else unread & here
-        needless |= {f"@{name}.copy.{j}" for j in unread or ()}
+        for j in unread or ():
+            # Only where the value goes nowhere but the derivatives' calls.
+            uses = [
+                line
+                for line in body.splitlines()
+                if re.search(rf"%v{j}\b(?![.\w])", line)
+                and not line.lstrip().startswith(f"%v{j} =")
+            ]
+            if all(_DIFFE_CALL.search(line) for line in uses):
+                needless.add(f"@{name}.copy.{j}")
     return needless
 
 
