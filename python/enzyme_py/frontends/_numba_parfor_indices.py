@@ -14,12 +14,9 @@ from dataclasses import dataclass
 
 from enzyme_py.frontends._numba_parfor_launch import (
     ARRAY_DATA,
-    EXCINFO,
-    RET,
-    SCHED_TYPES,
-    SCHED_VALUES,
     SUPPORT,
     Launch,
+    schedule_args,
 )
 
 __all__ = ["MINIMUMS", "Indices", "Reaches", "body_indices"]
@@ -48,15 +45,7 @@ def one_ir(launch: Launch, types: list[str], minimum: int) -> str:
     b = [f"define i32 @{k}.one.{minimum}(i64 %i, {params}) {{"]
     b.append(f"  %least = icmp sge i64 %i, {minimum}")
     b.append("  call void @llvm.assume(i1 %least)")
-    b.append("  %ret = alloca i8*")
-    b.append(f"  %exc = alloca {EXCINFO[:-1]}")
-    b.append("  %sched = alloca [2 x i64]")
-    b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
-    b.append("  store i64 %i, i64* %s0")
-    b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
-    b.append("  store i64 %i, i64* %s1")
-    args = [f"{RET} %ret", f"{EXCINFO} %exc"]
-    args += [f"{t} {v}" for t, v in zip(SCHED_TYPES, SCHED_VALUES, strict=True)]
+    args = schedule_args(b, "%i", "%i")
     args += [f"{t} %p{j}" for j, t in enumerate(types) if j >= 2]
     b.append(f"  %r = call i32 @{k}.body({', '.join(args)})")
     b += ["  ret i32 %r", "}"]

@@ -28,11 +28,11 @@ from enzyme_py.frontends._numba_parfor_launch import (
     EXCINFO,
     RET,
     SCHED_TYPES,
-    SCHED_VALUES,
     SUPPORT,
     THREAD_INDEX,
     Launch,
     ParforUnsupported,
+    schedule_args,
     split_types,
 )
 
@@ -173,17 +173,8 @@ def _launch_ir(
 
     def body_args(b: list[str], slots: str, shadows: str | None) -> list[str]:
         """The body's arguments from ``slots``: its own retptr and schedule [first, last]."""
-        b.append("  %ret = alloca i8*")
-        b.append(f"  %exc = alloca {EXCINFO[:-1]}")
-        b.append("  %sched = alloca [2 x i64]")
-        b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
-        b.append("  store i64 %first, i64* %s0")
-        b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
-        b.append("  store i64 %last, i64* %s1")
         mark = (lambda a: f'metadata !"enzyme_const", {a}') if shadows else (lambda a: a)
-        args = [mark(f"{RET} %ret"), mark(f"{EXCINFO} %exc")]
-        for t, v in zip(SCHED_TYPES, SCHED_VALUES, strict=True):
-            args.append(mark(f"{t} {v}"))
+        args = [mark(a) for a in schedule_args(b, "%first", "%last")]
         for g in launch.groups:
             for j in range(g.start, g.start + g.count):
                 v = _from_slot(b, types[j], slots, j, f"%v{j}")

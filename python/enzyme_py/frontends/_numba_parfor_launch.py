@@ -21,6 +21,7 @@ __all__ = [
     "Group",
     "Launch",
     "ParforUnsupported",
+    "schedule_args",
     "split_types",
 ]
 
@@ -91,3 +92,17 @@ def split_types(text: str) -> list[str]:
     if current.strip():
         parts.append(current.strip())
     return parts
+
+
+def schedule_args(b: list[str], first: str, last: str) -> list[str]:
+    """The body's own return and exception slots and its schedule ``[first, last]``,
+    allocated in ``b``: the body's first arguments (typed, not marked for Enzyme)."""
+    b.append("  %ret = alloca i8*")
+    b.append(f"  %exc = alloca {EXCINFO[:-1]}")
+    b.append("  %sched = alloca [2 x i64]")
+    b.append("  %s0 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 0")
+    b.append(f"  store i64 {first}, i64* %s0")
+    b.append("  %s1 = getelementptr [2 x i64], [2 x i64]* %sched, i64 0, i64 1")
+    b.append(f"  store i64 {last}, i64* %s1")
+    sched = [f"{t} {v}" for t, v in zip(SCHED_TYPES, SCHED_VALUES, strict=True)]
+    return [f"{RET} %ret", f"{EXCINFO} %exc", *sched]
