@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <llvm/Analysis/LoopInfo.h>
 #include <llvm/IR/Constants.h>
+#include <llvm/IR/Dominators.h>
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IRBuilder.h>
@@ -233,6 +235,39 @@ bool reaches_recursion(LLVMModuleRef mod, const std::string &function) {
     return false;
   };
   return visit(root);
+}
+
+int freeze_values_entering_loops(LLVMModuleRef mod) {
+  int frozen = 0;
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    if (fn.isDeclaration()) continue;
+    llvm::DominatorTree dominators(fn);
+    llvm::LoopInfo loops(dominators);
+    // One freeze per value: a PHI lists a predecessor once per edge, with one value.
+    std::map<llvm::Instruction *, llvm::Value *> freezes;
+    for (llvm::Loop *loop : loops.getLoopsInPreorder()) {
+      for (llvm::PHINode &phi : loop->getHeader()->phis()) {
+        if (!phi.getType()->isFPOrFPVectorTy()) continue;
+        for (unsigned k = 0, n = phi.getNumIncomingValues(); k < n; ++k) {
+          auto *value = llvm::dyn_cast<llvm::Instruction>(phi.getIncomingValue(k));
+          if (!value || !(llvm::isa<llvm::LoadInst>(value) || llvm::isa<llvm::PHINode>(value)) ||
+              loop->contains(phi.getIncomingBlock(k))) {
+            continue;
+          }
+          llvm::Value *&freeze = freezes[value];
+          if (!freeze) {
+            llvm::IRBuilder<> after(value->getParent(),
+                                    value->getParent()->getFirstInsertionPt());
+            if (!llvm::isa<llvm::PHINode>(value)) after.SetInsertPoint(value->getNextNode());
+            freeze = after.CreateFreeze(value, value->getName() + ".entering");
+            ++frozen;
+          }
+          phi.setIncomingValue(k, freeze);
+        }
+      }
+    }
+  }
+  return frozen;
 }
 
 int compare_without_fabs(LLVMModuleRef mod) {

@@ -37,6 +37,18 @@ int strip_scoped_noalias(LLVMModuleRef mod);
 // for >=, <, <= (ordered: false for NaN either way). Returns how many.
 int compare_without_fabs(LLVMModuleRef mod);
 
+// Enzyme v0.0.289's min-cut caching aborts (computeMinCache: "Assertion
+// `legalRecompute(V, Available2, nullptr)' failed") on a loop header's PHI whose
+// value on entry is a load or PHI it may not recompute: a running maximum seeded
+// with the first entry (`mx = v[0]; for i in range(1, n): ...`, a logsumexp, whose
+// loop Numba unrolled: its remainder loop starts from a PHI of that load). The
+// build then ran again without min-cut caching: a larger tape and a slower
+// derivative (GMM). Such a floating-point value now enters the loop through a
+// `freeze` of it: the value itself (a load of initialised memory is never
+// poison), which Enzyme differentiates as the identity and may recompute.
+// Returns how many values.
+int freeze_values_entering_loops(LLVMModuleRef mod);
+
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
 // __enzyme_exponentialallocation) and every free go to arena.h's tape.
 // every_malloc: all of malloc (the augmented forward pass of split mode, whose
