@@ -215,6 +215,7 @@ def test_jacobian_and_hessian_results_pickle():
         "enzyme_py._api",
         "enzyme_py._split",
         "enzyme_py._aux",
+        "enzyme_py._python_functions",
     ],
 )
 def test_docstring_examples_run(module):

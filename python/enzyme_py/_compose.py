@@ -47,6 +47,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from enzyme_py import _python_functions as pf
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number
 from enzyme_py._linear import Pullback, refuse_pullback
@@ -449,6 +450,8 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     if g is not None:  # jvp(grad(grad(g, a), 0)): third derivatives
         second = _second_of_gradient("hvp", g, 0)
         return jvp_of_second(*second[:5], primals, tangents, f"hvp({g.__name__})")
+    if pf.is_python_function(f):  # a lambda, def or partial: the function it calls
+        return _hvp_of_python_function(f, primals, tangents)
     if is_result(f):
         refuse("hvp", f)
     if len(primals) != len(tangents):
@@ -476,6 +479,19 @@ def hvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
             )
     gradient, hv = tf.hessian_vector(tf.derivatives_of(f), args, (0,), given)
     return gradient[0], hv[0]
+
+
+def _hvp_of_python_function(
+    f: Any, primals: Sequence[Any], tangents: Sequence[Any]
+) -> tuple[Any, Any]:
+    if len(primals) != len(tangents):
+        raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
+    nums = sorted({0, *(i for i, t in enumerate(tangents) if t is not None)})
+    call = pf.one_shot(f, primals, nums, f"hvp({tf.name_of(f)})")
+    inner: list[Any] = [None] * len(call.args)
+    for i in nums:
+        inner[call.where[i]] = tangents[i]
+    return Gradient(call.target, call.where[0], False).jvp(call.args, inner)  # type: ignore[no-any-return]
 
 
 def _second_of_gradient(outer: str, g: Gradient, argnums: Argnums) -> Second:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _python_functions as pf
 from enzyme_py import _transforms as tf
 from enzyme_py._aux import checked_has_aux, with_aux
 from enzyme_py._batching import batched, batches, lanes, per_output, size_of, unit
@@ -252,6 +253,9 @@ def hessian(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[...
     >>> ez.hessian(g, argnums=(0, 1))(2.0, 3.0)     # float scalars: floats, as JAX's
     ((144.0, 32.0), (32.0, 0.0))
     """
+    lowered = pf.transform(hessian, f, argnums, has_aux=has_aux)
+    if lowered is not None:  # a lambda, def or partial calling a function we differentiate
+        return lowered
     if checked_has_aux(has_aux, "hessian"):
         return with_aux(f, partial(hessian, argnums=argnums), "hessian", None)
     g = as_gradient(f)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _python_functions as pf
 from enzyme_py import _transforms as tf
 from enzyme_py._aux import checked_has_aux, with_aux
 from enzyme_py._batching import array_result, batched, batches, lanes, size_of, unit
@@ -253,6 +254,9 @@ def jacobian(
     >>> ez.jacobian(two, argnums=(0, 1), output=2)(2.0, 3.0, np.zeros(2))
     (array([3., 1.]), array([2., 6.]))
     """
+    lowered = pf.transform(jacobian, f, argnums, output=output, has_aux=has_aux)
+    if lowered is not None:  # a lambda, def or partial calling a function we differentiate
+        return lowered
     if checked_has_aux(has_aux, "jacobian"):
         return with_aux(f, partial(jacobian, argnums=argnums), "jacobian", output)
     return _of_gradient(f, argnums, output, "jacobian") or _Jacobian(f, argnums, output, "jacobian")
@@ -274,6 +278,9 @@ def jacfwd(
     array([[ 3.,  0.],
            [ 0., 12.]])
     """
+    lowered = pf.transform(jacfwd, f, argnums, output=output, has_aux=has_aux)
+    if lowered is not None:  # a lambda, def or partial calling a function we differentiate
+        return lowered
     if checked_has_aux(has_aux, "jacfwd"):
         return with_aux(f, partial(jacfwd, argnums=argnums), "jacfwd", output)
     return _of_gradient(f, argnums, output, "jacfwd") or _Jacobian(f, argnums, output, "jacfwd")
@@ -294,6 +301,9 @@ def jacrev(
     >>> ez.jacrev(weighted)(np.array([1.0, 2.0]), w=np.array([3.0, 0.5]))
     array([6., 2.])
     """
+    lowered = pf.transform(jacrev, f, argnums, output=output, has_aux=has_aux)
+    if lowered is not None:  # a lambda, def or partial calling a function we differentiate
+        return lowered
     if checked_has_aux(has_aux, "jacrev"):
         return with_aux(f, partial(jacrev, argnums=argnums), "jacrev", output)
     return _of_gradient(f, argnums, output, "jacrev") or _Jacobian(f, argnums, output, "jacrev")

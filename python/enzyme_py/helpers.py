@@ -12,6 +12,12 @@ the Numba function's Python parameters, or of a C function's declaration); ``arg
 count positions after that binding. ``jvp``, ``vjp`` and ``hvp`` fill in omitted
 defaults too (as Const).
 
+Every helper also takes a Python function (a ``lambda``, a ``def``, a
+``functools.partial``) that calls one function enzyme_py differentiates, passing the
+differentiated arguments on as they are: ``ez.grad(lambda x: loss(x, data))``, as in JAX.
+Each call finds that call anew (``_python_functions``): captured arrays are read as the
+Python function reads them, never frozen.
+
 Functions that return nothing and write their results into array arguments ("output
 parameters", ``f(x, out)``) work in every helper: see ``jvp``, ``vjp`` and ``jacobian``
 (``output=``).
@@ -24,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _python_functions as pf
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._aux import AuxGradient, checked_has_aux, pair_types
@@ -100,6 +107,8 @@ def grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., A
     array([ 2., -4.])
     >>> ez.grad(dist, argnums=(0, 1))(x, y=y, p=2.0)
     (array([ 2., -4.]), array([-2.,  4.]))
+    >>> ez.grad(lambda x: dist(x, y, 3.0))(x)    # a lambda calling it: 3 |x - y|^2 sign
+    array([  3., -12.])
 
     A gradient is differentiated again where JAX's is (forward over reverse): with
     respect to a float scalar argument ``a``, ``ez.grad(ez.grad(f, a), b)`` is the
@@ -136,6 +145,9 @@ def value_and_grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Calla
 
 def _gradient(f: Any, argnums: Argnums, with_value: bool, has_aux: bool = False) -> Any:
     outer = "value_and_grad" if with_value else "grad"
+    lowered = pf.transform(value_and_grad if with_value else grad, f, argnums, has_aux=has_aux)
+    if lowered is not None:  # a lambda, def or partial calling a function we differentiate
+        return lowered
     if checked_has_aux(has_aux, outer):
         if is_result(f):
             refuse(f"{outer}(..., has_aux=True)", f)
@@ -187,6 +199,8 @@ def jvp(
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
+    if pf.is_python_function(f):
+        return _jvp_of_python_function(f, primals, tangents, has_aux)
     if checked_has_aux(has_aux, "jvp"):
         who = f"jvp({tf.name_of(f)}, has_aux=True)"
         if is_result(f):
@@ -260,6 +274,8 @@ def vjp(f: Any, *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
     >>> vjp_fn((None, None, np.array([1.0, 10.0])))
     (array([ 3., 30.]), 21.0, array([0., 0.]))
     """
+    if pf.is_python_function(f):
+        return _vjp_of_python_function(f, primals, has_aux)
     if checked_has_aux(has_aux, "vjp"):
         return _vjp_with_aux(f, primals)
     n = len(primals)
@@ -321,6 +337,38 @@ def vjp(f: Any, *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
 
     transpose = _forward_at(f, at, n, tf.name_of(f), outputs=nothing)
     return value, Pullback(vjp_fn, tf.name_of(f), transpose)
+
+
+def _jvp_of_python_function(
+    f: Any, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool
+) -> tuple[Any, ...]:
+    """``jvp`` of a lambda, def or partial: that of the function it calls, the tangents
+    at the positions its primals take there (see _python_functions)."""
+    nums = [i for i, t in enumerate(tangents) if t is not None]
+    call = pf.one_shot(f, primals, nums, f"jvp({tf.name_of(f)})")
+    inner = [None] * len(call.args)
+    for i in nums:
+        inner[call.where[i]] = tangents[i]
+    result = jvp(call.target, call.args, inner, has_aux=has_aux)
+    if result[0] is None and isinstance(result[1], tuple):  # output arrays: per primal
+        back = {i: result[1][p] for i, p in call.where.items()}
+        return None, tuple(back.get(i) for i in range(len(primals)))
+    return result
+
+
+def _vjp_of_python_function(f: Any, primals: Sequence[Any], has_aux: bool) -> tuple[Any, ...]:
+    """``vjp`` of a lambda, def or partial: that of the function it calls; the pullback
+    returns one entry per primal of ``f`` (None where it is not a float)."""
+    nums = [i for i, p in enumerate(primals) if tf.is_float_array(p) or tf.is_float_scalar(p)]
+    call = pf.one_shot(f, primals, nums, f"vjp({tf.name_of(f)})")
+    result = vjp(call.target, *call.args, has_aux=has_aux)
+    inner = result[1]
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        found = inner(cotangent)
+        return tuple(found[call.where[i]] if i in call.where else None for i in range(len(primals)))
+
+    return (result[0], vjp_fn, *result[2:])
 
 
 def _vjp_with_aux(f: Any, primals: Sequence[Any]) -> tuple[Any, ...]:
