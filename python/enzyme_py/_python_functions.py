@@ -35,6 +35,7 @@ import dis
 import functools
 import inspect
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +130,17 @@ def _names_of(code: types.CodeType) -> tuple[frozenset[str], bool]:
     return frozenset(names), assigns
 
 
+# Kept weakly: a function's closure may hold large arrays.
+_signatures: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
+
+
+def _signature(f: types.FunctionType) -> inspect.Signature:
+    found = _signatures.get(f)
+    if found is None:
+        found = _signatures[f] = inspect.signature(f)
+    return found
+
+
 def _codes(code: types.CodeType) -> list[types.CodeType]:
     found = [code]
     for const in code.co_consts:
@@ -173,7 +185,7 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
                         "runs it with its own view of them: return what it computes "
                         "instead")  # fmt: skip
     try:
-        bound = inspect.signature(f).bind(*args, **kwargs)
+        bound = _signature(f).bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{who}: {exc}") from None
     bound.apply_defaults()
@@ -189,7 +201,7 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
     def stand_in(value: Any) -> Any:
         return _Recorder(value, calls, token) if _differentiable(value) else value
 
-    scope = {k: stand_in(v) for k, v in f.__globals__.items() if k in names}
+    scope = {k: stand_in(f.__globals__[k]) for k in names if k in f.__globals__}
     scope["__builtins__"] = f.__globals__.get("__builtins__", __builtins__)
     cells = tuple(
         types.CellType(stand_in(_cell_value(c))) if _cell_value(c) is not _EMPTY else c
