@@ -160,6 +160,29 @@ def test_hessian_with_aux():
     np.testing.assert_allclose(residuals, 1.5 * X - 0.25 - Y, rtol=1e-14)
 
 
+@pytest.mark.parametrize("helper", [ez.jacobian, ez.jacfwd, ez.jacrev])
+def test_jacobian_of_a_gradient_with_aux_is_its_hessian_blocks_and_aux(helper):
+    # JAX's jacfwd(grad(f, has_aux=True), has_aux=True): d/d(x, y) of d value / dx.
+    g = ez.grad(fit, argnums=2, has_aux=True)
+    (hxx, hxy), residuals = helper(g, argnums=(2, 3), has_aux=True)(1.5, -0.25, X, Y)
+    np.testing.assert_allclose(hxx, 1.5**2 * np.eye(7), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(hxy, -1.5 * np.eye(7), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(residuals, 1.5 * X - 0.25 - Y, rtol=1e-14)
+
+
+@numba.njit
+def quartic_and_double(t, a):
+    return a * t**4, 2.0 * t
+
+
+def test_hessian_of_a_gradient_with_aux_is_the_third_derivative_and_aux():
+    # d/dt (a t^4) = 4 a t^3; its Hessian in (t, a): ((24 a t, 12 t^2), (12 t^2, 0)).
+    g = ez.grad(quartic_and_double, has_aux=True)
+    h, doubled = ez.hessian(g, argnums=(0, 1), has_aux=True)(2.0, 3.0)
+    np.testing.assert_allclose(np.array(h), [[144.0, 48.0], [48.0, 0.0]], rtol=1e-14)
+    assert doubled == 4.0
+
+
 def test_jacobian_with_aux_refusals():
     x = np.array([0.5, -1.2, 0.8])
     with pytest.raises(TypeError, match="give one of them"):

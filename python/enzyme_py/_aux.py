@@ -6,7 +6,10 @@ array: losses with their metrics or residuals).
 result does both, the value's seed 1 and the aux's 0, so the gradient is the value's
 alone and aux comes back with it. The Jacobians and ``hessian`` (``WithAux``)
 differentiate ``f(...)[0]`` as a function of its own and take aux from one more
-evaluation of ``f``; ``jvp`` and ``vjp`` (in ``helpers``) use the tuple result.
+evaluation of ``f``; so do they for ``grad(f, has_aux=True)`` (JAX's
+``jacfwd(grad(f, has_aux=True), has_aux=True)``: the gradient of the value
+differentiated again, and aux). ``jvp`` and ``vjp`` (in ``helpers``) use the tuple
+result.
 
 >>> import numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
@@ -24,12 +27,13 @@ evaluation of ``f``; ``jvp`` and ``vjp`` (in ``helpers``) use the tuple result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from enzyme_py import _transforms as tf
-from enzyme_py._compose import is_result, refuse
+from enzyme_py._compose import Gradient, is_result, refuse
 from enzyme_py._transforms import Argnums
 from enzyme_py.core import Active, Duplicated, Reverse
 from enzyme_py.frontends import numba as numba_frontend
@@ -134,7 +138,7 @@ class WithAux(_AuxResult):
 
     def __init__(self, f: Any, helper: Callable[[Any], Any], how: str):
         self.f, self.helper, self.how = f, helper, how
-        self.__name__ = f"{how}({tf.name_of(f)}, has_aux=True)"
+        self.__name__ = how if "(" in how else f"{how}({tf.name_of(f)}, has_aux=True)"
         self._inner: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -157,6 +161,16 @@ def with_aux(f: Any, helper: Callable[[Any], Any], how: str, output: int | None)
             f"{how}: has_aux=True is for f returning (value, aux), output= for f writing "
             "its result into an argument; give one of them"
         )
+    if isinstance(f, AuxGradient) and not f.with_value:
+        # JAX's jacfwd(grad(f, has_aux=True), has_aux=True): the derivative of the
+        # value's gradient (second derivatives; hessian: third), and aux.
+        of_gradient = partial(_of_gradient, helper, f.argnums)
+        return WithAux(f.f, of_gradient, f"{how}({f.__name__}, has_aux=True)")
     if is_result(f):
         refuse(f"{how}(..., has_aux=True)", f)
     return WithAux(f, helper, how)
+
+
+def _of_gradient(helper: Callable[[Any], Any], argnums: Argnums, value: Any) -> Any:
+    """``helper(grad(value, argnums))``, for ``value`` the value part of f."""
+    return helper(Gradient(value, argnums, False))

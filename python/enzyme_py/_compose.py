@@ -91,8 +91,10 @@ def refuse(outer: str, inner: Any) -> NoReturn:
     name = getattr(inner, "__name__", type(inner).__name__)
     if getattr(inner, "has_aux", False):
         raise NotComposable(
-            f"{outer} of {name}: a gradient with has_aux=True is not differentiated again; "
-            "differentiate a function that returns the value alone"
+            f"{outer} of {name}: a gradient with has_aux=True is not differentiated again "
+            "but by ez.jacobian, ez.jacfwd, ez.jacrev and ez.hessian with has_aux=True "
+            "(JAX's jacfwd(grad(f, has_aux=True), has_aux=True)); or differentiate a "
+            "function that returns the value alone"
         )
     order = getattr(inner, "order", 0)
     if order == 3 or (order == 2 and outer in ("hessian", "hvp")):

@@ -124,7 +124,9 @@ def grad(f: Any, argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., A
     ``has_aux=True``: ``f`` returns a pair ``(value, aux)`` (aux a float or integer
     scalar or array) and the result is ``(gradient, aux)`` from the same reverse pass,
     as JAX's (an array aux costs one more evaluation of ``f``, for its shape); such a
-    gradient is not differentiated again.
+    gradient is differentiated again by the Jacobians and ``hessian`` with
+    ``has_aux=True``, as JAX's ``jacfwd(grad(f, has_aux=True), has_aux=True)``:
+    ``(the Jacobian of the gradient, aux)``.
     """
     return _gradient(f, argnums, with_value=False, has_aux=has_aux)
 
