@@ -120,6 +120,15 @@ def test_jvp_vjp_and_hvp_of_a_lambda():
     np.testing.assert_allclose(hv, 4.0 * t)
 
 
+def test_jvp_of_a_lambda_writing_an_output_array():
+    x, t, out = np.array([1.0, -2.0, 3.0]), np.array([1.0, 0.5, -1.0]), np.zeros(3)
+    nothing, (tx, tout) = ez.jvp(lambda x, out: squares(x, out), (x, out), (t, None))
+    assert nothing is None
+    np.testing.assert_allclose(tx, t)
+    np.testing.assert_allclose(tout, 2.0 * x * t)
+    np.testing.assert_allclose(out, x * x)
+
+
 def test_second_derivative_of_a_lambda_and_has_aux():
     d2 = ez.grad(ez.grad(lambda t, a: quartic(t, a)))
     assert d2(2.0, 3.0) == pytest.approx(12 * 3.0 * 4.0)

@@ -42,6 +42,7 @@ enzyme_py._transforms.NotComposable: grad(grad(f)): argument 0 is an array (2,),
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -493,7 +494,23 @@ def _hvp_of_python_function(
     inner: list[Any] = [None] * len(call.args)
     for i in nums:
         inner[call.where[i]] = tangents[i]
-    return Gradient(call.target, call.where[0], False).jvp(call.args, inner)  # type: ignore[no-any-return]
+    return _gradient_of(call.target, call.where[0]).jvp(call.args, inner)
+
+
+# The gradients hvp of a Python function used, kept with the function it calls: a loop
+# calling ez.hvp(lambda x: f(x, data), ...) plans f's derivatives once.
+_gradients: weakref.WeakKeyDictionary[Any, dict[int, Gradient]] = weakref.WeakKeyDictionary()
+
+
+def _gradient_of(f: Any, argnum: int) -> Gradient:
+    try:
+        made = _gradients.setdefault(f, {})
+    except TypeError:  # not weak-referenceable
+        return Gradient(f, argnum, False)
+    found = made.get(argnum)
+    if found is None:
+        found = made[argnum] = Gradient(f, argnum, False)
+    return found
 
 
 def _second_of_gradient(outer: str, g: Gradient, argnums: Argnums) -> Second:

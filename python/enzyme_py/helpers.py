@@ -354,6 +354,10 @@ def _jvp_of_python_function(
     result = jvp(call.target, call.args, inner, has_aux=has_aux)
     if result[0] is None and isinstance(result[1], tuple):  # output arrays: per primal
         back = {i: result[1][p] for i, p in call.where.items()}
+        for i, primal in enumerate(primals):  # an output array passed on as it is
+            if i not in back and isinstance(primal, np.ndarray):
+                at = next((p for p, a in enumerate(call.args) if a is primal), None)
+                back[i] = None if at is None else result[1][at]
         return None, tuple(back.get(i) for i in range(len(primals)))
     return result
 
