@@ -32,7 +32,7 @@ def contracted(dispatcher: Any, arity: int) -> Any:
     # zeroing the derivative vectorises into stores Enzyme cannot type when it
     # differentiates that derivative again.
     body = (
-        f"    values = f({params}).ravel()\n"
+        f"    values = _target({params}).ravel()\n"
         "    flat = weights.ravel()\n"
         "    total = 0.0\n"
         "    for k in range(values.shape[0]):\n"
@@ -46,11 +46,13 @@ def first_part(dispatcher: Any, arity: int) -> Any:
     """``g(a0, ..., a{arity-1}) = f(a0, ...)[0]`` for Numba dispatcher f returning a
     tuple, made once per f and arity (f inlined, as for ``contracted``)."""
     params = ", ".join(_params(arity))
-    return _made_of(dispatcher, "first", arity, _params(arity), f"    return f({params})[0]\n")
+    return _made_of(
+        dispatcher, "first", arity, _params(arity), f"    return _target({params})[0]\n"
+    )
 
 
 # Names the generated bodies use.
-_TAKEN = frozenset({"f", "np", "values", "flat", "total", "k", "weights"})
+_TAKEN = frozenset({"_target", "np", "values", "flat", "total", "k", "weights"})
 
 
 def _params(arity: int) -> list[str]:
@@ -58,7 +60,7 @@ def _params(arity: int) -> list[str]:
 
 
 def _made_of(dispatcher: Any, kind: str, arity: int, params: list[str], body: str) -> Any:
-    """An @njit function of ``params`` with ``body``, in which ``f`` is the dispatcher
+    """An @njit function of ``params`` with ``body``, in which ``_target`` is the dispatcher
     (inlined) and ``np`` NumPy; named as f is, so that errors from differentiating it
     name the function the user wrote. Made once per dispatcher, kind and arity."""
     import numba
@@ -72,7 +74,7 @@ def _made_of(dispatcher: Any, kind: str, arity: int, params: list[str], body: st
     if not name.isidentifier() or keyword.iskeyword(name) or name in _TAKEN or name in params:
         name = kind
     source = f"def {name}({', '.join(params)}):\n{body}"
-    namespace: dict[str, Any] = {"np": np, "f": _inlined_twin(dispatcher)}
+    namespace: dict[str, Any] = {"np": np, "_target": _inlined_twin(dispatcher)}
     exec(compile(source, f"<enzyme_py {kind} of {name}>", "exec"), namespace)
     made[(kind, arity)] = function = numba.njit(namespace[name])
     return function
