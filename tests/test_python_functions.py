@@ -194,3 +194,11 @@ def test_argnums_of_a_python_function_are_checked():
         ez.grad(lambda x: loss(x, DATA), argnums=1.0)
     with pytest.raises(ValueError, match="out of range"):
         ez.grad(lambda x: loss(x, DATA), argnums=3)(np.ones(3))
+
+
+def test_check_grad_of_a_lambda_names_its_arguments():
+    x = np.array([1.0, -0.5, 2.0])
+    report = ez.check_grad(lambda d, x: loss(x, d), DATA.copy(), x, argnums=1)
+    assert report.ok
+    assert [row["argument"] for row in report.rows] == ["arg 1"]
+    assert report.worst < 1e-6

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _python_functions as pf
 from enzyme_py._check import GradCheck, dtype_of, fd_settings, rel
 from enzyme_py._derivative import resolve_function
 from enzyme_py._transforms import Derivatives, positions, reverse_call
@@ -62,6 +63,8 @@ def check_grad(
         nums = tuple(i for i, a in enumerate(args) if _differentiable(a))
     else:
         nums = positions(argnums, len(args))
+    if pf.is_python_function(f):  # a lambda, def or partial: check the function it calls
+        return _check_python_function(f, args, nums, eps, rtol, coordinates, seed)
     derivatives = Derivatives(f)
     primal = derivatives.get(Forward, [Const] * len(args), Const)
     step, tolerance, _ = fd_settings([dtype_of(args[i]) for i in nums] + _declared_dtypes(f))
@@ -120,4 +123,21 @@ def check_grad(
         }
         row["worst"] = max(row["reverse_vs_fd"], row["forward_vs_fd"], row["reverse_vs_forward"])
         report.rows.append(row)
+    return report
+
+
+def _check_python_function(
+    f: Any, args: Sequence[Any], nums: Sequence[int], eps: float | None, rtol: float | None,
+    coordinates: int, seed: int,
+) -> GradCheck:  # fmt: skip
+    """``check_grad`` of the function a lambda, def or partial calls, at the positions
+    its arguments reach there; the rows name the Python function's arguments."""
+    lowered = pf.one_shot(f, args, nums, "check_grad")
+    report = check_grad(
+        lowered.target, *lowered.args, argnums=tuple(lowered.where[i] for i in nums), eps=eps,
+        rtol=rtol, coordinates=coordinates, seed=seed,
+    )  # fmt: skip
+    named = {f"arg {lowered.where[i]}": f"arg {i}" for i in nums}
+    for found in report.rows:
+        found["argument"] = named[found["argument"]]
     return report
