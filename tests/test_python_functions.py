@@ -202,3 +202,20 @@ def test_check_grad_of_a_lambda_names_its_arguments():
     assert report.ok
     assert [row["argument"] for row in report.rows] == ["arg 1"]
     assert report.worst < 1e-6
+
+
+class Model:
+    def __init__(self, data, weight):
+        self.data, self.weight = data, weight
+
+    def loss(self, x):
+        return loss(x, self.data, self.weight)
+
+
+def test_grad_of_a_bound_method_reads_the_objects_attributes():
+    x = np.array([1.0, 2.0, 3.0])
+    model = Model(np.array([0.0, 1.0, 1.0]), 2.5)
+    g = ez.grad(model.loss)
+    np.testing.assert_allclose(g(x), loss_gradient(x, model.data, 2.5))
+    model.weight = 0.5
+    np.testing.assert_allclose(g(x), loss_gradient(x, model.data, 0.5))

@@ -1,4 +1,4 @@
-"""Python functions given to the helpers: a ``lambda``, a ``def`` or a
+"""Python functions given to the helpers: a ``lambda``, a ``def``, a bound method or a
 ``functools.partial`` that calls one function enzyme_py differentiates, as JAX users
 write ``jax.grad(lambda x: loss(x, data))``.
 
@@ -51,7 +51,7 @@ from enzyme_py.frontends import numba as numba_frontend
 
 def is_python_function(f: Any) -> bool:
     """Whether a helper takes ``f`` through this module."""
-    return isinstance(f, (types.FunctionType, functools.partial, Lowered))
+    return isinstance(f, (types.FunctionType, types.MethodType, functools.partial, Lowered))
 
 
 def _differentiable(value: Any) -> bool:
@@ -167,6 +167,9 @@ def lower(f: Any, args: Sequence[Any], kwargs: dict[str, Any], nums: Sequence[in
         inner = lower(f.func, (*f.args, *args), {**f.keywords, **kwargs},
                       [len(f.args) + i for i in nums], who)  # fmt: skip
         return Call(inner.target, inner.args, {i: inner.where[len(f.args) + i] for i in nums})
+    if isinstance(f, types.MethodType):  # a bound method: its function, self first
+        inner = lower(f.__func__, (f.__self__, *args), kwargs, [i + 1 for i in nums], who)
+        return Call(inner.target, inner.args, {i: inner.where[i + 1] for i in nums})
     if isinstance(f, Lowered):
         inner = lower(f.f, args, kwargs, sorted({*nums, *f.traced}), who)
         return Call(f.made_for(inner), inner.args, {i: inner.where[i] for i in nums})
