@@ -219,3 +219,17 @@ def test_grad_of_a_bound_method_reads_the_objects_attributes():
     np.testing.assert_allclose(g(x), loss_gradient(x, model.data, 2.5))
     model.weight = 0.5
     np.testing.assert_allclose(g(x), loss_gradient(x, model.data, 0.5))
+
+
+def objective_of_module(x, d):
+    return loss(x, d)
+
+
+def test_the_helper_of_a_module_level_def_pickles():
+    import pickle
+
+    x = np.array([1.0, 0.0, -1.0])
+    g = ez.grad(functools.partial(objective_of_module, d=DATA))
+    g(x)
+    again = pickle.loads(pickle.dumps(g))
+    np.testing.assert_allclose(again(x), loss_gradient(x, DATA))

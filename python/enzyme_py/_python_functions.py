@@ -312,6 +312,9 @@ class Lowered:
             found = self._made[key] = (call.target, self.helper(call.target, mapped, **options))
         return found[1]
 
+    def __reduce__(self) -> tuple[Any, ...]:  # the helpers made are made again
+        return (Lowered, (self.helper, self.f, self.argnums, self.options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = lower(self.f, args, kwargs, self.traced, self.__name__)
         return self.made_for(call)(*call.args)
