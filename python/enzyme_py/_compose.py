@@ -490,11 +490,8 @@ def _hvp_of_python_function(
     if len(primals) != len(tangents):
         raise ValueError(f"hvp got {len(primals)} primals and {len(tangents)} tangents")
     nums = sorted({0, *(i for i, t in enumerate(tangents) if t is not None)})
-    call = pf.one_shot(f, primals, nums, f"hvp({tf.name_of(f)})")
-    inner: list[Any] = [None] * len(call.args)
-    for i in nums:
-        inner[call.where[i]] = tangents[i]
-    return _gradient_of(call.target, call.where[0]).jvp(call.args, inner)
+    call = pf.lower(f, primals, {}, nums, f"hvp({tf.name_of(f)})")
+    return _gradient_of(call.target, call.where[0]).jvp(call.args, call.spread(tangents))
 
 
 # The gradients hvp of a Python function used, kept with the function it calls: a loop

@@ -132,7 +132,7 @@ def _check_python_function(
 ) -> GradCheck:  # fmt: skip
     """``check_grad`` of the function a lambda, def or partial calls, at the positions
     its arguments reach there; the rows name the Python function's arguments."""
-    lowered = pf.one_shot(f, args, nums, "check_grad")
+    lowered = pf.lower(f, args, {}, nums, "check_grad")
     report = check_grad(
         lowered.target, *lowered.args, argnums=tuple(lowered.where[i] for i in nums), eps=eps,
         rtol=rtol, coordinates=coordinates, seed=seed,

@@ -158,6 +158,14 @@ class Call:
     args: tuple[Any, ...]
     where: dict[int, int]
 
+    def spread(self, values: Sequence[Any]) -> list[Any]:
+        """Per argument of ``target``: ``values[i]`` where the Python function's
+        argument ``i`` went, None elsewhere (tangents for the target's jvp)."""
+        placed: list[Any] = [None] * len(self.args)
+        for i, p in self.where.items():
+            placed[p] = values[i]
+        return placed
+
 
 def lower(f: Any, args: Sequence[Any], kwargs: dict[str, Any], nums: Sequence[int],
           who: str) -> Call:  # fmt: skip
@@ -207,7 +215,7 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
     scope = {k: stand_in(f.__globals__[k]) for k in names if k in f.__globals__}
     scope["__builtins__"] = f.__globals__.get("__builtins__", __builtins__)
     cells = tuple(
-        types.CellType(stand_in(_cell_value(c))) if _cell_value(c) is not _EMPTY else c
+        c if (value := _cell_value(c)) is _EMPTY else types.CellType(stand_in(value))
         for c in f.__closure__ or ()
     )
     run = types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, cells or None)
@@ -326,18 +334,13 @@ class Lowered:
 def _checked_nums(argnums: Any) -> tuple[int, ...]:
     """argnums as positions; a Python function's are counted from its first parameter
     (its number of parameters is known only when it is called)."""
-    if not (tf.single(argnums) or isinstance(argnums, (tuple, list))):
-        raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
-    nums = (argnums,) if tf.single(argnums) else tuple(argnums)
-    for a in nums:
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
-        if a < 0:
-            raise ValueError(f"argnums {argnums!r}: count a Python function's arguments "
-                             "from 0 (negative positions are not taken)")  # fmt: skip
+    nums = tf.argnum_ints(argnums)
+    if any(a < 0 for a in nums):
+        raise ValueError(f"argnums {argnums!r}: count a Python function's arguments "
+                         "from 0 (negative positions are not taken)")  # fmt: skip
     if len(set(nums)) != len(nums):
         raise ValueError(f"argnums {argnums!r} names an argument twice")
-    return tuple(int(a) for a in nums)
+    return nums
 
 
 def transform(helper: Callable[..., Any], f: Any, argnums: Any, **options: Any) -> Lowered | None:
@@ -345,8 +348,3 @@ def transform(helper: Callable[..., Any], f: Any, argnums: Any, **options: Any) 
     if not is_python_function(f):
         return None
     return Lowered(helper, f, argnums, options)
-
-
-def one_shot(f: Any, primals: Sequence[Any], nums: Sequence[int], who: str) -> Call:
-    """The call ``f(*primals)`` is, for ``jvp``, ``vjp`` and ``hvp`` of a Python function."""
-    return lower(f, primals, {}, nums, who)

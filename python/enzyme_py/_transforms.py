@@ -65,16 +65,30 @@ BATCH = 8
 
 
 def positions(argnums: Argnums, n: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
+    nums = argnum_ints(argnums)
     for a in nums:
-        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
         if not -n <= a < n:
             raise ValueError(f"argnums {argnums!r} is out of range for {n} arguments")
-    positions = tuple(int(a) % n for a in nums)
+    positions = tuple(a % n for a in nums)
     if len(set(positions)) != len(positions):
         raise ValueError(f"argnums {argnums!r} names an argument twice")
     return positions
+
+
+def argnum_ints(argnums: Argnums) -> tuple[int, ...]:
+    """argnums as a tuple of ints (an int or a sequence of them), else a TypeError."""
+    nums: tuple[Any, ...]
+    if isinstance(argnums, (int, np.integer)):
+        nums = (argnums,)
+    else:
+        try:
+            nums = tuple(argnums)
+        except TypeError:  # not a sequence either
+            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}") from None
+    for a in nums:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"argnums must be argument positions (ints); got {argnums!r}")
+    return tuple(int(a) for a in nums)
 
 
 def single(argnums: Argnums) -> bool:

@@ -347,11 +347,8 @@ def _jvp_of_python_function(
     """``jvp`` of a lambda, def or partial: that of the function it calls, the tangents
     at the positions its primals take there (see _python_functions)."""
     nums = [i for i, t in enumerate(tangents) if t is not None]
-    call = pf.one_shot(f, primals, nums, f"jvp({tf.name_of(f)})")
-    inner = [None] * len(call.args)
-    for i in nums:
-        inner[call.where[i]] = tangents[i]
-    result = jvp(call.target, call.args, inner, has_aux=has_aux)
+    call = pf.lower(f, primals, {}, nums, f"jvp({tf.name_of(f)})")
+    result = jvp(call.target, call.args, call.spread(tangents), has_aux=has_aux)
     if result[0] is None and isinstance(result[1], tuple):  # output arrays: per primal
         back = {i: result[1][p] for i, p in call.where.items()}
         for i, primal in enumerate(primals):  # an output array passed on as it is
@@ -366,7 +363,7 @@ def _vjp_of_python_function(f: Any, primals: Sequence[Any], has_aux: bool) -> tu
     """``vjp`` of a lambda, def or partial: that of the function it calls; the pullback
     returns one entry per primal of ``f`` (None where it is not a float)."""
     nums = [i for i, p in enumerate(primals) if tf.is_float_array(p) or tf.is_float_scalar(p)]
-    call = pf.one_shot(f, primals, nums, f"vjp({tf.name_of(f)})")
+    call = pf.lower(f, primals, {}, nums, f"vjp({tf.name_of(f)})")
     result = vjp(call.target, *call.args, has_aux=has_aux)
     inner = result[1]
 
