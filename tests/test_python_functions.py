@@ -177,6 +177,8 @@ def _counting_closure():
         (lambda x: loss(DATA, DATA), "passes none of arguments [0]"),
         (lambda x: loss(x, x), "passes argument 0 to loss twice"),
         (lambda x: loss(x, DATA) + loss(x, DATA), "must call one function"),
+        (lambda x: loss(x, DATA) if x else 0.0, "is tested for truth"),
+        (lambda x: 0.0 if x == 0.0 else loss(x, DATA), "is compared"),
         (counting, "assigns a global or nonlocal variable"),
         (_counting_closure(), "assigns a global or nonlocal variable"),
     ],
@@ -185,6 +187,16 @@ def test_what_is_not_one_call_is_refused_with_advice(f, message):
     with pytest.raises(TypeError, match="grad") as info:
         ez.grad(f)(np.array([1.0, 2.0, 3.0]))
     assert message in str(info.value)
+
+
+def test_a_branch_on_a_scalar_argument_is_refused_not_followed_wrongly():
+    # Without the refusal the trace would take the marker's branch (truthy, unequal):
+    # at t = 0 that is quartic(t, 1.0)'s, where Python takes quartic(t, 2.0)'s.
+    branching = lambda t: quartic(t, 1.0) if t else quartic(t, 2.0)  # noqa: E731
+    with pytest.raises(TypeError, match="is tested for truth"):
+        ez.grad(branching)(0.0)
+    with pytest.raises(TypeError, match="is compared"):
+        ez.grad(lambda t: quartic(t, 1.0) if t != 0.0 else quartic(t, 2.0))(1.0)
 
 
 def test_argnums_of_a_python_function_are_checked():

@@ -83,6 +83,16 @@ class _Marker:
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise _NotOneCall(f"argument {self.index} is read as an array")
 
+    # Branching on a value would follow the marker's branch, not the value's.
+    def __bool__(self) -> bool:
+        raise _NotOneCall(f"argument {self.index} is tested for truth")
+
+    def __eq__(self, other: object) -> bool:
+        raise _NotOneCall(f"argument {self.index} is compared")
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return f"<differentiated argument {self.index}>"
 
