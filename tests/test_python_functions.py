@@ -179,6 +179,8 @@ def _counting_closure():
         (lambda x: loss(x, DATA) + loss(x, DATA), "must call one function"),
         (lambda x: loss(x, DATA) if x else 0.0, "is tested for truth"),
         (lambda x: 0.0 if x == 0.0 else loss(x, DATA), "is compared"),
+        (lambda x: loss(x, DATA) if isinstance(x, np.ndarray) else 0.0, "calls isinstance"),
+        (lambda x: loss(x, DATA) if type(x) is np.ndarray else 0.0, "calls type"),
         (counting, "assigns a global or nonlocal variable"),
         (_counting_closure(), "assigns a global or nonlocal variable"),
     ],

@@ -72,10 +72,11 @@ class _Marker:
     def __init__(self, index: int, value: Any):
         self.index, self.value = index, value
 
-    shape = property(lambda self: np.shape(self.value))
-    ndim = property(lambda self: np.ndim(self.value))
-    size = property(lambda self: np.size(self.value))
-    dtype = property(lambda self: np.asarray(self.value).dtype)
+    # As the value has them (a Python float has none: AttributeError, as in Python).
+    shape = property(lambda self: self.value.shape)
+    ndim = property(lambda self: self.value.ndim)
+    size = property(lambda self: self.value.size)
+    dtype = property(lambda self: self.value.dtype)
 
     def __len__(self) -> int:
         return len(self.value)
@@ -121,6 +122,10 @@ class _Recorder:
             return self.target(*args, **kwargs)
         self.calls.append(_Recorded(self.target, args, kwargs))
         return self.token
+
+
+# Builtins that tell a marker from its value: a branch on them would follow the marker.
+_INSPECTING = frozenset({"isinstance", "issubclass", "type", "id", "hasattr", "getattr", "vars"})
 
 
 @functools.lru_cache(maxsize=256)
@@ -205,6 +210,12 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
         raise TypeError(f"{who}: {name} assigns a global or nonlocal variable; enzyme_py "
                         "runs it with its own view of them: return what it computes "
                         "instead")  # fmt: skip
+    inspecting = sorted(names & _INSPECTING)
+    if inspecting:
+        raise TypeError(f"{who}: {name} calls {', '.join(inspecting)}, which enzyme_py "
+                        "cannot answer for a differentiated argument when it looks for "
+                        "the call inside: decide that outside it, or inside the "
+                        "function it calls")  # fmt: skip
     try:
         bound = _signature(f).bind(*args, **kwargs)
     except TypeError as exc:
