@@ -201,6 +201,22 @@ def test_a_branch_on_a_scalar_argument_is_refused_not_followed_wrongly():
         ez.grad(lambda t: quartic(t, 1.0) if t != 0.0 else quartic(t, 2.0))(1.0)
 
 
+def _caught(x):
+    # In Python np.asarray(x) works and loss is called; a trace that swallowed the
+    # marker's failure would differentiate quartic instead.
+    try:
+        return loss(np.asarray(x), DATA)
+    except TypeError:
+        return quartic(x, 1.0)
+
+
+def test_a_function_that_catches_a_read_of_its_argument_is_refused():
+    with pytest.raises(TypeError, match="argument 0 is read"):
+        ez.grad(_caught)(np.array([1.0, 2.0, 3.0]))
+    with pytest.raises(TypeError, match="used in arithmetic"):
+        ez.grad(lambda x: loss(x * 1.0, DATA))(np.array([1.0, 2.0, 3.0]))
+
+
 def test_argnums_of_a_python_function_are_checked():
     with pytest.raises(ValueError, match="negative positions"):
         ez.grad(lambda x: loss(x, DATA), argnums=-1)

@@ -38,7 +38,7 @@ import types
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -65,12 +65,15 @@ def _differentiable(value: Any) -> bool:
 
 class _Marker:
     """A differentiated argument while the Python function runs for its trace. Its
-    shape, dtype and length are its value's; anything that reads its values fails."""
+    shape, dtype and length are its value's; anything that reads its values fails,
+    and is noted in ``reads`` (shared by the trace's markers), so that a function that
+    catches the failure and goes on is still refused: it would have gone another way
+    on the value."""
 
-    __slots__ = ("index", "value")
+    __slots__ = ("index", "reads", "value")
 
-    def __init__(self, index: int, value: Any):
-        self.index, self.value = index, value
+    def __init__(self, index: int, value: Any, reads: list[str]):
+        self.index, self.value, self.reads = index, value, reads
 
     # As the value has them (a Python float has none: AttributeError, as in Python).
     shape = property(lambda self: self.value.shape)
@@ -81,21 +84,48 @@ class _Marker:
     def __len__(self) -> int:
         return len(self.value)
 
-    def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise _NotOneCall(f"argument {self.index} is read as an array")
+    def _read(self, how: str) -> NoReturn:
+        what = f"argument {self.index} is {how}"
+        self.reads.append(what)
+        raise _NotOneCall(what)
 
-    # Branching on a value would follow the marker's branch, not the value's.
-    def __bool__(self) -> bool:
-        raise _NotOneCall(f"argument {self.index} is tested for truth")
+    def __getattr__(self, name: str) -> Any:
+        self._read(f"read for its attribute {name!r}")
 
-    def __eq__(self, other: object) -> bool:
-        raise _NotOneCall(f"argument {self.index} is compared")
-
-    __ne__ = __eq__
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return f"<differentiated argument {self.index}>"
+
+
+def _reading(how: str) -> Callable[..., Any]:
+    def read(self: _Marker, *args: Any, **kwargs: Any) -> Any:
+        self._read(how)
+
+    return read
+
+
+# Every operation that reads a value: a marker fails it (and notes it), rather than
+# letting Python fall back to something else (== to identity, truth to True).
+for _name, _how in [
+    ("__array__", "read as an array"),
+    ("__array_ufunc__", "read as an array"),
+    ("__array_function__", "read as an array"),
+    ("__bool__", "tested for truth"),
+    ("__eq__", "compared"), ("__ne__", "compared"), ("__lt__", "compared"),
+    ("__le__", "compared"), ("__gt__", "compared"), ("__ge__", "compared"),
+    ("__getitem__", "indexed"), ("__setitem__", "written"), ("__iter__", "iterated"),
+    ("__contains__", "searched"), ("__call__", "called"),
+    ("__float__", "converted"), ("__int__", "converted"), ("__index__", "converted"),
+    ("__complex__", "converted"), ("__round__", "converted"),
+    ("__neg__", "used in arithmetic"), ("__pos__", "used in arithmetic"),
+    ("__abs__", "used in arithmetic"), ("__invert__", "used in arithmetic"),
+]:  # fmt: skip
+    setattr(_Marker, _name, _reading(_how))
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "divmod",
+            "and", "or", "xor", "lshift", "rshift"):  # fmt: skip
+    for _name in (f"__{_op}__", f"__r{_op}__", f"__i{_op}__"):
+        setattr(_Marker, _name, _reading("used in arithmetic"))
 
 
 class _NotOneCall(TypeError):
@@ -222,11 +252,12 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
         raise TypeError(f"{who}: {exc}") from None
     bound.apply_defaults()
     positional = list(bound.args)
+    reads: list[str] = []
     for i in nums:
         if i >= len(positional):
             raise ValueError(f"{who}: argnums {i} is out of range for {len(positional)} "
                              f"positional arguments of {name}")  # fmt: skip
-        positional[i] = _Marker(i, positional[i])
+        positional[i] = _Marker(i, positional[i], reads)
     calls: list[_Recorded] = []
     token = object()
 
@@ -246,6 +277,8 @@ def _trace(f: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any],
     except Exception as exc:
         raise TypeError(f"{who}: {_ADVICE.format(name=name)} (running it with the "
                         f"differentiated arguments marked: {exc})") from exc  # fmt: skip
+    if reads:  # a read it caught, then went on: another way than on the values
+        raise TypeError(f"{who}: {_ADVICE.format(name=name)} ({reads[0]})")
     if len(calls) != 1 or result is not token:
         if not calls:
             found = f"it passes none of arguments {list(nums)} to such a function"
