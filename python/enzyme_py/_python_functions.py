@@ -12,9 +12,11 @@ every call: nothing is frozen. A call of a differentiable function that takes no
 marker runs as it is (``loss(x, scale(data))``: ``scale`` runs).
 
 Refused with a TypeError that says what to write instead: anything else done with a
-differentiated argument (indexing it, arithmetic on it or on the call's result), two
-calls that take one, an argument passed twice or not at all, functions that assign
-globals or variables of an enclosing function.
+differentiated argument (indexing it, arithmetic on it or on the call's result,
+comparing it, testing it for truth), even where the function catches the failure and
+goes on; functions that ask ``isinstance``, ``type`` and the like (a marker is not its
+value there); two calls that take one; an argument passed twice or not at all;
+functions that assign globals or variables of an enclosing function.
 
 >>> import numba, numpy as np, enzyme_py as ez
 >>> @numba.njit
