@@ -125,6 +125,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   strip_scoped_noalias(mod);
   compare_without_fabs(mod);
   freeze_values_entering_loops(mod);
+  freeze_phi_dividends(mod);
   if (req.forward && !req.primal_only) {
     // Seen with Enzyme v0.0.289: forward mode through a call via a function
     // pointer computes wrong values (the primal too) without any error.

@@ -77,6 +77,8 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
   }
   annotations_to_attributes(*mod);
   strip_scoped_noalias(llvm::wrap(mod.get()));  // see rewrites.h
+  freeze_values_entering_loops(llvm::wrap(mod.get()));
+  freeze_phi_dividends(llvm::wrap(mod.get()));
   mpm.run(*mod, mam);
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);

@@ -270,6 +270,28 @@ int freeze_values_entering_loops(LLVMModuleRef mod) {
   return frozen;
 }
 
+int freeze_phi_dividends(LLVMModuleRef mod) {
+  int frozen = 0;
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    std::map<llvm::PHINode *, llvm::Value *> freezes;  // one freeze per PHI
+    for (llvm::BasicBlock &block : fn) {
+      for (llvm::Instruction &inst : block) {
+        if (inst.getOpcode() != llvm::Instruction::FDiv) continue;
+        auto *phi = llvm::dyn_cast<llvm::PHINode>(inst.getOperand(0));
+        if (!phi) continue;
+        llvm::Value *&freeze = freezes[phi];
+        if (!freeze) {
+          llvm::IRBuilder<> after(phi->getParent(), phi->getParent()->getFirstInsertionPt());
+          freeze = after.CreateFreeze(phi, phi->getName() + ".dividend");
+        }
+        inst.setOperand(0, freeze);
+        ++frozen;
+      }
+    }
+  }
+  return frozen;
+}
+
 int compare_without_fabs(LLVMModuleRef mod) {
   std::vector<LLVMValueRef> calls;
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {

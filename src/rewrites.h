@@ -49,6 +49,16 @@ int compare_without_fabs(LLVMModuleRef mod);
 // Returns how many values.
 int freeze_values_entering_loops(LLVMModuleRef mod);
 
+// Enzyme v0.0.289 differentiates `x = x / c` in a loop wrongly, without an error,
+// where x is a PHI fed by that very division and the quotient is used besides
+// (a present value: `disc /= 1 + rate; pv += cash[t] * disc`): its reverse pass
+// recomputes the quotient from the PHI's value after the loop's last iteration,
+// for every iteration, and the gradient with respect to c is wrong (-38.7 for
+// -42.8). Through a `freeze` of the PHI (the value itself, differentiated as the
+// identity) the quotient is cached per iteration and the gradient is right. Every
+// division whose dividend is a PHI gets one. Returns how many divisions.
+int freeze_phi_dividends(LLVMModuleRef mod);
+
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
 // __enzyme_exponentialallocation) and every free go to arena.h's tape.
 // every_malloc: all of malloc (the augmented forward pass of split mode, whose
