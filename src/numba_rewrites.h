@@ -31,13 +31,18 @@ int define_numba_blas(LLVMModuleRef mod);
 // Numba's x ** 2: partial unrolling would make it cache more). GVN without load
 // PRE: the loop-carried phis it makes of loads (u[i+1] read again as u[i]) give
 // Enzyme v0.0.289 wrong gradients, without an error, where an outer loop
-// overwrites the array (Gauss-Seidel sweeps).
+// overwrites the array (Gauss-Seidel sweeps). Jump threading, then unswitching,
+// move checks on loop-invariant values that exit the loop (Numba's size checks of
+// an np.empty in the loop) before it: a loop with a computable trip count has its
+// caches allocated once instead of grown by realloc.
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module:
 // - loads of a temporary's data pointer from its MemInfo header become the
 //   constant offset enzyme_py's arena puts the data at, from the (noalias)
 //   allocation call: LLVM and Enzyme then know temporaries do not alias;
+// - those allocation calls are nonnull (enzyme_py's allocators jump out of the
+//   call instead of returning null): Numba's null checks fold;
 // - the functions Numba links in (linkonce_odr: callees, library code; not
 //   those marked noinline, such as NRT_incref) are inlined;
 // - kSimplifyPasses run: loop-invariant loads hoisted (Enzyme then caches them
