@@ -18,9 +18,10 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
 6. ``rosenbrock_prange``, ``gmm_prange``, ``heat_prange``: kernels 1-3 written with
    ``parallel=True`` and ``prange`` (over i, over samples, over cells), same sizes and
    contenders (JAX and PyTorch run their one version of the math again). The Numba primal
-   runs on Numba's threads; ``enzyme_py_reverse`` differentiates its serial twin (prange
-   as range), ``enzyme_py_threads`` runs its prange loops on every core
-   (``ez.autodiff(..., threads=os.cpu_count())``, experimental).
+   runs on Numba's threads; ``enzyme_py_reverse`` is ``ez.grad`` as a user calls it
+   (threads= left out: the prange loops on every Numba thread where a loop's body has a
+   loop of its own, GMM's, else the serial twin, prange as range), ``enzyme_py_threads``
+   runs every prange loop on every core (``ez.autodiff(..., threads=os.cpu_count())``).
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells
 x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contender.
@@ -51,8 +52,9 @@ Contenders, each on the same inputs (built from the same seeds), all in float64:
   ``enzyme_py_cython`` / ``enzyme_py_c`` (``ez.grad``), each gradient also given as a
   ratio to its own primal (``over_own_primal``). Skipped without Cython.
 
-Numba and enzyme_py run on one thread (the prange kernels' Numba primal on all cores);
-JAX (XLA's CPU client) and PyTorch may use every core.
+Numba and enzyme_py run on one thread on the serial kernels (the prange kernels' Numba
+primal on all cores, and their enzyme_py rows as said above); JAX (XLA's CPU client)
+and PyTorch may use every core.
 
 Method:
 

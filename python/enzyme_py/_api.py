@@ -89,11 +89,15 @@ def autodiff(
             derivative per argument types, made at the first call with those types.
         threads: for a Numba dispatcher compiled with ``parallel=True``, Reverse
             mode: above 1, its ``prange`` loops run on up to that many threads in the
-            derivative too (experimental; docs/design.md §8). A loop whose body takes
-            a float that is not an array, reduces into an array, reads a non-C array or
-            is nested, and forward mode, run on one thread instead, with a
-            ``PerformanceWarning`` saying why. Left out or 1: the derivative of its
-            serial twin (prange as range), on one thread.
+            derivative too (docs/design.md §8). A loop whose body takes a float that is
+            not an array, reduces into an array, reads a non-C array or is nested, and
+            forward mode, run on one thread instead, with a ``PerformanceWarning``
+            saying why. 1: the derivative of its serial twin (prange as range), on one
+            thread. Left out: as many threads as Numba uses (``numba.get_num_threads()``,
+            all cores by default) where a prange loop's body has a loop of its own, else
+            one thread; without a warning where threads cannot be used. Arrays passed
+            to it that overlap, differentiating it again and ``njit()`` take the
+            serial derivative (the same numbers).
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the
@@ -158,7 +162,7 @@ def autodiff(
             raise ValueError("the derivative of a kernel takes only the mode and activities")
         return f.derivative(mode, *activities)
     if numba_frontend.is_dispatcher(f):
-        return NumbaDerivative(f, check_mode(mode), tuple(activities), options, sig, threads or 1)
+        return NumbaDerivative(f, check_mode(mode), tuple(activities), options, sig, threads)
     if sig is not None or threads is not None:
         raise TypeError("sig= and threads= apply to Numba dispatchers only")
     if isinstance(f, NumbaDerivative) and len(f._by_types) != 1:

@@ -129,6 +129,9 @@ class Derivative:
         self._as_function: IRFunction | None = None
         self._alias_safe: Derivative | None = None
         self._njit: Any = None
+        # Where this derivative runs loops on threads (a Numba prange's): the serial
+        # derivative it stands for when differentiated again or called from @njit code.
+        self.serial_twin: Callable[[], Derivative] | None = None
         self._first_call = options.first_call
         if ret is None:
             ret_code, return_primal = _DFT_CONSTANT, False
@@ -367,6 +370,8 @@ class Derivative:
         Its parameters are the derivative's, in calling order (shadows after their
         values, then the seed); a reverse derivative returns its adjoints by value.
         """
+        if self.serial_twin is not None:
+            return self.serial_twin().as_function()
         if self._as_function is None:
             if self.width != 1:
                 raise ActivityError("only derivatives of width 1 can be differentiated again")
@@ -455,6 +460,8 @@ class Derivative:
     def njit(self) -> Any:
         """This derivative as an ``@numba.njit`` function (same arguments and results),
         to call from inside other Numba code. Made once and kept."""
+        if self.serial_twin is not None:
+            return self.serial_twin().njit()
         if self._njit is None:
             self._pin_code()
             safe = self.alias_safe_twin().entry if self.may_overlap else None

@@ -15,6 +15,7 @@ given to a solver) is Const: part of the specialisation, not passed to the wrapp
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from enzyme_py._activities import check_activities
 from enzyme_py._derivative import Derivative, Options
+from enzyme_py._log import log
 from enzyme_py._numba_results import ArrayResultCall, part_activity
 from enzyme_py._warnings import warn_at_user
 from enzyme_py.core import (
@@ -36,6 +38,7 @@ from enzyme_py.core import (
     Reverse,
 )
 from enzyme_py.frontends import numba as numba_frontend
+from enzyme_py.frontends._numba_parfor import has_prange_with_inner_loop
 from enzyme_py.frontends._numba_signatures import argument_kind
 
 
@@ -72,6 +75,20 @@ class _Bound:
         return self.derivative(*args)
 
 
+def default_threads(dispatcher: Any) -> int:
+    """The threads of a derivative whose ``threads=`` is left out: as many as Numba
+    runs this thread's prange loops on (``numba.get_num_threads()``: all cores unless
+    the user set fewer) for a ``parallel=True`` function with a prange loop whose body
+    has a loop of its own (``has_prange_with_inner_loop``), else 1 (the serial twin)."""
+    if not numba_frontend.is_parallel(dispatcher):
+        return 1
+    if not has_prange_with_inner_loop(dispatcher.py_func):
+        return 1
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
 def _inserts_nothing(bound: _Bound) -> bool:
     """Whether ``bound`` passes a call's arguments on unchanged to its derivative."""
     return not bound.defaults and not bound.functions and bound.results is None
@@ -90,12 +107,15 @@ class NumbaDerivative:
         activities: tuple[Any, ...],
         options: Options,
         sig: Any = None,
-        threads: int = 1,
+        threads: int | None = None,
     ):
         self.dispatcher = dispatcher
         # Above 1: a parallel=True function's prange loops run on that many threads in
-        # its reverse derivative too (frontends/_numba_parfor.py); else serially.
-        self.threads = threads
+        # its reverse derivative too (frontends/_numba_parfor.py); else serially. None
+        # (left out): default_threads decides, and a threaded derivative that cannot
+        # be built falls back to the serial one without a warning.
+        self._threads_asked = threads
+        self.threads = threads if threads is not None else default_threads(dispatcher)
         self.mode = mode
         self.activities = activities
         self.options = options
@@ -199,6 +219,13 @@ class NumbaDerivative:
                 derivative = self._threaded(signature, params, ret)
             if derivative is None:
                 derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            else:
+                # Differentiated again or called from @njit code: the serial derivative
+                # (Enzyme cannot differentiate the launches; the same numbers).
+                wrapper, mode, options = spec.wrapper, self.mode, self.options
+                derivative.serial_twin = functools.cache(
+                    lambda: Derivative(wrapper, mode, params, ret, options)
+                )
         except EnzymeError:
             # Numba's fully optimised code can be easier to analyse (types that only
             # show after its optimisation); slower derivatives, but some.
@@ -251,6 +278,9 @@ class NumbaDerivative:
             except Exception as exc:  # any refusal falls back, and says so
                 text = str(exc).strip()
                 reason = text.splitlines()[0] if text else type(exc).__name__
+        if self._threads_asked is None:  # the default: serial where threads are not
+            log(f"'{self.name}': its derivative runs on one thread ({reason})")
+            return None
         warn_at_user(
             PerformanceWarning(
                 f"autodiff({self.name}, ..., threads={self.threads}): the prange loops of "
@@ -405,7 +435,14 @@ class NumbaDerivative:
         # Numba dispatchers pickle themselves; the derivative is rebuilt from them.
         return (
             NumbaDerivative,
-            (self.dispatcher, self.mode, self.activities, self.options, self._sig, self.threads),
+            (
+                self.dispatcher,
+                self.mode,
+                self.activities,
+                self.options,
+                self._sig,
+                self._threads_asked,
+            ),
         )
 
     def njit(self) -> Any:

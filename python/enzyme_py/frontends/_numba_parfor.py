@@ -34,6 +34,7 @@ have to come back from the rule).
 from __future__ import annotations
 
 import contextlib
+import dis
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -50,6 +51,7 @@ from enzyme_py.frontends._numba_parfor_launch import (
 __all__ = [
     "Launch",
     "ParforUnsupported",
+    "has_prange_with_inner_loop",
     "inlined_into_wrapper",
     "parfor_compile",
     "threaded_ir",
@@ -84,6 +86,37 @@ def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
         groups.append(Group(at, count, array, reduction))
         at += count
     return tuple(groups)
+
+
+def has_prange_with_inner_loop(py_func: Any) -> bool:
+    """Whether a ``prange`` loop of ``py_func`` has a loop of its own in its body (a
+    ``for`` or ``while`` between its ``FOR_ITER`` and that loop's end, in the bytecode,
+    which functions made by ``exec`` have too). Only such loops pay for running on
+    threads in a derivative: a body of a few operations per index (a map, a
+    reduction, a stencil step) is a vectorised loop in the serial derivative, which
+    the threaded one (a snapshot, the body run again in the reverse pass, a launch per
+    call) did not beat on the benchmark kernels (docs/design.md §8)."""
+    instructions = list(dis.get_instructions(py_func.__code__))
+    line_start, starts = 0, []
+    for k, ins in enumerate(instructions):
+        if ins.starts_line is not None:
+            line_start = k
+        starts.append(line_start)
+    for k, ins in enumerate(instructions):
+        # `for i in prange(...)` / `numba.prange(...)`: the name is loaded on the line
+        # of the loop's FOR_ITER, whose argument is where the loop ends.
+        if ins.opname != "FOR_ITER" or not any(
+            before.argval == "prange" for before in instructions[starts[k] : k]
+        ):
+            continue
+        for inner in instructions:
+            if not ins.offset < inner.offset < ins.argval:
+                continue
+            if inner.opname == "FOR_ITER" or (
+                "BACKWARD" in inner.opname and inner.argval > ins.offset
+            ):
+                return True
+    return False
 
 
 @contextlib.contextmanager

@@ -453,14 +453,19 @@ def _specialize(
         if status == PARFOR_OVERLAP:
             raise ValueError(
                 f"a prange loop of '{name}' writes an array that shares memory with "
-                "another array it uses (one array passed twice, or two views of one); its "
-                "derivative with threads= needs them apart: "
-                "pass a copy of one, or leave threads= out (the derivative on one thread "
-                "follows the loop as range would)"
+                "another array it uses (two views of one array); its derivative on "
+                "threads needs them apart: pass a copy of one, or threads=1 to autodiff "
+                "(the derivative on one thread follows the loop as range would)"
             )
         raise_numba_error(status, detail, name)
 
     def alias_safe() -> IRFunction:
+        if threaded:
+            # Arrays that overlap: the serial derivative without the noalias promise.
+            # The threaded one's snapshots would copy them apart (PARFOR_OVERLAP).
+            serial = specialize(dispatcher, signature, numba_optimized, strided).wrapper
+            assert serial.alias_safe is not None
+            return serial.alias_safe()
         return IRFunction(
             module_of(False),
             WRAPPER,
