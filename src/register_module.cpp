@@ -87,6 +87,14 @@ void register_module(py::module_ &m) {
           "Atomic float adds of `function` into memory based on the parameters\n"
           "`params` made plain, in place (see rewrites.h); returns how many.")
       .def(
+          "reorder_loop_sums",
+          [](SourceModule &self, const std::string &function) {
+            return reorder_loop_sums(self.get(), function);
+          },
+          py::arg("function"),
+          "The running sums of `function`'s outermost loops made reorderable, in\n"
+          "place (a prange body's; see rewrites.h); returns how many.")
+      .def(
           "reaches_recursion",
           [](const SourceModule &self, const std::string &function) {
             return reaches_recursion(self.get(), function);

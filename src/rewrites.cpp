@@ -292,6 +292,40 @@ int freeze_phi_dividends(LLVMModuleRef mod) {
   return frozen;
 }
 
+int reorder_loop_sums(LLVMModuleRef mod, const std::string &function) {
+  llvm::Function *fn = llvm::unwrap(mod)->getFunction(function);
+  if (!fn || fn->isDeclaration()) {
+    throw std::runtime_error("no function named '" + function + "' in the module");
+  }
+  llvm::DominatorTree dominators(*fn);
+  llvm::LoopInfo loops(dominators);
+  auto used_elsewhere = [](llvm::Loop *loop, llvm::Value *value, llvm::Value *partner) {
+    for (llvm::User *user : value->users()) {
+      auto *inst = llvm::dyn_cast<llvm::Instruction>(user);
+      if (user != partner && (!inst || loop->contains(inst))) return true;
+    }
+    return false;
+  };
+  int reordered = 0;
+  for (llvm::Loop *loop : loops) {  // the outermost loops only
+    llvm::BasicBlock *latch = loop->getLoopLatch();
+    if (!latch) continue;
+    for (llvm::PHINode &phi : loop->getHeader()->phis()) {
+      if (!phi.getType()->isFloatingPointTy()) continue;
+      auto *sum = llvm::dyn_cast<llvm::BinaryOperator>(phi.getIncomingValueForBlock(latch));
+      if (!sum || !loop->contains(sum)) continue;
+      const bool add = sum->getOpcode() == llvm::Instruction::FAdd &&
+                       (sum->getOperand(0) == &phi || sum->getOperand(1) == &phi);
+      const bool subtract = sum->getOpcode() == llvm::Instruction::FSub && sum->getOperand(0) == &phi;
+      if (!add && !subtract) continue;
+      if (used_elsewhere(loop, &phi, sum) || used_elsewhere(loop, sum, &phi)) continue;
+      sum->setHasAllowReassoc(true);
+      ++reordered;
+    }
+  }
+  return reordered;
+}
+
 int compare_without_fabs(LLVMModuleRef mod) {
   std::vector<LLVMValueRef> calls;
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {

@@ -59,6 +59,15 @@ int freeze_values_entering_loops(LLVMModuleRef mod);
 // division whose dividend is a PHI gets one. Returns how many divisions.
 int freeze_phi_dividends(LLVMModuleRef mod);
 
+// The running sums of `function`'s outermost loops (a header PHI of floating-point
+// type whose latch value is PHI + x or PHI - x, with neither used elsewhere in the
+// loop) may be reordered: their fadd / fsub get the `reassoc` flag, so LLVM's
+// vectoriser can sum in several lanes. Only for the body of a Numba prange loop,
+// whose outermost loop is the prange loop over one chunk: Numba leaves the order of a
+// prange reduction unspecified (it sums per thread, then across threads), so another
+// order within a chunk is one Numba may take too. Returns how many sums.
+int reorder_loop_sums(LLVMModuleRef mod, const std::string &function);
+
 // Enzyme's tape allocations (malloc marked enzyme_cache_alloc, the realloc of
 // __enzyme_exponentialallocation) and every free go to arena.h's tape.
 // every_malloc: all of malloc (the augmented forward pass of split mode, whose

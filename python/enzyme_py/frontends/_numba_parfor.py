@@ -51,9 +51,9 @@ from enzyme_py.frontends._numba_parfor_launch import (
 __all__ = [
     "Launch",
     "ParforUnsupported",
-    "has_prange_with_inner_loop",
     "inlined_into_wrapper",
     "parfor_compile",
+    "prange_loops_pay_on_threads",
     "threaded_ir",
     "threaded_module",
     "with_launch_rules",
@@ -88,35 +88,41 @@ def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
     return tuple(groups)
 
 
-def has_prange_with_inner_loop(py_func: Any) -> bool:
-    """Whether a ``prange`` loop of ``py_func`` has a loop of its own in its body (a
-    ``for`` or ``while`` between its ``FOR_ITER`` and that loop's end, in the bytecode,
-    which functions made by ``exec`` have too). Only such loops pay for running on
-    threads in a derivative: a body of a few operations per index (a map, a
-    reduction, a stencil step) is a vectorised loop in the serial derivative, which
-    the threaded one (a snapshot, the body run again in the reverse pass, a launch per
-    call) did not beat on the benchmark kernels (docs/design.md §8)."""
+def prange_loops_pay_on_threads(py_func: Any) -> bool:
+    """Whether ``py_func``'s prange loops are of the kind that ran faster on threads
+    in a derivative (docs/design.md §8): a prange loop has a loop of its own in its
+    body (a ``for`` or ``while`` between its ``FOR_ITER`` and that loop's end, in the
+    bytecode, which functions made by ``exec`` have too), or none is inside another
+    loop (each runs once per call). A prange loop inside a time loop with a body of a
+    few operations per index (a stencil step) is launched per step, and the launches,
+    snapshots and reverse launches cost more than its vectorised serial derivative."""
     instructions = list(dis.get_instructions(py_func.__code__))
     line_start, starts = 0, []
     for k, ins in enumerate(instructions):
         if ins.starts_line is not None:
             line_start = k
         starts.append(line_start)
-    for k, ins in enumerate(instructions):
+    backward = [ins for ins in instructions if "BACKWARD" in ins.opname]
+    pranges = [
+        ins
+        for k, ins in enumerate(instructions)
         # `for i in prange(...)` / `numba.prange(...)`: the name is loaded on the line
         # of the loop's FOR_ITER, whose argument is where the loop ends.
-        if ins.opname != "FOR_ITER" or not any(
-            before.argval == "prange" for before in instructions[starts[k] : k]
-        ):
-            continue
+        if ins.opname == "FOR_ITER"
+        and any(before.argval == "prange" for before in instructions[starts[k] : k])
+    ]
+    for loop in pranges:
         for inner in instructions:
-            if not ins.offset < inner.offset < ins.argval:
-                continue
-            if inner.opname == "FOR_ITER" or (
-                "BACKWARD" in inner.opname and inner.argval > ins.offset
+            if loop.offset < inner.offset < loop.argval and (
+                inner.opname == "FOR_ITER" or (inner in backward and inner.argval > loop.offset)
             ):
                 return True
-    return False
+    # An enclosing loop jumps back from after the prange loop to before it.
+    return bool(pranges) and not any(
+        jump.argval < loop.offset and jump.offset >= loop.argval
+        for loop in pranges
+        for jump in backward
+    )
 
 
 @contextlib.contextmanager
@@ -231,8 +237,9 @@ def threaded_module(
     the module prepared for Enzyme as serial code is (``simplify_for_enzyme``), no
     snapshot of arrays the wrapper takes and never writes (``noalias``: the arrays are
     distinct) nor of arrays whose values the bodies' reverse derivatives never read,
-    the bodies' reverse derivatives made by Enzyme's marker pass, the launches' rules
-    attached."""
+    the bodies' reverse derivatives made by Enzyme's marker pass, the bodies' prange
+    sums made reorderable (``reorder_loop_sums``: Numba's prange reductions have no
+    order), the launches' rules attached."""
     from enzyme_py import _state
     from enzyme_py.frontends.ir import parse_module
 
@@ -245,7 +252,11 @@ def threaded_module(
     lowered = _state.native.run_enzyme_pass(first.native.ir(), "enzyme")
     needless = _unread_by_reverse(lowered, names)
     lowered = _settled_snapshots(lowered, wrapper if noalias else None, needless)
-    return with_launch_rules(parse_module(lowered, identity), names)
+    module = parse_module(lowered, identity)
+    for name in names:
+        # The forward launches' sums vectorise (Enzyme's reverse has read the body).
+        module.native.reorder_loop_sums(f"{name}.body")
+    return with_launch_rules(module, names)
 
 
 _FOLD_WRAPAROUND = (
