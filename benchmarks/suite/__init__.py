@@ -20,8 +20,7 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
    contenders (JAX and PyTorch run their one version of the math again). The Numba primal
    runs on Numba's threads; ``enzyme_py_reverse`` is ``ez.grad`` as a user calls it
    (threads= left out: the prange loops on every Numba thread where a loop's body has a
-   loop of its own, GMM's, or no prange loop is inside another loop, Rosenbrock's; else,
-   heat's, the serial twin, prange as range), ``enzyme_py_threads``
+   loop of its own, GMM's, else the serial twin, prange as range), ``enzyme_py_threads``
    runs every prange loop on every core (``ez.autodiff(..., threads=os.cpu_count())``).
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells

@@ -38,7 +38,7 @@ from enzyme_py.core import (
     Reverse,
 )
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.frontends._numba_parfor import prange_loops_pay_on_threads
+from enzyme_py.frontends._numba_parfor import has_prange_with_inner_loop
 from enzyme_py.frontends._numba_signatures import argument_kind
 
 
@@ -78,12 +78,11 @@ class _Bound:
 def default_threads(dispatcher: Any) -> int:
     """The threads of a derivative whose ``threads=`` is left out: as many as Numba
     runs this thread's prange loops on (``numba.get_num_threads()``: all cores unless
-    the user set fewer) for a ``parallel=True`` function whose prange loops pay for
-    it (``prange_loops_pay_on_threads``: a body with a loop of its own, or no prange
-    loop inside another loop), else 1 (the serial twin)."""
+    the user set fewer) for a ``parallel=True`` function with a prange loop whose body
+    has a loop of its own (``has_prange_with_inner_loop``), else 1 (the serial twin)."""
     if not numba_frontend.is_parallel(dispatcher):
         return 1
-    if not prange_loops_pay_on_threads(dispatcher.py_func):
+    if not has_prange_with_inner_loop(dispatcher.py_func):
         return 1
     import numba
 

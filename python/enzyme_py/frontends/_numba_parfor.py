@@ -51,9 +51,9 @@ from enzyme_py.frontends._numba_parfor_launch import (
 __all__ = [
     "Launch",
     "ParforUnsupported",
+    "has_prange_with_inner_loop",
     "inlined_into_wrapper",
     "parfor_compile",
-    "prange_loops_pay_on_threads",
     "threaded_ir",
     "threaded_module",
     "with_launch_rules",
@@ -88,41 +88,36 @@ def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
     return tuple(groups)
 
 
-def prange_loops_pay_on_threads(py_func: Any) -> bool:
-    """Whether ``py_func``'s prange loops are of the kind that ran faster on threads
-    in a derivative (docs/design.md §8): a prange loop has a loop of its own in its
-    body (a ``for`` or ``while`` between its ``FOR_ITER`` and that loop's end, in the
-    bytecode, which functions made by ``exec`` have too), or none is inside another
-    loop (each runs once per call). A prange loop inside a time loop with a body of a
-    few operations per index (a stencil step) is launched per step, and the launches,
-    snapshots and reverse launches cost more than its vectorised serial derivative."""
+def has_prange_with_inner_loop(py_func: Any) -> bool:
+    """Whether a ``prange`` loop of ``py_func`` has a loop of its own in its body (a
+    ``for`` or ``while`` between its ``FOR_ITER`` and that loop's end, in the bytecode,
+    which functions made by ``exec`` have too). Only such loops pay for running on
+    threads in a derivative: a body of a few operations per index (a map, a
+    reduction, a stencil step) is a vectorised loop in the serial derivative, which
+    the threaded one (a snapshot, a primal launch, two waves of reverse chunks, a
+    launch per call) did not beat in ``ez.grad`` on the benchmark kernels
+    (docs/design.md §8)."""
     instructions = list(dis.get_instructions(py_func.__code__))
     line_start, starts = 0, []
     for k, ins in enumerate(instructions):
         if ins.starts_line is not None:
             line_start = k
         starts.append(line_start)
-    backward = [ins for ins in instructions if "BACKWARD" in ins.opname]
-    pranges = [
-        ins
-        for k, ins in enumerate(instructions)
+    for k, ins in enumerate(instructions):
         # `for i in prange(...)` / `numba.prange(...)`: the name is loaded on the line
         # of the loop's FOR_ITER, whose argument is where the loop ends.
-        if ins.opname == "FOR_ITER"
-        and any(before.argval == "prange" for before in instructions[starts[k] : k])
-    ]
-    for loop in pranges:
+        if ins.opname != "FOR_ITER" or not any(
+            before.argval == "prange" for before in instructions[starts[k] : k]
+        ):
+            continue
         for inner in instructions:
-            if loop.offset < inner.offset < loop.argval and (
-                inner.opname == "FOR_ITER" or (inner in backward and inner.argval > loop.offset)
+            if not ins.offset < inner.offset < ins.argval:
+                continue
+            if inner.opname == "FOR_ITER" or (
+                "BACKWARD" in inner.opname and inner.argval > ins.offset
             ):
                 return True
-    # An enclosing loop jumps back from after the prange loop to before it.
-    return bool(pranges) and not any(
-        jump.argval < loop.offset and jump.offset >= loop.argval
-        for loop in pranges
-        for jump in backward
-    )
+    return False
 
 
 @contextlib.contextmanager
@@ -254,7 +249,7 @@ def threaded_module(
     lowered = _settled_snapshots(lowered, wrapper if noalias else None, needless)
     module = parse_module(lowered, identity)
     for name in names:
-        # The forward launches' sums vectorise (Enzyme's reverse has read the body).
+        # The primal launches' sums vectorise (Enzyme's reverse has read the body).
         module.native.reorder_loop_sums(f"{name}.body")
     return with_launch_rules(module, names)
 
