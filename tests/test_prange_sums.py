@@ -6,6 +6,7 @@ gradients built on them stay right."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numba
 import numpy as np
@@ -118,3 +119,42 @@ def test_a_reordered_prange_sum_gives_the_value_and_gradient(n, short_chunks):
     if n <= 64:
         fd = _central(log_of_sum.py_func, x)
         np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+@numba.njit(parallel=True)
+def several_reductions(x):
+    # A sum, a difference, a conditional sum (a PHI of two values: not reordered) and
+    # a product (not a sum: kept), each a prange reduction of its own.
+    s = 0.0
+    d = 1.0
+    c = 0.0
+    p = 1.0
+    for i in numba.prange(x.shape[0]):
+        v = math.sin(x[i])
+        s += v * v
+        d -= 0.5 * x[i]
+        if v > 0.0:
+            c += v
+        p *= 1.0 + 0.01 * x[i]
+    return s + math.exp(0.1 * d) + 0.01 * c * c + p
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+def test_several_prange_reductions_on_threads_match_serial_and_finite_differences(
+    dtype, rtol, short_chunks
+):
+    x = np.random.default_rng(5).uniform(-1.0, 1.0, 257).astype(dtype)
+    derivatives = {}
+    for threads in (1, 2, 3):
+        dx = np.zeros_like(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ez.PerformanceWarning)  # on threads, or fail
+            df = ez.autodiff(several_reductions, ez.Reverse, ez.Duplicated, ez.Active,
+                             threads=threads)  # fmt: skip
+            (value,) = df(x, dx, dtype(1.0))
+        assert value == pytest.approx(float(several_reductions.py_func(x)), rel=rtol)
+        derivatives[threads] = dx
+    for threads in (2, 3):
+        np.testing.assert_allclose(derivatives[threads], derivatives[1], rtol=rtol, atol=rtol)
+    fd = _central(several_reductions.py_func, x.astype(np.float64))
+    np.testing.assert_allclose(derivatives[1], fd, rtol=max(rtol, 1e-6), atol=max(rtol, 1e-7))
