@@ -8,12 +8,14 @@ one camera (11 values), one point (3) and one weight, so lane j < 11 seeds coord
 of every camera, lanes 11..13 every point's coordinates and lane 14 every weight; the
 tangent of observation i's residual in lane j is then its own 2 x 15 block (column
 compression of the sparse Jacobian; the weight errors' derivative is lane 14). The 15
-lanes are 3 calls of ``width=5``; HAND's 26 columns 13 calls of ``width=2`` seeded with
-the identity. Measured (best of several calls, 2 loaded cores): wider lanes are hardly
-faster per lane (BA: width 15 37.8 ms, width 5 35.1 ms, width 3 54.8 ms; HAND: width 26
-1.32 ms, 13 1.13 ms, 2 1.31 ms) but cost far more to build (CPU seconds of Enzyme,
-optimisation and codegen: BA 0.57 / 0.25 / 0.18 s, HAND 3.9 / 1.6 / 0.40 s): the width-k
-IR is k copies of every tangent instruction, which the optimiser and codegen then chew.
+lanes are 3 calls of ``width=5``; HAND's 26 columns 2 calls of ``width=13`` seeded with
+the identity. Measured on 2 quiet cores (2026-12-04, best of 7 x 20 calls; build: wall
+seconds of ``ez.autodiff`` and the first call, fresh cache): BA in C++ width 3 / 5 / 15
+9.71 / 8.68 / 7.25 ms (builds 0.11 / 0.30 / 0.24 s), in Numba 9.02 / 7.54 / 8.10 ms;
+HAND width 1 / 2 / 13 / 26 1.09 / 0.794 / 0.614 / 0.677 ms (builds 0.15 / 0.37 / 0.58 /
+1.25 s): each call computes the primal once for its lanes, and the width-k IR is k
+copies of every tangent instruction, which the optimiser and codegen then chew (on 2
+loaded cores on 2026-12-01 HAND's width 26 took 3.9 CPU seconds to build).
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def make_hand_cpp(
     weights,
     correspondences,
     points,
-    width: int = 2,
+    width: int = 13,
 ) -> Contender:
     f = cpp_module().hand_objective
     start = clock()

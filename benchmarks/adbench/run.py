@@ -30,7 +30,7 @@ OBJECTIVES = ("gmm", "ba", "hand", "lstm")
 WHAT = {
     "gmm": "gradient (reverse)",
     "ba": "per-observation Jacobian blocks (forward: 15 lanes, 3 calls of width 5)",
-    "hand": "Jacobian, 26 columns (forward: 13 calls of width 2)",
+    "hand": "Jacobian, 26 columns (forward: 2 calls of width 13)",
     "lstm": "gradient (reverse)",
 }
 
