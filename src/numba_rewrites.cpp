@@ -15,6 +15,25 @@
 namespace enzyme_py {
 namespace {
 
+// visit(call, callee's name) for every call of a named function in `mod` (calls
+// through pointers left out). visit may insert instructions after the call.
+template <typename Visit>
+void for_each_direct_call(LLVMModuleRef mod, Visit visit) {
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      for (LLVMValueRef call = LLVMGetFirstInstruction(bb); call;
+           call = LLVMGetNextInstruction(call)) {
+        if (!LLVMIsACallInst(call)) continue;
+        LLVMValueRef callee = LLVMGetCalledValue(call);
+        if (!callee || !LLVMIsAFunction(callee)) continue;
+        size_t length = 0;
+        const char *chars = LLVMGetValueName2(callee, &length);
+        visit(call, std::string(chars, length));
+      }
+    }
+  }
+}
+
 // Numba reads a temporary's data pointer from its header, so LLVM (and Enzyme,
 // which asks LLVM) cannot tell two temporaries apart: a store to one may change
 // any other, and Enzyme caches every value read from them, even loop-invariant
@@ -25,60 +44,47 @@ void compute_nrt_data_pointers(LLVMModuleRef mod) {
   LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
   LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
   std::vector<LLVMValueRef> dead;
-  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
-      for (LLVMValueRef call = LLVMGetFirstInstruction(bb); call;
-           call = LLVMGetNextInstruction(call)) {
-        if (!LLVMIsACallInst(call)) continue;
-        LLVMValueRef callee = LLVMGetCalledValue(call);
-        if (!callee || !LLVMIsAFunction(callee)) continue;
-        size_t length = 0;
-        const char *chars = LLVMGetValueName2(callee, &length);
-        const std::string name(chars, length);
-        size_t align = 0;
-        if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe") {
-          align = 16;
-        } else if (name == "NRT_MemInfo_alloc_aligned" ||
-                   name == "NRT_MemInfo_alloc_safe_aligned") {
-          LLVMValueRef a = LLVMGetOperand(call, 1);
-          if (!LLVMIsAConstantInt(a)) continue;
-          align = static_cast<size_t>(LLVMConstIntGetZExtValue(a));
-        } else {
-          continue;
-        }
-        const size_t offset = nrt_data_offset(align);
-        if (!offset) continue;
-        for (LLVMUseRef u = LLVMGetFirstUse(call); u; u = LLVMGetNextUse(u)) {
-          LLVMValueRef gep = LLVMGetUser(u);
-          if (!LLVMIsAGetElementPtrInst(gep) || LLVMGetNumOperands(gep) != 2 ||
-              LLVMGetOperand(gep, 0) != call || LLVMGetGEPSourceElementType(gep) != i8) {
+  for_each_direct_call(mod, [&](LLVMValueRef call, const std::string &name) {
+    size_t align = 0;
+    if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe") {
+      align = 16;
+    } else if (name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned") {
+      LLVMValueRef a = LLVMGetOperand(call, 1);
+      if (!LLVMIsAConstantInt(a)) return;
+      align = static_cast<size_t>(LLVMConstIntGetZExtValue(a));
+    } else {
+      return;
+    }
+    const size_t offset = nrt_data_offset(align);
+    if (!offset) return;
+    for (LLVMUseRef u = LLVMGetFirstUse(call); u; u = LLVMGetNextUse(u)) {
+      LLVMValueRef gep = LLVMGetUser(u);
+      if (!LLVMIsAGetElementPtrInst(gep) || LLVMGetNumOperands(gep) != 2 ||
+          LLVMGetOperand(gep, 0) != call || LLVMGetGEPSourceElementType(gep) != i8) {
+        continue;
+      }
+      LLVMValueRef index = LLVMGetOperand(gep, 1);
+      if (!LLVMIsAConstantInt(index) || LLVMConstIntGetZExtValue(index) != kMemInfoDataField) {
+        continue;
+      }
+      for (LLVMUseRef gu = LLVMGetFirstUse(gep); gu; gu = LLVMGetNextUse(gu)) {
+        LLVMValueRef cast = LLVMGetUser(gu);
+        if (!LLVMIsABitCastInst(cast)) continue;
+        for (LLVMUseRef cu = LLVMGetFirstUse(cast); cu; cu = LLVMGetNextUse(cu)) {
+          LLVMValueRef load = LLVMGetUser(cu);
+          if (!LLVMIsALoadInst(load) || LLVMGetVolatile(load) ||
+              LLVMGetTypeKind(LLVMTypeOf(load)) != LLVMPointerTypeKind) {
             continue;
           }
-          LLVMValueRef index = LLVMGetOperand(gep, 1);
-          if (!LLVMIsAConstantInt(index) ||
-              LLVMConstIntGetZExtValue(index) != kMemInfoDataField) {
-            continue;
-          }
-          for (LLVMUseRef gu = LLVMGetFirstUse(gep); gu; gu = LLVMGetNextUse(gu)) {
-            LLVMValueRef cast = LLVMGetUser(gu);
-            if (!LLVMIsABitCastInst(cast)) continue;
-            for (LLVMUseRef cu = LLVMGetFirstUse(cast); cu; cu = LLVMGetNextUse(cu)) {
-              LLVMValueRef load = LLVMGetUser(cu);
-              if (!LLVMIsALoadInst(load) || LLVMGetVolatile(load) ||
-                  LLVMGetTypeKind(LLVMTypeOf(load)) != LLVMPointerTypeKind) {
-                continue;
-              }
-              LLVMPositionBuilderBefore(b, load);
-              LLVMValueRef at = LLVMConstInt(i64, offset, 0);
-              LLVMValueRef data = LLVMBuildInBoundsGEP2(b, i8, call, &at, 1, "nrt.data");
-              LLVMReplaceAllUsesWith(load, LLVMBuildBitCast(b, data, LLVMTypeOf(load), ""));
-              dead.push_back(load);
-            }
-          }
+          LLVMPositionBuilderBefore(b, load);
+          LLVMValueRef at = LLVMConstInt(i64, offset, 0);
+          LLVMValueRef data = LLVMBuildInBoundsGEP2(b, i8, call, &at, 1, "nrt.data");
+          LLVMReplaceAllUsesWith(load, LLVMBuildBitCast(b, data, LLVMTypeOf(load), ""));
+          dead.push_back(load);
         }
       }
     }
-  }
+  });
   for (LLVMValueRef load : dead) LLVMInstructionEraseFromParent(load);
   LLVMDisposeBuilder(b);
 }
@@ -95,24 +101,13 @@ void allocations_never_null(LLVMModuleRef mod) {
   LLVMContextRef ctx = LLVMGetModuleContext(mod);
   const unsigned kind = LLVMGetEnumAttributeKindForName("nonnull", 7);
   LLVMAttributeRef nonnull = LLVMCreateEnumAttribute(ctx, kind, 0);
-  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
-      for (LLVMValueRef call = LLVMGetFirstInstruction(bb); call;
-           call = LLVMGetNextInstruction(call)) {
-        if (!LLVMIsACallInst(call)) continue;
-        LLVMValueRef callee = LLVMGetCalledValue(call);
-        if (!callee || !LLVMIsAFunction(callee)) continue;
-        size_t length = 0;
-        const char *chars = LLVMGetValueName2(callee, &length);
-        const std::string name(chars, length);
-        if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
-            name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
-            name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned") {
-          LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
-        }
-      }
+  for_each_direct_call(mod, [&](LLVMValueRef call, const std::string &name) {
+    if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
+        name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
+        name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned") {
+      LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -120,7 +115,8 @@ void allocations_never_null(LLVMModuleRef mod) {
 const char *const kSimplifyPasses =
     "always-inline,"
     "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"
-    "loop-mssa(licm),jump-threading,loop-mssa(simple-loop-unswitch),gvn<no-load-pre>,instcombine,simplifycfg,"
+    "loop-mssa(licm),jump-threading,loop-mssa(simple-loop-unswitch),"
+    "gvn<no-load-pre>,instcombine,simplifycfg,"
     "loop(indvars,loop-deletion,loop-unroll-full),"
     "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg)";
 

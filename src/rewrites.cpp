@@ -316,7 +316,8 @@ int reorder_loop_sums(LLVMModuleRef mod, const std::string &function) {
       if (!sum || !loop->contains(sum)) continue;
       const bool add = sum->getOpcode() == llvm::Instruction::FAdd &&
                        (sum->getOperand(0) == &phi || sum->getOperand(1) == &phi);
-      const bool subtract = sum->getOpcode() == llvm::Instruction::FSub && sum->getOperand(0) == &phi;
+      const bool subtract =
+          sum->getOpcode() == llvm::Instruction::FSub && sum->getOperand(0) == &phi;
       if (!add && !subtract) continue;
       if (used_elsewhere(loop, &phi, sum) || used_elsewhere(loop, sum, &phi)) continue;
       sum->setHasAllowReassoc(true);
