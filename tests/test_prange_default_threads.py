@@ -1,6 +1,7 @@
 """threads= left out: the reverse derivative of a parallel=True function runs its prange
-loops on every thread Numba uses where a loop's body has a loop of its own, else on one
-thread (docs/design.md §8). Checked against analytic gradients and finite differences;
+loops on every thread Numba uses where a loop's body has a loop of its own, or where it
+computes the primal too and no prange loop is inside another loop; else on one thread
+(docs/design.md §8). Checked against analytic gradients and finite differences;
 the threaded derivative is recognised in its IR by its launches."""
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import pytest
 from numba import prange
 
 import enzyme_py as ez
-from enzyme_py.frontends._numba_parfor import has_prange_with_inner_loop
+from enzyme_py.frontends._numba_parfor import (
+    has_prange_with_inner_loop,
+    prange_loops_once_per_call,
+)
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -72,6 +76,34 @@ def imported_prange(x):
 
 
 @numba.njit(parallel=True)
+def smoothed(x, steps):
+    # A light prange loop inside a time loop: launched once per step.
+    a = x.copy()
+    b = np.empty_like(x)
+    for _ in range(steps):
+        b[0] = a[0]
+        b[-1] = a[-1]
+        for i in numba.prange(1, x.shape[0] - 1):
+            b[i] = 0.5 * a[i] + 0.25 * (a[i - 1] + a[i + 1])
+        a, b = b, a
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += a[i] * a[i]
+    return s
+
+
+def smoothed_gradient(x, steps):
+    """The gradient of smoothed: (the step's matrix)^steps, transposed, applied to 2a."""
+    n = x.shape[0]
+    step = np.zeros((n, n))
+    step[0, 0] = step[-1, -1] = 1.0
+    for i in range(1, n - 1):
+        step[i, i - 1 : i + 2] = (0.25, 0.5, 0.25)
+    power = np.linalg.matrix_power(step, steps)
+    return power.T @ (2.0 * (power @ x))
+
+
+@numba.njit(parallel=True)
 def light_in_while(x):
     s = 0.0
     k = 0
@@ -105,6 +137,15 @@ def test_which_prange_loops_have_a_loop_of_their_own():
     assert has_prange_with_inner_loop(imported_prange.py_func)
     assert not has_prange_with_inner_loop(light_squares.py_func)
     assert not has_prange_with_inner_loop(light_in_while.py_func)  # inside, not in it
+    assert not has_prange_with_inner_loop(smoothed.py_func)
+
+
+def test_which_prange_loops_run_once_per_call():
+    assert prange_loops_once_per_call(light_squares.py_func)
+    assert prange_loops_once_per_call(row_softplus.py_func)
+    assert not prange_loops_once_per_call(smoothed.py_func)  # one in a for loop
+    assert not prange_loops_once_per_call(light_in_while.py_func)
+    assert not prange_loops_once_per_call(serial_with_loops.py_func)  # no prange
     assert not has_prange_with_inner_loop(serial_with_loops.py_func)  # no prange
 
 
@@ -126,7 +167,7 @@ def test_default_runs_a_prange_loop_with_an_inner_loop_on_every_thread(dtype, rt
     np.testing.assert_allclose(ez.grad(row_softplus)(a, w), expected, rtol=rtol, atol=rtol)
 
 
-def test_default_keeps_a_light_prange_loop_on_one_thread():
+def test_default_keeps_a_light_prange_loop_on_one_thread_without_the_primal():
     x = rng.uniform(-1.0, 1.0, 10_001)
     dx = np.zeros_like(x)
     with warnings.catch_warnings(record=True) as caught:
@@ -136,6 +177,39 @@ def test_default_keeps_a_light_prange_loop_on_one_thread():
     no_performance_warning(caught)
     assert df.threads == 1 and not on_threads(df, (x, dx, 1.0))
     np.testing.assert_allclose(dx, 3.0 * x * x, rtol=1e-14)
+    np.testing.assert_allclose(ez.grad(light_squares)(x), 3.0 * x * x, rtol=1e-14)
+
+
+def test_default_runs_a_light_prange_loop_on_every_thread_with_the_primal():
+    """The value is wanted too (Active, ez.value_and_grad): the primal launch is work
+    the serial derivative does as well, now shared out."""
+    x = rng.uniform(-1.0, 1.0, 40_001)
+    dx = np.zeros_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = ez.autodiff(light_squares, ez.Reverse, ez.Duplicated, ez.Active)
+        (value,) = df(x, dx, 1.0)
+        value_vg, grad_vg = ez.value_and_grad(light_squares)(x)
+    no_performance_warning(caught)
+    assert df.threads == CORES and on_threads(df, (x, dx, 1.0)) == (CORES > 1)
+    exact = float(np.sum(x**3))
+    assert value == pytest.approx(exact, rel=1e-12, abs=1e-12)
+    assert value_vg == pytest.approx(exact, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(dx, 3.0 * x * x, rtol=1e-14)
+    np.testing.assert_allclose(grad_vg, 3.0 * x * x, rtol=1e-14)
+
+
+def test_default_keeps_a_light_prange_loop_inside_a_time_loop_on_one_thread():
+    x = rng.uniform(-1.0, 1.0, 200)
+    dx = np.zeros_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = ez.autodiff(smoothed, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+        (value,) = df(x, dx, 7, 1.0)
+    no_performance_warning(caught)
+    assert df.threads == 1 and not on_threads(df, (x, dx, 7, 1.0))
+    assert value == pytest.approx(smoothed.py_func(x, 7), rel=1e-12)
+    np.testing.assert_allclose(dx, smoothed_gradient(x, 7), rtol=1e-12, atol=1e-14)
 
 
 def test_default_falls_back_to_one_thread_without_a_warning():

@@ -94,10 +94,11 @@ def autodiff(
             forward mode, run on one thread instead, with a ``PerformanceWarning``
             saying why. 1: the derivative of its serial twin (prange as range), on one
             thread. Left out: as many threads as Numba uses (``numba.get_num_threads()``,
-            all cores by default) where a prange loop's body has a loop of its own, else
-            one thread; without a warning where threads cannot be used. Arrays passed
-            to it that overlap, differentiating it again and ``njit()`` take the
-            serial derivative (the same numbers).
+            all cores by default) where a prange loop's body has a loop of its own, or
+            where the primal is computed too (not ActiveOnly) and no prange loop is
+            inside another loop; else one thread; without a warning where threads
+            cannot be used. Arrays passed to it that overlap, differentiating it again
+            and ``njit()`` take the serial derivative (the same numbers).
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the

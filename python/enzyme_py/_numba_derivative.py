@@ -38,7 +38,10 @@ from enzyme_py.core import (
     Reverse,
 )
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.frontends._numba_parfor import has_prange_with_inner_loop
+from enzyme_py.frontends._numba_parfor import (
+    has_prange_with_inner_loop,
+    prange_loops_once_per_call,
+)
 from enzyme_py.frontends._numba_signatures import argument_kind
 
 
@@ -75,14 +78,22 @@ class _Bound:
         return self.derivative(*args)
 
 
-def default_threads(dispatcher: Any) -> int:
+def default_threads(dispatcher: Any, primal_needed: bool) -> int:
     """The threads of a derivative whose ``threads=`` is left out: as many as Numba
     runs this thread's prange loops on (``numba.get_num_threads()``: all cores unless
     the user set fewer) for a ``parallel=True`` function with a prange loop whose body
-    has a loop of its own (``has_prange_with_inner_loop``), else 1 (the serial twin)."""
+    has a loop of its own (``has_prange_with_inner_loop``), or, where the derivative
+    computes the primal too (``primal_needed``: a value returned, arrays written), whose
+    prange loops each run once per call (``prange_loops_once_per_call``); else 1 (the
+    serial twin). A light body's primal launch is work the serial derivative skips when
+    the primal is not wanted (``ez.grad``), and shares out when it is
+    (``ez.value_and_grad``; docs/design.md §8)."""
     if not numba_frontend.is_parallel(dispatcher):
         return 1
-    if not has_prange_with_inner_loop(dispatcher.py_func):
+    py_func = dispatcher.py_func
+    if not has_prange_with_inner_loop(py_func) and not (
+        primal_needed and prange_loops_once_per_call(py_func)
+    ):
         return 1
     import numba
 
@@ -115,7 +126,12 @@ class NumbaDerivative:
         # (left out): default_threads decides, and a threaded derivative that cannot
         # be built falls back to the serial one without a warning.
         self._threads_asked = threads
-        self.threads = threads if threads is not None else default_threads(dispatcher)
+        # The last activity is the return's, or a parameter's (Duplicated: the arrays
+        # it writes are the primal); a *Only one wants no primal.
+        primal_needed = not activities or getattr(activities[-1], "primal_needed", True)
+        if threads is None:
+            threads = default_threads(dispatcher, primal_needed)
+        self.threads = threads
         self.mode = mode
         self.activities = activities
         self.options = options
