@@ -128,8 +128,8 @@ class NumbaDerivative:
         self._threads_asked = threads
         # The last activity is the return's, or a parameter's (Duplicated: the arrays
         # it writes are the primal); a *Only one wants no primal.
-        primal_needed = not activities or getattr(activities[-1], "primal_needed", True)
         if threads is None:
+            primal_needed = not activities or getattr(activities[-1], "primal_needed", True)
             threads = default_threads(dispatcher, primal_needed)
         self.threads = threads
         self.mode = mode
@@ -229,19 +229,18 @@ class NumbaDerivative:
             at += 2 if act.shadow else 1
         passed = tuple(a for i, a in enumerate(parameters) if i not in spec.functions)
         params, ret = check_activities(spec.wrapper, self.mode, (*passed, *returned))
+        wrapper, mode, options = spec.wrapper, self.mode, self.options
+        serial = functools.cache(lambda: Derivative(wrapper, mode, params, ret, options))
         try:
             derivative = None
             if self.threads > 1 and numba_frontend.is_parallel(self.dispatcher):
                 derivative = self._threaded(signature, params, ret)
             if derivative is None:
-                derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+                derivative = serial()
             else:
                 # Differentiated again or called from @njit code: the serial derivative
                 # (Enzyme cannot differentiate the launches; the same numbers).
-                wrapper, mode, options = spec.wrapper, self.mode, self.options
-                derivative.serial_twin = functools.cache(
-                    lambda: Derivative(wrapper, mode, params, ret, options)
-                )
+                derivative.serial_twin = serial
         except EnzymeError:
             # Numba's fully optimised code can be easier to analyse (types that only
             # show after its optimisation); slower derivatives, but some.
@@ -302,7 +301,7 @@ class NumbaDerivative:
                 f"autodiff({self.name}, ..., threads={self.threads}): the prange loops of "
                 f"this parallel=True function cannot run on threads in its derivative "
                 f"({reason}); its derivative runs on one thread instead (the same numbers). "
-                "Leave threads= out to build the serial one directly."
+                "threads=1 builds the serial one directly."
             )
         )
         return None
