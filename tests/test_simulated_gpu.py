@@ -111,4 +111,25 @@ def test_a_driver_without_what_the_architecture_needs_gives_none(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "{}"
+    assert proc.stdout.strip() == "[]"
+
+
+def test_architectures_are_matched_by_uuid_prefix_then_by_order():
+    from enzyme_py.offload._devices import Device, _matched_architectures
+
+    def gpu(index: int, uid: str) -> Device:
+        return Device(name="g", platform="cuda", type="gpu", memory=0, index=index, uid=uid)
+
+    driver = [("CUDA-577e9124" + "0" * 24, "sm_90"), ("CUDA-0123abcd" + "1" * 24, "sm_80")]
+    # liboffload 22.1 on an H200 gave a UID of 8 hex digits: a prefix of the driver's.
+    assert _matched_architectures([gpu(1, "CUDA-0123abcd"), gpu(2, "CUDA-577e9124")], driver) == {
+        1: "sm_80",
+        2: "sm_90",
+    }
+    # UIDs that name nothing: both list GPUs in the driver's order.
+    assert _matched_architectures([gpu(1, ""), gpu(2, "CUDA-ffff")], driver) == {
+        1: "sm_90",
+        2: "sm_80",
+    }
+    # Unmatched and counts differ: no guess.
+    assert _matched_architectures([gpu(1, "CUDA-ffff")], driver) == {}

@@ -40,16 +40,17 @@ def _driver() -> ctypes.CDLL | None:
     return None
 
 
-def architectures() -> dict[str, str]:
-    """``{"CUDA-<uuid hex>": "sm_<major><minor>"}`` for each GPU the driver lists; the
-    keys are liboffload's device UIDs. Empty when there is no driver or it fails."""
+def architectures() -> list[tuple[str, str]]:
+    """``("CUDA-<uuid hex>", "sm_<major><minor>")`` for each GPU the driver lists, in
+    its order (liboffload's UIDs have the same prefix). Empty when there is no driver
+    or it fails."""
     lib = _driver()
     if lib is None or lib.cuInit(0) != 0:
-        return {}
+        return []
     count = ctypes.c_int(0)
     if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return {}
-    found = {}
+        return []
+    found = []
     for ordinal in range(count.value):
         device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
         uuid = ctypes.create_string_buffer(16)
@@ -66,5 +67,5 @@ def architectures() -> dict[str, str]:
             != 0
         ):
             continue
-        found["CUDA-" + uuid.raw.hex()] = f"sm_{major.value}{minor.value}"
+        found.append(("CUDA-" + uuid.raw.hex(), f"sm_{major.value}{minor.value}"))
     return found

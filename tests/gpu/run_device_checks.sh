@@ -46,6 +46,12 @@ if ! ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*libcuda.so " && [ ! -e "$ST
   [ -n "$driver" ] && ln -sf "$driver" "$STAGE/lib/libcuda.so"
 fi
 
+# OVERLAY=1: the working tree's Python files over the pack's, to check a Python-only
+# change without packing again (the pack's extension must match them).
+if [ "${OVERLAY:-0}" = 1 ]; then
+  (cd python && find enzyme_py -name '*.py' -exec cp --parents {} "$STAGE/site" \;)
+fi
+
 export LD_LIBRARY_PATH="$STAGE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export ENZYME_PY_OFFLOAD_LIB="$STAGE/lib/libLLVMOffload.so.22.1"
 export PYTHONPATH="$STAGE/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -53,6 +59,7 @@ out="${OUT:-/tmp}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 "$PYTHON" -m enzyme_py info
 "$PYTHON" -c "import enzyme_py as ez; print('devices:', ez.offload.devices())"
+"$PYTHON" -c "from enzyme_py import _cuda_driver as d; print('driver:', d.architectures())"
 PYTHONUNBUFFERED=1 "$PYTHON" -m pytest -q -s -rA -p no:cacheprovider tests/gpu/test_gpu.py \
   -o "markers=needs_enzyme: AD" 2>&1 | tee "$out/gpu_checks.txt"
 status=${PIPESTATUS[0]}

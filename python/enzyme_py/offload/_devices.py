@@ -25,7 +25,7 @@ class Device:
     type: str
     memory: int
     index: int = -1  # position in liboffload's device list (-1: enzyme_py's CPU device)
-    uid: str = ""  # liboffload's device UID ("CUDA-<uuid>")
+    uid: str = ""  # liboffload's device UID ("CUDA-" and the UUID in hex, or a prefix)
     arch: str = ""
 
     @property
@@ -64,12 +64,27 @@ def devices() -> list[Device]:
         if any(d.platform == "cuda" for d in gpus):
             from enzyme_py import _cuda_driver
 
-            arch = _cuda_driver.architectures()
-            gpus = [
-                replace(d, arch=arch.get(d.uid, "")) if d.platform == "cuda" else d for d in gpus
-            ]
+            cuda = [d for d in gpus if d.platform == "cuda"]
+            arch = _matched_architectures(cuda, _cuda_driver.architectures())
+            gpus = [replace(d, arch=arch.get(d.index, "")) for d in gpus]
         _listed = [CPU, *gpus]
     return list(_listed)
+
+
+def _matched_architectures(cuda: list[Device], by_uuid: list[tuple[str, str]]) -> dict[int, str]:
+    """Each CUDA GPU's architecture by its liboffload index. liboffload's UID may hold
+    less of the UUID than the driver gives (liboffload 22.1, on one H200 of two:
+    "CUDA-" and 8 hex digits), so a UID names the one driver device whose UUID starts
+    with it; failing that, both list the GPUs in the driver's order."""
+    found: dict[int, str] = {}
+    for device in cuda:
+        if len(device.uid) > len("CUDA-"):
+            starting = [arch for uuid, arch in by_uuid if uuid.startswith(device.uid)]
+            if len(starting) == 1:
+                found[device.index] = starting[0]
+    if len(found) < len(cuda) and len(cuda) == len(by_uuid):
+        found = {device.index: arch for device, (_, arch) in zip(cuda, by_uuid, strict=True)}
+    return found
 
 
 def default_device() -> Device:
