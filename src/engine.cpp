@@ -20,6 +20,7 @@
 #include "llvm_util.h"
 #include "rewrites.h"
 #include "type_trees.h"
+#include "unread_launches.h"
 
 namespace enzyme_py {
 namespace {
@@ -266,6 +267,11 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
     work.mod = mod = reparsed;
   }
   jit_->optimize(mod, req.passes);
+  const int dropped = drop_unread_launches(mod);
+  if (log && dropped) {
+    std::fprintf(stderr, "[enzyme_py] '%s': %d prange launch(es) nothing reads dropped\n",
+                 req.function.c_str(), dropped);
+  }
   out.optimized_ir = print_module(mod);
   auto t_opt = Clock::now();
   out.object = jit_->emit_object(mod);

@@ -173,6 +173,20 @@ void raise_failure(const std::vector<size_t> &failed) {
   }
 }
 
+// Where a chunk's body failed (Numba's status, not 0), the derivative call ends
+// with the first such chunk's status and exception (fail_from_loop). Returns
+// whether one failed: outside a derivative call, fail_from_loop returns.
+bool end_with_failed_body(const std::vector<int32_t> &status,
+                          const std::vector<void *> &exception) {
+  for (size_t c = 0; c < status.size(); ++c) {
+    if (status[c] != 0) {
+      fail_from_loop(status[c], reinterpret_cast<int64_t>(exception[c]));
+      return true;
+    }
+  }
+  return false;
+}
+
 // A shadow of a reverse pass and how its threads use it (ParforShadow), decided
 // for this pass.
 struct Private {
@@ -267,12 +281,7 @@ extern "C" void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t 
     }
   });
   enzyme_py::raise_failure(failed);
-  for (int64_t c = 0; c < chunks.parts; ++c) {
-    if (status[c] != 0) {
-      enzyme_py::fail_from_loop(status[c], reinterpret_cast<int64_t>(exception[c]));
-      return;  // outside a derivative call: nothing to end
-    }
-  }
+  enzyme_py::end_with_failed_body(status, exception);
 }
 
 extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots,
@@ -306,6 +315,8 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
   std::vector<std::vector<int64_t>> own(workers);
   for (auto &slots_of : own) slots_of.assign(shadows, shadows + slot_count);
   std::vector<size_t> failed(chunks.parts, 0), copies_failed(workers, 0);
+  std::vector<int32_t> status(chunks.parts, 0);
+  std::vector<void *> exception(chunks.parts, nullptr);
   auto &pool = enzyme_py::Pool::get();
   std::vector<std::vector<int64_t>> passes;
   if (waves) {
@@ -321,8 +332,9 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
       }
       if (copies_failed[w]) return;
       for (int64_t c : enzyme_py::share(passes[pass], w, workers)) {
-        failed[c] = enzyme_py::guarded(
-            c, [&] { chunk(slots, own[w].data(), chunks.begin(c), chunks.end(c)); });
+        failed[c] = enzyme_py::guarded(c, [&] {
+          status[c] = chunk(slots, own[w].data(), chunks.begin(c), chunks.end(c), &exception[c]);
+        });
       }
     });
   }
@@ -330,6 +342,7 @@ extern "C" void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slot
   // would leave the shadow's own slot, added into itself).
   enzyme_py::raise_failure(copies_failed);
   enzyme_py::raise_failure(failed);
+  if (enzyme_py::end_with_failed_body(status, exception)) return;
   // The copies added into the shared shadows, each thread a part of every shadow.
   const bool summed = workers > 1 && std::any_of(plan.begin(), plan.end(), [](const Private &e) {
     return e.kind == kParforSumFloat64 || e.kind == kParforSumFloat32;

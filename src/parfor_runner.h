@@ -33,9 +33,10 @@ extern "C" {
 // int32 chunk(slots, first, last, exception): Numba's status (0: fine), and where the
 // body's exception info is stored when it is not.
 typedef int32_t (*ParforChunk)(int64_t *slots, int64_t first, int64_t last, void **exception);
-// void chunk(slots, shadow_slots, first, last): the reverse pass of the body.
-typedef void (*ParforReverseChunk)(int64_t *slots, int64_t *shadows, int64_t first,
-                                   int64_t last);
+// int32 chunk(slots, shadow_slots, first, last, exception): the reverse pass of the
+// body, with the body's status and exception info as ParforChunk's.
+typedef int32_t (*ParforReverseChunk)(int64_t *slots, int64_t *shadows, int64_t first,
+                                      int64_t last, void **exception);
 
 // The index of the chunk this thread runs (0 outside a launch).
 int64_t enzyme_py_parfor_thread();
@@ -67,7 +68,8 @@ enum ParforShadow : int64_t {
 // copies, when every chunk is at least as long as r: the chunks then run in two waves,
 // the even ones, then the odd ones, so that no two chunks running together touch the
 // same entry. Shadows whose memory overlaps another's make the whole pass run on the
-// calling thread, every shadow in place.
+// calling thread, every shadow in place. A chunk whose body failed ends the
+// derivative call as in enzyme_py_parfor_run, before any copy is added.
 void enzyme_py_parfor_reverse(ParforReverseChunk chunk, int64_t *slots, int64_t *shadows,
                               int64_t slot_count, const int64_t *privates, int64_t count,
                               int64_t first, int64_t last, int64_t parts, int64_t workers,

@@ -305,7 +305,7 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
         params[m.group(1)] = split_types(m.group(2))
     needless: set[str] = set()
     for name in names:
-        start = ir.find(f"define internal void @{name}.reverse(")
+        start = ir.find(f"define internal i32 @{name}.reverse(")
         if start < 0:
             continue
         body = ir[start : ir.find("\n}\n", start)]
@@ -335,7 +335,8 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
 
 _INFER_ATTRIBUTES = "function(sroa,early-cse,instcombine,adce,simplifycfg),cgscc(function-attrs)"
 _DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", re.M)
-_DIFFE_CALL = re.compile(r"call void @(diffe[-\w.$]+)\((.*)\)")
+# The reverse derivative of a body returns its status ({ i32 }: enzyme_primal_return).
+_DIFFE_CALL = re.compile(r"call (?:void|\{ i32 \}) @(diffe[-\w.$]+)\((.*)\)")
 
 
 def _settled_snapshots(ir: str, wrapper: str | None, unread: set[str]) -> str:

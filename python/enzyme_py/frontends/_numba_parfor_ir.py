@@ -222,24 +222,36 @@ def _launch_ir(
     b += ["  ret void", "}"]
     out += b
 
-    # The reverse of the body over one chunk (Enzyme's, made by its marker pass).
-    b = [f"define internal void @{k}.reverse(i64* %slots, i64* %shadows, i64 %first, i64 %last) {{"]
-    marked = ", ".join(body_args(b, "%slots", "%shadows"))
+    # The reverse of the body over one chunk (Enzyme's, made by its marker pass), with
+    # the body's status and exception as the primal chunk's: a launch whose work
+    # nothing reads is dropped (src/unread_launches.h), and its reverse then raises
+    # what it would have raised.
+    b = [
+        f"define internal i32 @{k}.reverse(i64* %slots, i64* %shadows, i64 %first, "
+        "i64 %last, i8** %raised) {"
+    ]
+    marked = ", ".join(['metadata !"enzyme_primal_return"', *body_args(b, "%slots", "%shadows")])
     b.append("  %nonneg = icmp sge i64 %first, 0")
     b.append("  br i1 %nonneg, label %from_zero, label %anywhere")
     b.append("from_zero:")
     b.append("  call void @llvm.assume(i1 %nonneg)")
     b.append(
-        f"  call void (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} @{k}.body to i8*), "
-        f"{marked})"
+        f"  %status.z = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
+        f"@{k}.body to i8*), {marked})"
     )
-    b.append("  ret void")
+    b.append("  br label %done")
     b.append("anywhere:")
     b.append(
-        f"  call void (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} @{launch.body} to i8*), "
-        f"{marked})"
+        f"  %status.a = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
+        f"@{launch.body} to i8*), {marked})"
     )
-    b += ["  ret void", "}"]
+    b.append("  br label %done")
+    b.append("done:")
+    b.append("  %status = phi i32 [ %status.z, %from_zero ], [ %status.a, %anywhere ]")
+    b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
+    b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
+    b.append("  store i8* %e.i8, i8** %raised")
+    b += ["  ret i32 %status", "}"]
     out += b
 
     pairs = ", ".join(f"{t} %p{j}, {t} %d{j}" for j, t in enumerate(types))
@@ -314,7 +326,7 @@ def _launch_ir(
             b.append(f"  store i64 {value}, i64* {_slot(b, privates, 4 * c + e, f'%pe{c}.{e}')}")
     count = chunk_count(b, "%snap")
     b.append(
-        f"  call void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)* @{k}.reverse, "
+        f"  call void @__enzyme_py_parfor_reverse(i32 (i64*, i64*, i64, i64, i8**)* @{k}.reverse, "
         f"i64* %snap, i64* {shadows}, i64 {n}, i64* {privates}, i64 {len(float_arrays)}, "
         f"i64 {first}, i64 {last}, i64 {count}, i64 {threads}, i64 {grain})"
     )

@@ -68,10 +68,10 @@ EXCINFO = "{ i8*, i32, i8*, i8*, i32 }**"
 SUPPORT = f"""
 declare i64 @{THREAD_INDEX}() inaccessiblememonly nounwind willreturn "enzyme_inactive" "enzyme_no_escaping_allocation"
 declare void @__enzyme_py_parfor_run(i32 (i64*, i64, i64, i8**)*, i64*, i64, i64, i64, i64, i64)
-declare void @__enzyme_py_parfor_reverse(void (i64*, i64*, i64, i64)*, i64*, i64*, i64, i64*, i64, i64, i64, i64, i64, i64)
+declare void @__enzyme_py_parfor_reverse(i32 (i64*, i64*, i64, i64, i8**)*, i64*, i64*, i64, i64*, i64, i64, i64, i64, i64, i64)
 declare i64* @__enzyme_py_parfor_snapshot(i64*, i64, i64*, i64)
 declare void @__enzyme_py_parfor_check(i64*, i64*, i64)
-declare void @__enzyme_autodiff(i8*, ...)
+declare i32 @__enzyme_autodiff(i8*, ...)
 declare void @llvm.assume(i1)
 """  # noqa: E501
 
