@@ -335,3 +335,29 @@ def test_views_of_one_array_made_inside_are_refused_on_threads():
     text = str(info.value)
     assert "a prange loop of 'shift_inside' writes an array that shares memory" in text
     assert "pass a copy of one, or threads=1 to autodiff" in text
+
+
+@numba.njit(parallel=True)
+def rows_into(a, w, out):
+    # w is only read, out is written: ez.grad gives out a shadow and w none.
+    s = 0.0
+    for i in numba.prange(a.shape[0]):
+        r = 0.0
+        for j in range(a.shape[1]):
+            r += w[j] * a[i, j] * a[i, j]
+        out[i] = r
+        s += r
+    return s
+
+
+def test_grad_asks_the_threaded_module_which_arrays_are_written():
+    # Where the derivative runs on threads whatever the helper, the threaded module
+    # answers ez.grad's question too: no serial twin compiled for it alone.
+    a = rng.uniform(-1.0, 1.0, (5_000, 4))
+    w = rng.uniform(0.5, 1.5, 4)
+    g = ez.grad(rows_into)
+    np.testing.assert_allclose(g(a, w, np.zeros(5_000)), 2.0 * w * a, rtol=1e-13)
+    assert [key[1] for key in g._derivatives._made] == [(ez.Duplicated, ez.Const, ez.Duplicated)]
+    # The serial twin's Numba compile (memo key "ad_compile") never ran.
+    compiled = [key for key in rows_into._enzyme_py_specialized if key[0] == "ad_compile"]
+    assert (compiled == []) == (CORES > 1)

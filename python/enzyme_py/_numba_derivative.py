@@ -100,6 +100,22 @@ def default_threads(dispatcher: Any, primal_needed: bool) -> int:
     return max(1, int(numba.get_num_threads()))
 
 
+def read_only_question_wrapper(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
+    """The wrapper whose parameters LLVM's inference tells which arrays ``dispatcher``
+    writes (``ez.grad``'s question): for a ``parallel=True`` function whose derivative
+    runs on threads whatever the helper (a prange body with a loop of its own, see
+    default_threads), its threaded module, which that derivative then reuses, rather
+    than the serial twin compiled for this question alone (GMM prange: 0.5 s of its
+    first ``ez.grad`` call); else, or where that module cannot be made, the serial one."""
+    threads = default_threads(dispatcher, primal_needed=False)
+    if threads > 1:
+        with contextlib.suppress(Exception):  # refused: the serial twin answers
+            return numba_frontend.specialize(
+                dispatcher, signature, strided=True, threads=threads
+            ).wrapper
+    return numba_frontend.specialize(dispatcher, signature).wrapper
+
+
 def _inserts_nothing(bound: _Bound) -> bool:
     """Whether ``bound`` passes a call's arguments on unchanged to its derivative."""
     return not bound.defaults and not bound.functions and bound.results is None

@@ -32,6 +32,7 @@ import numpy as np
 from enzyme_py._api import autodiff
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
+from enzyme_py._numba_derivative import read_only_question_wrapper
 from enzyme_py._read_only import read_only_params
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
@@ -153,7 +154,7 @@ def may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
     try:
         if numba_frontend.is_dispatcher(f):
             signature = tuple(f.typeof_pyval(a) for a in args)
-            fn = numba_frontend.specialize(f, signature).wrapper
+            fn = read_only_question_wrapper(f, signature)
         else:
             fn = f if isinstance(f, IRFunction) else resolve_function(f)
         visible = fn.visible_params
