@@ -252,6 +252,8 @@ def test_adbench_quick_report(tmp_path):
         assert "enzyme_py C++" in rows
         if name in ("gmm", "ba"):
             assert "enzyme_py Numba" in rows
+        if name == "gmm":
+            assert "enzyme_py Numba prange" in rows
         for label in ("JAX", "PyTorch"):
             assert "disabled" in rows[label]["skipped"]
         for row in rows.values():

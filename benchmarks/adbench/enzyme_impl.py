@@ -110,6 +110,21 @@ def make_gmm_numba(alphas, means, icf, x, gamma, m) -> Contender:
     return _timed_first(Contender(lambda: f(alphas, means, icf, x, gamma, m), derivative), start)
 
 
+def make_gmm_numba_prange(alphas, means, icf, x, gamma, m) -> Contender:
+    """The suite's prange GMM (parallel=True, a prange loop over the samples): its
+    derivative on all Numba threads, without the value (ez.ActiveOnly, as ez.grad)."""
+    f = numba_objectives.gmm_objective_prange
+    start = clock()
+    df = ez.autodiff(f, ez.Reverse, Dup, Dup, Dup, C, C, C, ez.ActiveOnly)
+
+    def derivative():
+        da, dm, di = np.zeros_like(alphas), np.zeros_like(means), np.zeros_like(icf)
+        df(alphas, da, means, dm, icf, di, x, gamma, m, 1.0)
+        return da, dm, di
+
+    return _timed_first(Contender(lambda: f(alphas, means, icf, x, gamma, m), derivative), start)
+
+
 # ---------------------------------------------------------------- BA
 def ba_seeds(n: int, m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The 15 lanes' tangents of cams (15, n, 11), X (15, m, 3) and w (15, p)."""

@@ -1,5 +1,5 @@
-"""GMM and BA as Numba loops (GMM: ``benchmarks.kernels.gmm_objective``, shared with the
-suite; BA written here with the C++ twin's layout and maths)."""
+"""GMM and BA as Numba loops (GMM: ``benchmarks.kernels.gmm_objective`` and its prange
+variant, shared with the suite; BA written here with the C++ twin's layout and maths)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 
 import numba
 
-from benchmarks.kernels import gmm_objective
+from benchmarks.kernels import gmm_objective, gmm_objective_prange
 
-__all__ = ["ba_objective", "gmm_objective"]
+__all__ = ["ba_objective", "gmm_objective", "gmm_objective_prange"]
 
 
 @numba.njit(cache=False)

@@ -1,7 +1,8 @@
 """``python -m benchmarks.adbench [--quick] [--out DIR] [--only gmm,ba,hand,lstm]``.
 
 For each ADBench objective: the C++ primal (``ez.cpp``) and enzyme_py's derivative of
-it, for GMM and BA also the Numba primal and its derivative, JAX and PyTorch (each
+it, for GMM and BA also the Numba primal and its derivative (GMM also the prange
+variant, on all Numba threads), JAX and PyTorch (each
 skipped when not installed, or with ``BENCH_DISABLE=jax,torch``), every derivative
 checked against enzyme_py's C++ one; median times, derivative/primal ratios and the
 build time of each derivative (its first call, Enzyme and codegen, minus a later call;
@@ -97,7 +98,11 @@ def _contenders(name: str, inp: dict[str, Any], disabled: set[str]) -> dict[str,
     )
     if name == "gmm":
         args: tuple[Any, ...] = tuple(inp[k] for k in ("alphas", "means", "icf", "x", "gamma", "m"))
-        ours = {"enzyme_py C++": ei.make_gmm_cpp, "enzyme_py Numba": ei.make_gmm_numba}
+        ours = {
+            "enzyme_py C++": ei.make_gmm_cpp,
+            "enzyme_py Numba": ei.make_gmm_numba,
+            "enzyme_py Numba prange": ei.make_gmm_numba_prange,
+        }
         others = {"JAX": ct.jax_gmm, "PyTorch": ct.torch_gmm}
     elif name == "ba":
         args = tuple(inp[k] for k in ("cams", "X", "w", "obs", "feats"))
