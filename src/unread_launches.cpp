@@ -65,11 +65,45 @@ bool is_release(const CallBase &call) {
   return name == "free" || name == kArenaKeep || name == kTapeFree;
 }
 
+// Whether the stack memory `slots` (an alloca) is only written, and given to the
+// runner's functions (__enzyme_py_parfor_*): a launch's slots, which nothing in the
+// caller reads back.
+bool only_for_the_runner(const AllocaInst *slots) {
+  SmallVector<const Value *, 8> work{slots};
+  SmallPtrSet<const Value *, 16> seen;
+  while (!work.empty()) {
+    const Value *value = work.pop_back_val();
+    if (!seen.insert(value).second) continue;
+    for (const User *user : value->users()) {
+      if (isa<GetElementPtrInst>(user) || isa<BitCastInst>(user)) {
+        work.push_back(user);
+        continue;
+      }
+      if (const auto *store = dyn_cast<StoreInst>(user)) {
+        if (store->getPointerOperand() == value) continue;
+        return false;
+      }
+      const auto *call = dyn_cast<CallBase>(user);
+      const Function *callee = call ? call->getCalledFunction() : nullptr;
+      if (!callee) return false;
+      if (const auto *intrinsic = dyn_cast<IntrinsicInst>(call)) {
+        if (intrinsic->isLifetimeStartOrEnd()) continue;
+        if (const auto *set = dyn_cast<MemSetInst>(intrinsic)) {
+          if (set->getRawDest() == value) continue;
+        }
+        return false;
+      }
+      if (!callee->getName().startswith("__enzyme_py_parfor_")) return false;
+    }
+  }
+  return true;
+}
+
 // Whether the memory allocated at `base` is never read, other than by `launch`:
 // its address (through casts and GEPs) is only stored to, memset, compared, given
-// to lifetime markers, released, or stored as an integer into the caller's stack (a launch's
-// slots: the runner's reverse pass reads, through them, the snapshot taken before
-// the launch, or nothing of that memory).
+// to lifetime markers, released, or stored as an integer into a launch's slots
+// (only_for_the_runner: the runner's reverse pass reads, through them, the snapshot
+// taken before the launch, or nothing of that memory).
 bool only_written_but_by(const Value *base, const CallBase *launch) {
   SmallVector<const Value *, 8> work{base};
   SmallPtrSet<const Value *, 16> seen;
@@ -103,8 +137,10 @@ bool only_written_but_by(const Value *base, const CallBase *launch) {
       if (isa<PtrToIntInst>(user)) {
         for (const User *stored : user->users()) {
           const auto *store = dyn_cast<StoreInst>(stored);
-          if (!store || store->getValueOperand() != user ||
-              !isa<AllocaInst>(getUnderlyingObject(store->getPointerOperand()))) {
+          const auto *slots =
+              store ? dyn_cast<AllocaInst>(getUnderlyingObject(store->getPointerOperand()))
+                    : nullptr;
+          if (!slots || store->getValueOperand() != user || !only_for_the_runner(slots)) {
             return false;
           }
         }
