@@ -9,6 +9,7 @@ import numba
 import numpy as np
 import pytest
 
+import enzyme_py as ez
 from benchmarks.kernels import heat_loss_prange, rosenbrock_prange
 
 pytestmark = pytest.mark.needs_enzyme
@@ -144,3 +145,40 @@ def test_loops_it_cannot_run_are_refused(f, args, reason):
     chain = [info.value, info.value.__cause__, info.value.__context__]
     assert any(isinstance(e, ParforUnsupported) or reason in str(e) for e in chain if e)
     assert reason in "".join(str(e) for e in chain if e)
+
+
+@numba.njit(parallel=True)
+def from_minus_three(x):
+    s = 0.0
+    for i in numba.prange(-3, x.shape[0] - 3):  # x[-3] is x[n - 3]
+        s += x[i] * x[i + 1]
+    return s
+
+
+def test_a_range_from_a_constant_of_zero_or_more_has_one_body():
+    """prange(n - 1) starts at 0: its chunks run and differentiate K.body alone (Numba's
+    body, which wraps negative indices around, is not made twice); a range that may
+    start below 0 keeps both."""
+    from enzyme_py.frontends import _numba_parfor
+
+    def functions(f, *args):
+        compiled, launches = _compiled(f, *args)
+        text, _ = _numba_parfor.threaded_ir(compiled.ir, launches, threads=2)
+        chunk = text[text.index("define internal i32 @__enzyme_py_parfor_0.chunk(") :]
+        reverse = text[text.index("define internal i32 @__enzyme_py_parfor_0.reverse(") :]
+        return chunk[: chunk.index("\n}\n")], reverse[: reverse.index("\n}\n")]
+
+    chunk, reverse = functions(rosenbrock_prange, np.ones(10))
+    assert "call i32 @__enzyme_py_parfor_0.body(" in chunk and "select" not in chunk
+    assert reverse.count("@__enzyme_autodiff(") == 1
+    chunk, reverse = functions(from_minus_three, np.ones(10))
+    assert "select i1 %nonneg" in chunk
+    assert reverse.count("@__enzyme_autodiff(") == 2
+    x = np.linspace(0.5, 1.5, 50_000)
+    dx = np.zeros_like(x)
+    ez.autodiff(from_minus_three, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)(x, dx, 1.0)
+    expected = np.zeros_like(x)
+    idx = np.arange(-3, x.shape[0] - 3)
+    np.add.at(expected, idx, x[idx + 1])
+    np.add.at(expected, idx + 1, x[idx])
+    np.testing.assert_allclose(dx, expected, rtol=1e-13)

@@ -125,11 +125,26 @@ def _body_ir(launch: Launch, types: list[str]) -> str:
 _LIGHT_GRAIN = 16384
 
 
+def _first_never_negative(text: str, name: str) -> bool:
+    """Whether every call of launch ``name`` in ``text`` starts its range at a constant
+    of 0 or more (``prange(n)``, ``prange(1, n - 1)``): its chunks then all start there
+    or later, and need no copy of the body that wraps negative indices around."""
+    firsts = re.findall(r"call void @" + re.escape(name) + r"\(i64 ([^,]+),", text)
+    return bool(firsts) and all(re.fullmatch(r"\d+", first) for first in firsts)
+
+
 def _launch_ir(
-    launch: Launch, types: list[str], writes: list[bool], indices: Indices, threads: int
+    launch: Launch,
+    types: list[str],
+    writes: list[bool],
+    indices: Indices,
+    threads: int,
+    never_negative: bool,
 ) -> tuple[str, int]:
     """The functions of a launch but its body, and its chunk count (its thread count
-    in Numba's eyes)."""
+    in Numba's eyes). ``never_negative``: the launch's range never starts below 0, so
+    its chunks run ``K.body`` alone (Numba's own body, which wraps negative indices
+    around, is neither called nor differentiated)."""
     reach = indices.reach
     n = len(types)
     k = launch.name
@@ -193,9 +208,12 @@ def _launch_ir(
     # The primal: the body over the chunks.
     b = [f"define internal i32 @{k}.chunk(i64* %slots, i64 %first, i64 %last, i8** %raised) {{"]
     args = body_args(b, "%slots", None)
-    b.append("  %nonneg = icmp sge i64 %first, 0")
-    b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
-    b.append(f"  %status = call i32 %body({', '.join(args)})")
+    if never_negative:
+        b.append(f"  %status = call i32 @{k}.body({', '.join(args)})")
+    else:
+        b.append("  %nonneg = icmp sge i64 %first, 0")
+        b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
+        b.append(f"  %status = call i32 %body({', '.join(args)})")
     b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
     b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
     b.append("  store i8* %e.i8, i8** %raised")
@@ -232,7 +250,10 @@ def _launch_ir(
     ]
     marked = ", ".join(['metadata !"enzyme_primal_return"', *body_args(b, "%slots", "%shadows")])
     b.append("  %nonneg = icmp sge i64 %first, 0")
-    b.append("  br i1 %nonneg, label %from_zero, label %anywhere")
+    if never_negative:
+        b.append("  br label %from_zero")
+    else:
+        b.append("  br i1 %nonneg, label %from_zero, label %anywhere")
     b.append("from_zero:")
     b.append("  call void @llvm.assume(i1 %nonneg)")
     b.append(
@@ -240,14 +261,18 @@ def _launch_ir(
         f"@{k}.body to i8*), {marked})"
     )
     b.append("  br label %done")
-    b.append("anywhere:")
-    b.append(
-        f"  %status.a = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
-        f"@{launch.body} to i8*), {marked})"
-    )
-    b.append("  br label %done")
+    if not never_negative:
+        b.append("anywhere:")
+        b.append(
+            f"  %status.a = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
+            f"@{launch.body} to i8*), {marked})"
+        )
+        b.append("  br label %done")
     b.append("done:")
-    b.append("  %status = phi i32 [ %status.z, %from_zero ], [ %status.a, %anywhere ]")
+    if never_negative:
+        b.append("  %status = add i32 %status.z, 0")
+    else:
+        b.append("  %status = phi i32 [ %status.z, %from_zero ], [ %status.a, %anywhere ]")
     b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
     b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
     b.append("  store i8* %e.i8, i8** %raised")
@@ -373,7 +398,12 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
     defined, counts = [], [threads]
     for launch in launches:
         part, chunks = _launch_ir(
-            launch, declared[launch.name], writes[launch.name], analysed[launch.name], threads
+            launch,
+            declared[launch.name],
+            writes[launch.name],
+            analysed[launch.name],
+            threads,
+            _first_never_negative(text, launch.name),
         )
         defined.append(part)
         counts.append(chunks)
