@@ -13,22 +13,13 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+from benchmarks.kernels import rosenbrock_prange as rosenbrock
 
 pytestmark = pytest.mark.needs_enzyme
 
 # A call of a launch (its definition stays in the module: the runner's reverse calls
 # its chunks through other functions).
 LAUNCH_CALL = re.compile(r"call (?:fastcc )?void @__enzyme_py_parfor_\d+\(")
-
-
-@numba.njit(parallel=True)
-def rosenbrock(x):
-    s = 0.0
-    for i in numba.prange(x.shape[0] - 1):
-        a = x[i + 1] - x[i] * x[i]
-        b = 1.0 - x[i]
-        s += 100.0 * a * a + b * b
-    return s
 
 
 def rosenbrock_gradient(x):
