@@ -10,6 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from corpus.functions import present_value
 
 import enzyme_py as ez
 
@@ -75,14 +76,8 @@ float present_value_f(const float *cash, float rate, long n) {
 """
 
 
-@numba.njit(error_model="numpy")  # no ZeroDivisionError check between the divisions
-def present_value_numba(cash, rate):
-    pv = 0.0
-    disc = 1.0
-    for t in range(cash.shape[0]):
-        disc /= 1.0 + rate
-        pv += cash[t] * disc
-    return pv
+# The corpus's present value, without the ZeroDivisionError check between the divisions.
+present_value_numba = numba.njit(error_model="numpy")(present_value.py_func)
 
 
 def test_geometric_sum_in_llvm_ir():

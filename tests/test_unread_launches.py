@@ -15,19 +15,13 @@ import pytest
 import enzyme_py as ez
 from benchmarks.kernels import rosenbrock_prange as rosenbrock
 
+from _helpers import rosenbrock_gradient
+
 pytestmark = pytest.mark.needs_enzyme
 
 # A call of a launch (its definition stays in the module: the runner's reverse calls
 # its chunks through other functions).
 LAUNCH_CALL = re.compile(r"call (?:fastcc )?void @__enzyme_py_parfor_\d+\(")
-
-
-def rosenbrock_gradient(x):
-    g = np.zeros_like(x)
-    a = x[1:] - x[:-1] ** 2
-    g[:-1] = -400.0 * a * x[:-1] - 2.0 * (1.0 - x[:-1])
-    g[1:] += 200.0 * a
-    return g
 
 
 @numba.njit(parallel=True)
