@@ -120,6 +120,15 @@ def _body_ir(launch: Launch, types: list[str]) -> str:
     return "\n".join(b) + "\n"
 
 
+def _return_status(b: list[str]) -> None:
+    """The end of a chunk function: the body's exception info (its ``%exc`` slot) into
+    ``%raised``, and its ``%status`` returned."""
+    b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
+    b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
+    b.append("  store i8* %e.i8, i8** %raised")
+    b += ["  ret i32 %status", "}"]
+
+
 # Indices per chunk at least, for a light body (no loop of its own): a chunk shorter
 # than that costs more to hand to a thread than to run (waking one, about 2-5 us).
 _LIGHT_GRAIN = 16384
@@ -214,10 +223,7 @@ def _launch_ir(
         b.append("  %nonneg = icmp sge i64 %first, 0")
         b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
         b.append(f"  %status = call i32 %body({', '.join(args)})")
-    b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
-    b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
-    b.append("  store i8* %e.i8, i8** %raised")
-    b += ["  ret i32 %status", "}"]
+    _return_status(b)
     out += b
 
     # The body only reads these arrays: what lets LLVM infer that the function's own
@@ -249,34 +255,27 @@ def _launch_ir(
         "i64 %last, i8** %raised) {"
     ]
     marked = ", ".join(['metadata !"enzyme_primal_return"', *body_args(b, "%slots", "%shadows")])
-    b.append("  %nonneg = icmp sge i64 %first, 0")
-    if never_negative:
-        b.append("  br label %from_zero")
-    else:
-        b.append("  br i1 %nonneg, label %from_zero, label %anywhere")
-    b.append("from_zero:")
-    b.append("  call void @llvm.assume(i1 %nonneg)")
-    b.append(
-        f"  %status.z = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
-        f"@{k}.body to i8*), {marked})"
-    )
-    b.append("  br label %done")
+    # K.body where the chunk starts at 0 or later; else Numba's own body, which wraps
+    # negative indices around (left out where the range never starts below 0).
+    bodies = [("from_zero", f"@{k}.body")]
     if not never_negative:
-        b.append("anywhere:")
+        bodies.append(("anywhere", f"@{launch.body}"))
+    labels = ", ".join(f"label %{block}" for block, _ in bodies)
+    b.append("  %nonneg = icmp sge i64 %first, 0")
+    b.append(f"  br i1 %nonneg, {labels}" if len(bodies) == 2 else f"  br {labels}")
+    for block, body in bodies:
+        b.append(f"{block}:")
+        if block == "from_zero":
+            b.append("  call void @llvm.assume(i1 %nonneg)")
         b.append(
-            f"  %status.a = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast ({body_ty} "
-            f"@{launch.body} to i8*), {marked})"
+            f"  %status.{block} = call i32 (i8*, ...) @__enzyme_autodiff(i8* bitcast "
+            f"({body_ty} {body} to i8*), {marked})"
         )
         b.append("  br label %done")
     b.append("done:")
-    if never_negative:
-        b.append("  %status = add i32 %status.z, 0")
-    else:
-        b.append("  %status = phi i32 [ %status.z, %from_zero ], [ %status.a, %anywhere ]")
-    b.append(f"  %e = load {EXCINFO[:-1]}, {EXCINFO} %exc")
-    b.append(f"  %e.i8 = bitcast {EXCINFO[:-1]} %e to i8*")
-    b.append("  store i8* %e.i8, i8** %raised")
-    b += ["  ret i32 %status", "}"]
+    statuses = ", ".join(f"[ %status.{block}, %{block} ]" for block, _ in bodies)
+    b.append(f"  %status = phi i32 {statuses}")
+    _return_status(b)
     out += b
 
     pairs = ", ".join(f"{t} %p{j}, {t} %d{j}" for j, t in enumerate(types))
