@@ -85,9 +85,9 @@ def default_threads(dispatcher: Any, primal_needed: bool) -> int:
     has a loop of its own (``has_prange_with_inner_loop``), or, where the derivative
     computes the primal too (``primal_needed``: a value returned, arrays written), whose
     prange loops each run once per call (``prange_loops_once_per_call``); else 1 (the
-    serial twin). A light body's primal launch is work the serial derivative skips when
-    the primal is not wanted (``ez.grad``), and shares out when it is
-    (``ez.value_and_grad``; docs/design.md §8)."""
+    serial twin). A light body on threads gained nothing in ``ez.grad`` (its primal
+    launch is dropped, but the fresh gradient's pages fault on two threads), and halves
+    the time where the primal is wanted (``ez.value_and_grad``; docs/design.md §8)."""
     if not numba_frontend.is_parallel(dispatcher):
         return 1
     py_func = dispatcher.py_func

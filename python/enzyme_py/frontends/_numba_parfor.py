@@ -114,8 +114,9 @@ def has_prange_with_inner_loop(py_func: Any) -> bool:
     which functions made by ``exec`` have too). Such loops pay for running on threads
     in a derivative: a body of a few operations per index (a map, a reduction, a
     stencil step) is a vectorised loop in the serial derivative, which the threaded one
-    (a snapshot, a primal launch, two waves of reverse chunks, a launch per call) did
-    not beat in ``ez.grad`` on the benchmark kernels (docs/design.md §8)."""
+    (a snapshot, two waves of reverse chunks, a launch per call, a primal launch where
+    its work is read) did not beat in ``ez.grad`` on the benchmark kernels
+    (docs/design.md §8)."""
     loops, instructions = _prange_loops(py_func)
     for loop in loops:
         for inner in instructions:
@@ -336,7 +337,7 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
 _INFER_ATTRIBUTES = "function(sroa,early-cse,instcombine,adce,simplifycfg),cgscc(function-attrs)"
 _DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", re.M)
 # The reverse derivative of a body returns its status ({ i32 }: enzyme_primal_return).
-_DIFFE_CALL = re.compile(r"call (?:void|\{ i32 \}) @(diffe[-\w.$]+)\((.*)\)")
+_DIFFE_CALL = re.compile(r"call \{ i32 \} @(diffe[-\w.$]+)\((.*)\)")
 
 
 def _settled_snapshots(ir: str, wrapper: str | None, unread: set[str]) -> str:
