@@ -98,24 +98,20 @@ def make_gmm_cpp(alphas, means, icf, x, gamma, m) -> Contender:
 
 
 def make_gmm_numba(alphas, means, icf, x, gamma, m) -> Contender:
-    f = numba_objectives.gmm_objective
-    start = clock()
-    df = ez.autodiff(f, ez.Reverse, Dup, Dup, Dup, C, C, C, A)
-
-    def derivative():
-        da, dm, di = np.zeros_like(alphas), np.zeros_like(means), np.zeros_like(icf)
-        df(alphas, da, means, dm, icf, di, x, gamma, m, 1.0)
-        return da, dm, di
-
-    return _timed_first(Contender(lambda: f(alphas, means, icf, x, gamma, m), derivative), start)
+    return _gmm_numba(numba_objectives.gmm_objective, A, alphas, means, icf, x, gamma, m)
 
 
 def make_gmm_numba_prange(alphas, means, icf, x, gamma, m) -> Contender:
     """The suite's prange GMM (parallel=True, a prange loop over the samples): its
     derivative on all Numba threads, without the value (ez.ActiveOnly, as ez.grad)."""
     f = numba_objectives.gmm_objective_prange
+    return _gmm_numba(f, ez.ActiveOnly, alphas, means, icf, x, gamma, m)
+
+
+def _gmm_numba(f, ret, alphas, means, icf, x, gamma, m) -> Contender:
+    """The Numba GMM ``f``'s primal and its reverse derivative (return activity ``ret``)."""
     start = clock()
-    df = ez.autodiff(f, ez.Reverse, Dup, Dup, Dup, C, C, C, ez.ActiveOnly)
+    df = ez.autodiff(f, ez.Reverse, Dup, Dup, Dup, C, C, C, ret)
 
     def derivative():
         da, dm, di = np.zeros_like(alphas), np.zeros_like(means), np.zeros_like(icf)
