@@ -36,6 +36,15 @@ def rosenbrock(x):
     return s
 
 
+def rosenbrock_gradient(x: np.ndarray) -> np.ndarray:
+    """The analytic gradient of ``rosenbrock`` (and ``rosenbrock_prange``), in NumPy."""
+    g = np.zeros_like(x)
+    a = x[1:] - x[:-1] ** 2
+    g[:-1] += -400.0 * a * x[:-1] - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * a
+    return g
+
+
 @numba.njit(cache=False)
 def _logsumexp(v):
     mx = v[0]

@@ -1,6 +1,5 @@
-"""Helpers shared by test modules: random inputs, derivative checks, a comparison, the
-Rosenbrock gradient and the fuzz driver's runner. The finite differences themselves are
-in reference.py."""
+"""Helpers shared by test modules: random inputs, derivative checks, a comparison and
+the fuzz driver's runner. The finite differences themselves are in reference.py."""
 
 from __future__ import annotations
 
@@ -35,15 +34,6 @@ def spd_matrix(n: int, seed: int) -> np.ndarray:
 
 def random_vector(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(n)
-
-
-def rosenbrock_gradient(x: np.ndarray) -> np.ndarray:
-    """The analytic gradient of sum_i 100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2."""
-    g = np.zeros_like(x)
-    a = x[1:] - x[:-1] ** 2
-    g[:-1] += -400.0 * a * x[:-1] - 2.0 * (1.0 - x[:-1])
-    g[1:] += 200.0 * a
-    return g
 
 
 def check_grad_and_jvp(

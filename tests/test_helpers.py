@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+from benchmarks.kernels import rosenbrock_gradient
 
-from _helpers import rosenbrock_gradient
 from reference import fd_gradient
 
 numba = pytest.importorskip("numba")

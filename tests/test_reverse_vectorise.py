@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
-
-from _helpers import rosenbrock_gradient
+from benchmarks.kernels import rosenbrock_gradient
 
 pytestmark = pytest.mark.needs_enzyme
 

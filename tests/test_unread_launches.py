@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+from benchmarks.kernels import rosenbrock_gradient
 from benchmarks.kernels import rosenbrock_prange as rosenbrock
-
-from _helpers import rosenbrock_gradient
 
 pytestmark = pytest.mark.needs_enzyme
 
