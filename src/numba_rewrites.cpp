@@ -34,6 +34,14 @@ void for_each_direct_call(LLVMModuleRef mod, Visit visit) {
   }
 }
 
+// Whether `name` is one of Numba's allocators of a temporary (the inactive one:
+// frontends/_numba_runtime.py).
+bool is_allocation(const std::string &name) {
+  return name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
+         name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
+         name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned";
+}
+
 // Numba reads a temporary's data pointer from its header, so LLVM (and Enzyme,
 // which asks LLVM) cannot tell two temporaries apart: a store to one may change
 // any other, and Enzyme caches every value read from them, even loop-invariant
@@ -102,11 +110,7 @@ void allocations_never_null(LLVMModuleRef mod) {
   const unsigned kind = LLVMGetEnumAttributeKindForName("nonnull", 7);
   LLVMAttributeRef nonnull = LLVMCreateEnumAttribute(ctx, kind, 0);
   for_each_direct_call(mod, [&](LLVMValueRef call, const std::string &name) {
-    if (name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
-        name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
-        name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned") {
-      LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
-    }
+    if (is_allocation(name)) LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
   });
 }
 
@@ -126,6 +130,18 @@ std::string name_of(LLVMValueRef value) {
   size_t length = 0;
   const char *chars = LLVMGetValueName2(value, &length);
   return std::string(chars, length);
+}
+
+// Whether `value`, its pointer casts and GEPs looked through, is the result of a
+// Numba allocation call of this module (a temporary the function made).
+bool is_temporary(LLVMValueRef value) {
+  while (value && (LLVMIsABitCastInst(value) || LLVMIsAGetElementPtrInst(value) ||
+                   (LLVMIsAConstantExpr(value) && LLVMGetConstOpcode(value) == LLVMBitCast))) {
+    value = LLVMGetOperand(value, 0);
+  }
+  if (!value || !LLVMIsACallInst(value)) return false;
+  LLVMValueRef callee = LLVMGetCalledValue(value);
+  return callee && LLVMIsAFunction(callee) && is_allocation(name_of(callee));
 }
 
 void add_string_attribute(LLVMValueRef fn, const char *attr) {
@@ -192,6 +208,34 @@ void drop_unwrap_functions(LLVMValueRef fn) {
       }
     }
   }
+}
+
+// Whether `fn` is defined and returns at once (NRT_decref, emptied: the frontend's
+// _without_reference_counting).
+bool does_nothing(LLVMValueRef fn) {
+  LLVMBasicBlockRef entry = LLVMGetFirstBasicBlock(fn);
+  if (!entry || LLVMGetNextBasicBlock(entry)) return false;
+  LLVMValueRef first = LLVMGetFirstInstruction(entry);
+  return first && LLVMIsAReturnInst(first) && LLVMGetNumOperands(first) == 0;
+}
+
+// Calls of an emptied NRT_decref on the temporaries a function allocates are
+// erased: Enzyme must assume such a call writes the temporary's memory after every
+// read of it, so each value read from a table made before a loop (GMM's exp of the
+// log-diagonal) was cached once per iteration instead of read again in the reverse
+// pass (+19 MiB of tape). Their memory lives in enzyme_py's arena until the
+// derivative call ends. Releases of other arrays stay: erasing them all made
+// Enzyme v0.0.289 refuse np.linalg.solve used twice ("illegal type analysis").
+void drop_releases_of_temporaries(LLVMModuleRef mod) {
+  std::vector<LLVMValueRef> dead;
+  for_each_direct_call(mod, [&](LLVMValueRef call, const std::string &name) {
+    // does_nothing: a release that frees (outside derivatives) stays.
+    if (name == "NRT_decref" && does_nothing(LLVMGetCalledValue(call)) &&
+        is_temporary(LLVMGetOperand(call, 0))) {
+      dead.push_back(call);
+    }
+  });
+  for (LLVMValueRef call : dead) LLVMInstructionEraseFromParent(call);
 }
 
 }  // namespace
@@ -348,6 +392,7 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   }
   jit.prepare(mod);
   jit.optimize(mod, kSimplifyPasses);
+  drop_releases_of_temporaries(mod);
 }
 
 }  // namespace enzyme_py

@@ -47,7 +47,9 @@ extern const char *const kSimplifyPasses;
 //   those marked noinline, such as NRT_incref) are inlined;
 // - kSimplifyPasses run: loop-invariant loads hoisted (Enzyme then caches them
 //   once per loop instead of once per iteration) and loop exits made
-//   computable (Enzyme sizes its caches once instead of growing them).
+//   computable (Enzyme sizes its caches once instead of growing them);
+// - then the calls of an emptied NRT_decref on those temporaries are erased:
+//   Enzyme assumed they write the temporary and cached every value read from it.
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
 
 }  // namespace enzyme_py

@@ -228,6 +228,35 @@ def test_temporaries_in_triangular_loops_are_cached_once_per_loop():
     assert 0 < Tape.last_call() < per_iteration / 2, Tape.last_call()
 
 
+@njit
+def sines_of_a_scaled_table(w, x):
+    m = w.shape[0]
+    table = np.empty(m)
+    for j in range(m):
+        table[j] = math.exp(w[j])
+    s = 0.0
+    for i in range(x.shape[0]):
+        for j in range(m):
+            s += math.sin(table[j] * x[i])
+    return s
+
+
+def test_a_table_made_before_a_loop_is_read_again_not_cached_per_iteration():
+    # Numba releases the table (NRT_decref) after the loop; Enzyme took that call as
+    # a write of it and cached table[j] once per (i, j): n * m * 8 bytes (800 KB
+    # here). The release of a temporary is erased in derivatives (its memory lives
+    # in the arena until the call ends), so the reverse pass reads the table again.
+    rng = np.random.default_rng(3)
+    w, x = rng.normal(scale=0.3, size=50), rng.normal(size=2000)
+    g = ez.grad(sines_of_a_scaled_table)(w, x)
+    table = np.exp(w)
+    expected = (np.cos(np.outer(x, table)) * x[:, None]).sum(axis=0) * table
+    np.testing.assert_allclose(g, expected, rtol=1e-10, atol=1e-10)
+    per_iteration = x.size * w.size * 8
+    assert Tape.last_call() < per_iteration / 4, Tape.last_call()
+    assert Tape.in_use() == 0
+
+
 def test_a_failed_allocation_outside_a_derivative_call_returns_null(tape):
     # Only a derivative call has somewhere to return to; other callers check null.
     assert tape.alloc(1 << 62) is None
