@@ -60,15 +60,20 @@ def _logsumexp(v):
 # The GMM objective, once for both kernels: gmm_objective allocates the per-sample
 # temporaries once, before a serial loop; gmm_objective_prange (parallel=True) gives
 # each sample temporaries of its own in a prange loop. The rest is the same text.
+# The exponentials of the log-diagonal (qdiag) are taken once per component before
+# the loop over samples, as ADBench's reference and the JAX and PyTorch contenders
+# do, not once per sample (2.5 million exp calls per objective at n = 10^4).
 _GMM_SOURCE = """
 def {name}(alphas, means, icf, x, gamma, m):
     n, d = x.shape
     k = alphas.shape[0]
 {outside}    sum_qs = np.empty(k)
+    qdiag = np.empty((k, d))
     for c in range(k):
         s = 0.0
         for j in range(d):
             s += icf[c, j]
+            qdiag[c, j] = math.exp(icf[c, j])
         sum_qs[c] = s
     slse = 0.0
     for i in {loop}(n):
@@ -76,7 +81,7 @@ def {name}(alphas, means, icf, x, gamma, m):
             for j in range(d):
                 xc[j] = x[i, j] - means[c, j]
             for j in range(d):
-                qxc[j] = math.exp(icf[c, j]) * xc[j]
+                qxc[j] = qdiag[c, j] * xc[j]
             idx = d
             for j in range(d):
                 for r in range(j + 1, d):
@@ -93,8 +98,7 @@ def {name}(alphas, means, icf, x, gamma, m):
     for c in range(k):
         fro = 0.0
         for j in range(d):
-            e = math.exp(icf[c, j])
-            fro += e * e
+            fro += qdiag[c, j] * qdiag[c, j]
         for j in range(d, icf.shape[1]):
             fro += icf[c, j] * icf[c, j]
         prior += 0.5 * gamma * gamma * fro - m * sum_qs[c]
