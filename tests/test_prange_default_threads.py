@@ -334,7 +334,12 @@ def test_views_of_one_array_made_inside_are_refused_on_threads():
         df(x.copy(), np.zeros_like(x), 1.0)
     text = str(info.value)
     assert "a prange loop of 'shift_inside' writes an array that shares memory" in text
-    assert "pass a copy of one, or threads=1 to autodiff" in text
+    assert "pass or make a copy of one (.copy())" in text
+    assert "ez.autodiff(shift_inside, ..., threads=1)" in text
+    assert "with the helpers (ez.grad, ez.vjp, ...), that loop written with range" in text
+    # The helpers take no threads=: their message says what to write in the function.
+    with pytest.raises(ValueError, match="that loop written with range instead of prange"):
+        ez.grad(shift_inside)(x.copy())
 
 
 @numba.njit(parallel=True)

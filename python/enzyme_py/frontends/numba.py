@@ -454,8 +454,10 @@ def _specialize(
             raise ValueError(
                 f"a prange loop of '{name}' writes an array that shares memory with "
                 "another array it uses (two views of one array); its derivative on "
-                "threads needs them apart: pass a copy of one, or threads=1 to autodiff "
-                "(the derivative on one thread follows the loop as range would)"
+                "threads needs them apart: pass or make a copy of one (.copy()), or "
+                "differentiate on one thread, which follows the loop as range would: "
+                f"ez.autodiff({name}, ..., threads=1), or, with the helpers (ez.grad, "
+                "ez.vjp, ...), that loop written with range instead of prange"
             )
         raise_numba_error(status, detail, name)
 
