@@ -36,7 +36,7 @@ void for_each_direct_call(LLVMModuleRef mod, Visit visit) {
 
 // Whether `name` is one of Numba's allocators of a temporary (the inactive one:
 // frontends/_numba_runtime.py).
-bool is_allocation(const std::string &name) {
+bool is_numba_allocator(const std::string &name) {
   return name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
          name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
          name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned";
@@ -110,7 +110,7 @@ void allocations_never_null(LLVMModuleRef mod) {
   const unsigned kind = LLVMGetEnumAttributeKindForName("nonnull", 7);
   LLVMAttributeRef nonnull = LLVMCreateEnumAttribute(ctx, kind, 0);
   for_each_direct_call(mod, [&](LLVMValueRef call, const std::string &name) {
-    if (is_allocation(name)) LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
+    if (is_numba_allocator(name)) LLVMAddCallSiteAttribute(call, LLVMAttributeReturnIndex, nonnull);
   });
 }
 
@@ -141,7 +141,7 @@ bool is_temporary(LLVMValueRef value) {
   }
   if (!value || !LLVMIsACallInst(value)) return false;
   LLVMValueRef callee = LLVMGetCalledValue(value);
-  return callee && LLVMIsAFunction(callee) && is_allocation(name_of(callee));
+  return callee && LLVMIsAFunction(callee) && is_numba_allocator(name_of(callee));
 }
 
 void add_string_attribute(LLVMValueRef fn, const char *attr) {
