@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ LLVMValueRef shadow_allocation(LLVMBuilderRef b, LLVMValueRef call, size_t num_a
                         static_cast<unsigned>(num_args), "shadow_alloc");
 }
 
+unsigned enum_kind(const char *name) {
+  return LLVMGetEnumAttributeKindForName(name, std::strlen(name));
+}
+
 // Enzyme's release of such a shadow: left to the arena, released after the call.
 LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
   LLVMModuleRef mod =
@@ -83,6 +88,15 @@ LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
     LLVMAddAttributeAtIndex(
         keep, LLVMAttributeFunctionIndex,
         LLVMCreateStringAttribute(ctx, kInactive, sizeof kInactive - 1, "", 0));
+    // It does nothing, and says so: a call that might keep the pointer or write
+    // memory made every shadow of a temporary escape, and alias analysis could no
+    // longer tell it from the parameters' shadows (GMM's reverse reloaded and
+    // stored back d_qxc[r] beside each add into d_icf). The optimiser drops it.
+    for (const char *name : {"readnone", "nounwind", "willreturn", "nosync", "nofree"}) {
+      LLVMAddAttributeAtIndex(keep, LLVMAttributeFunctionIndex,
+                              LLVMCreateEnumAttribute(ctx, enum_kind(name), 0));
+    }
+    LLVMAddAttributeAtIndex(keep, 1, LLVMCreateEnumAttribute(ctx, enum_kind("nocapture"), 0));
   }
   LLVMValueRef arg = LLVMBuildPointerCast(b, to_free, i8p, "");
   return LLVMBuildCall2(b, type, keep, &arg, 1, "");
