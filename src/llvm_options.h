@@ -22,4 +22,19 @@ class StoreLoadConflictsIgnored {
   bool before_ = true;
 };
 
+// While it lives, LLVM's loop vectoriser also vectorises the remainder of each loop
+// it vectorises, with `lanes` lanes (-epilogue-vectorization-force-VF=lanes, whose
+// default, 1, leaves it to the cost model). Without the option, a no-op.
+class EpilogueLanesForced {
+ public:
+  explicit EpilogueLanesForced(unsigned lanes);
+  ~EpilogueLanesForced();
+  EpilogueLanesForced(const EpilogueLanesForced &) = delete;
+  EpilogueLanesForced &operator=(const EpilogueLanesForced &) = delete;
+
+ private:
+  void *option_ = nullptr;  // llvm::cl::opt<unsigned>*
+  unsigned before_ = 0;
+};
+
 }  // namespace enzyme_py

@@ -105,3 +105,33 @@ def test_the_rosenbrock_reverse_loop_is_vectorised():
     ir = specialised.inspect_llvm(optimized=True)
     # Its loop body loads and stores vectors of the gradient (the scalar loop had none).
     assert "x double>" in ir, ir
+
+
+
+@numba.njit
+def exp_rows(x):
+    # GMM's shape: per row, short loops (over the dimension, 10 here) through a
+    # temporary, one of them calling exp.
+    n, d = x.shape
+    e = np.empty(d)
+    s = 0.0
+    for i in range(n):
+        for j in range(d):
+            e[j] = np.exp(x[i, j])
+        for j in range(d):
+            s += e[j] * x[i, j]
+    return s
+
+
+def test_short_loops_calling_exp_vectorise_their_remainder():
+    # 10 iterations never fill the vector body (4 lanes, 4 interleaved: 16); the
+    # pipeline vectorises the remainder of loops in modules that call exp, log, sin,
+    # cos or pow (src/jit.cpp), so exp runs there as libmvec's 4-lane function.
+    x = np.random.default_rng(3).uniform(-1.0, 1.0, (3, 10))
+    expected = np.exp(x) * (1.0 + x)
+    np.testing.assert_allclose(ez.grad(exp_rows)(x), expected, rtol=1e-13, atol=1e-13)
+    df = ez.autodiff(exp_rows, ez.Reverse, ez.Duplicated, ez.ActiveOnly)
+    ir = df.for_arguments((x, np.zeros_like(x), 1.0)).inspect_llvm(optimized=True)
+    assert "\nvec.epilog.vector.body:" in ir, ir
+    epilogue = ir[ir.index("\nvec.epilog.vector.body:") :]
+    assert "_ZGVdN4v_exp" in epilogue[: epilogue.index("\n\n")], ir
