@@ -16,6 +16,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "enzyme_hooks.h"
@@ -126,38 +127,57 @@ bool crash_signal(int sig) {
   return sig == SIGABRT || sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE;
 }
 
-// Waits for the child; polls `interrupted` every ~10 ms. On an interrupt, the
-// child is killed (if it still runs) and reaped, and the result is true.
-bool wait_for_child(pid_t pid, int &wstatus, const std::function<bool()> &interrupted,
-                    const std::function<std::shared_ptr<void>()> &while_waiting) {
+// How a wait for the build child ended.
+enum class ChildEnd {
+  kResult,       // it wrote its whole result (it still runs, about to exit)
+  kExited,       // it exited (or died) without saying so; `wstatus` tells how
+  kInterrupted,  // `interrupted` said so: it was killed and reaped
+};
+
+// Waits until the child says on `done` that its result is written, or exits;
+// polls `interrupted` every ~10 ms, with what `while_waiting` returns held in
+// between. A child that wrote its result is not waited for: tearing down its copy
+// of this process took 4-5 ms (heat's first derivative); reap_later() reaps it.
+ChildEnd wait_for_child(pid_t pid, int done, int &wstatus, const std::function<bool()> &interrupted,
+                        const std::function<std::shared_ptr<void>()> &while_waiting) {
   Fd exited;
 #ifdef SYS_pidfd_open
   exited.fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 #endif
+  // Without a pidfd, another child forked meanwhile may hold `done` open, so its
+  // end of file says nothing: poll for the exit then.
+  const int timeout_ms = interrupted || exited.fd < 0 ? 10 : -1;
   for (;;) {
-    pid_t done = ::waitpid(pid, &wstatus, interrupted ? WNOHANG : 0);
-    if (done == pid) return false;
-    if (done < 0 && errno != EINTR) {
+    struct pollfd ends[2] = {{done, POLLIN, 0}, {exited.fd, POLLIN, 0}};
+    {
+      std::shared_ptr<void> waiting = interrupted && while_waiting ? while_waiting() : nullptr;
+      ::poll(ends, exited.fd >= 0 ? 2 : 1, timeout_ms);  // or woken by a signal
+    }
+    char byte = 0;
+    if ((ends[0].revents & POLLIN) && ::read(done, &byte, 1) == 1) return ChildEnd::kResult;
+    const pid_t reaped = ::waitpid(pid, &wstatus, WNOHANG);
+    if (reaped == pid) return ChildEnd::kExited;
+    if (reaped < 0 && errno != EINTR) {
       throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
     }
-    if (!interrupted) continue;
-    if (interrupted()) {
+    if (interrupted && interrupted()) {
       if (::waitpid(pid, &wstatus, WNOHANG) != pid) {
         ::kill(pid, SIGKILL);
         while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
         }
       }
-      return true;
-    }
-    std::shared_ptr<void> waiting = while_waiting ? while_waiting() : nullptr;
-    if (exited.fd >= 0) {
-      struct pollfd p{exited.fd, POLLIN, 0};
-      ::poll(&p, 1, 10);  // wakes when the child exits, or on a signal
-    } else {
-      struct timespec ten_ms{0, 10000000};
-      ::nanosleep(&ten_ms, nullptr);
+      return ChildEnd::kInterrupted;
     }
   }
+}
+
+// Reaps a child that has written its result, off the caller's path.
+void reap_later(pid_t pid) {
+  std::thread([pid] {
+    int wstatus = 0;
+    while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+  }).detach();
 }
 
 // The child's result: status, then the artifact's fields (or a message), then
@@ -216,6 +236,12 @@ Artifact build_in_child(const std::string &function, const std::function<void()>
   if (result.fd < 0 || errors.fd < 0) {
     throw std::runtime_error(std::string("memfd_create failed: ") + std::strerror(errno));
   }
+  int done_pipe[2] = {-1, -1};
+  if (::pipe2(done_pipe, O_CLOEXEC) != 0) {
+    throw std::runtime_error(std::string("pipe2 failed: ") + std::strerror(errno));
+  }
+  Fd done{done_pipe[0]};
+  Fd done_writer{done_pipe[1]};
   std::fflush(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -274,12 +300,21 @@ Artifact build_in_child(const std::string &function, const std::function<void()>
         ::kill(::getppid(), SIGINT);
         ::sleep(60);  // still running when the parent sees the interrupt
       }
+      const char byte = 1;
+      ssize_t said = -1;
+      do {
+        said = ::write(done_writer.fd, &byte, 1);
+      } while (said < 0 && errno == EINTR);
       ::_exit(0);
     }
     ::_exit(errno == EFBIG ? kExitResultTooBig : kExitWriteFailed);
   }
+  ::close(done_writer.fd);  // the child's alone: its exit ends the pipe
+  done_writer.fd = -1;
   int wstatus = 0;
-  bool interrupt = wait_for_child(pid, wstatus, interrupted, while_waiting);
+  const ChildEnd end = wait_for_child(pid, done.fd, wstatus, interrupted, while_waiting);
+  if (end == ChildEnd::kResult) reap_later(pid);
+  const bool interrupt = end == ChildEnd::kInterrupted;
   std::string child_stderr = read_all(errors.fd);
   if (!child_stderr.empty() && log_enabled()) std::fputs(child_stderr.c_str(), stderr);
   uint64_t status = kError;
@@ -292,7 +327,7 @@ Artifact build_in_child(const std::string &function, const std::function<void()>
     art.interrupted = true;
     return art;
   }
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+  if (end == ChildEnd::kExited && (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0)) {
     std::string text = "Enzyme crashed while differentiating '" + function +
                        "' (the isolated build process " + how_child_died(wstatus) +
                        "); the process that asked lives on. Enzyme's last output:\n" +

@@ -192,3 +192,35 @@ def test_ctrl_c_as_a_build_finishes_keeps_its_result(tmp_path):
     assert lines[2] == "no child left"
     assert lines[3] == "(8.0, 12.0)"
     assert "from disk cache" in err and err.count("from Enzyme") == 0, err
+
+
+# --- reaping --------------------------------------------------------------------
+
+REAPED = """
+import glob, time, enzyme_py as ez
+f = ez.llvm_ir({cube!r}, 'cube')
+print(ez.autodiff(f, ez.Reverse, ez.Active, ez.Active)(2.0, 1.0))
+ez.autodiff(f, ez.Forward, ez.Dual, ez.Dual)
+def children():
+    found = []
+    for path in glob.glob('/proc/self/task/*/children'):
+        with open(path) as listed:
+            found += listed.read().split()
+    return found
+deadline = time.monotonic() + 10.0
+while children() and time.monotonic() < deadline:
+    time.sleep(0.01)
+print('children left:', children())
+"""
+
+
+def test_build_processes_that_answered_are_reaped():
+    # The caller takes a child's result once it is written, without waiting for the
+    # child to exit (src/isolation.cpp); the exited child is still reaped, no zombie.
+    env = {"ENZYME_PY_LOG": "1", "ENZYME_PY_DISK_CACHE": "0"}
+    proc = run_python(REAPED.format(cube=CUBE), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "(8.0, 12.0)", proc.stdout + proc.stderr
+    assert lines[-1] == "children left: []", proc.stdout + proc.stderr
+    assert proc.stderr.count("from Enzyme (isolated)") == 2, proc.stderr
