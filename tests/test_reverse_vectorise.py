@@ -107,7 +107,6 @@ def test_the_rosenbrock_reverse_loop_is_vectorised():
     assert "x double>" in ir, ir
 
 
-
 @numba.njit
 def exp_rows(x):
     # GMM's shape: per row, short loops (over the dimension, 10 here) through a
