@@ -308,6 +308,35 @@ def test_a_lazy_module_is_compiled_only_when_needed(monkeypatch):
     assert df(2.0, 1.0)[-1] == pytest.approx(12.0)
 
 
+def test_ez_grad_prepares_the_ir_once(monkeypatch, tmp_path):
+    # ez.grad asks which arrays the function writes, then builds the derivative: both
+    # from one module, prepared for Enzyme once (each specialisation made its own).
+    import numba
+
+    from enzyme_py.frontends import numba as frontend
+
+    monkeypatch.setenv("ENZYME_PY_CACHE_DIR", str(tmp_path))
+    prepared = []
+    original = frontend._simplified
+
+    def counting(module):
+        prepared.append(module)
+        return original(module)
+
+    monkeypatch.setattr(frontend, "_simplified", counting)
+
+    @numba.njit
+    def weighted(x, w):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += w[i] * x[i] * x[i]
+        return s
+
+    x, w = np.array([1.0, -2.0, 0.5]), np.array([0.5, 1.5, 2.0])
+    np.testing.assert_allclose(ez.grad(weighted)(x, w), 2.0 * w * x, rtol=1e-15)
+    assert len(prepared) == 1
+
+
 # --- memory: what a dropped derivative leaves behind --------------------------------
 
 

@@ -106,14 +106,17 @@ def read_only_question_wrapper(dispatcher: Any, signature: tuple[Any, ...]) -> A
     runs on threads whatever the helper (a prange body with a loop of its own, see
     default_threads), its threaded module, which that derivative then reuses, rather
     than the serial twin compiled for this question alone (GMM prange: 0.5 s of its
-    first ``ez.grad`` call); else, or where that module cannot be made, the serial one."""
+    first ``ez.grad`` call); else, or where that module cannot be made, the serial one,
+    in the strided form the derivative takes, whose module (made lazily) the derivative
+    then reuses too (the plain form's was made and simplified a second time: 20-25 ms
+    of the GMM kernel's first ``ez.grad`` call)."""
     threads = default_threads(dispatcher, primal_needed=False)
     if threads > 1:
         with contextlib.suppress(Exception):  # refused: the serial twin answers
             return numba_frontend.specialize(
                 dispatcher, signature, strided=True, threads=threads
             ).wrapper
-    return numba_frontend.specialize(dispatcher, signature).wrapper
+    return numba_frontend.specialize(dispatcher, signature, strided=True).wrapper
 
 
 def _inserts_nothing(bound: _Bound) -> bool:
