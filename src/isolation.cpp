@@ -16,6 +16,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -171,13 +172,20 @@ ChildEnd wait_for_child(pid_t pid, int done, int &wstatus, const std::function<b
   }
 }
 
-// Reaps a child that has written its result, off the caller's path.
+// Reaps a child that has written its result, off the caller's path (in the
+// caller's, if no thread can be started). Until then the exiting child is, for a few
+// milliseconds, one that a wait for any child (os.wait()) could collect.
 void reap_later(pid_t pid) {
-  std::thread([pid] {
+  const auto reap = [pid] {
     int wstatus = 0;
     while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
-  }).detach();
+  };
+  try {
+    std::thread(reap).detach();
+  } catch (const std::system_error &) {
+    reap();
+  }
 }
 
 // The child's result: status, then the artifact's fields (or a message), then
