@@ -3,46 +3,30 @@
 #include <llvm/Support/CommandLine.h>
 
 namespace enzyme_py {
-namespace {
 
-const char *const kConflictDetection = "store-to-load-forwarding-conflict-detection";
-
-const char *const kEpilogueLanes = "epilogue-vectorization-force-VF";
-
-// LLVM 15 declares the options used here as cl::opt<T> (LoopAccessAnalysis.cpp:
-// bool, LoopVectorize.cpp: unsigned).
 template <typename T>
-llvm::cl::opt<T> *registered(const char *name) {
+OptionSet<T>::OptionSet(const char *name, T value) {
   auto &options = llvm::cl::getRegisteredOptions();
   auto found = options.find(name);
-  if (found == options.end()) return nullptr;
-  return static_cast<llvm::cl::opt<T> *>(found->second);
-}
-
-}  // namespace
-
-StoreLoadConflictsIgnored::StoreLoadConflictsIgnored() {
-  llvm::cl::opt<bool> *option = registered<bool>(kConflictDetection);
-  if (!option) return;
+  if (found == options.end()) return;
+  auto *option = static_cast<llvm::cl::opt<T> *>(found->second);
   option_ = option;
   before_ = option->getValue();
-  option->setValue(false);
+  option->setValue(value);
 }
 
-StoreLoadConflictsIgnored::~StoreLoadConflictsIgnored() {
-  if (option_) static_cast<llvm::cl::opt<bool> *>(option_)->setValue(before_);
+template <typename T>
+OptionSet<T>::~OptionSet() {
+  if (option_) static_cast<llvm::cl::opt<T> *>(option_)->setValue(before_);
 }
 
-EpilogueLanesForced::EpilogueLanesForced(unsigned lanes) {
-  llvm::cl::opt<unsigned> *option = registered<unsigned>(kEpilogueLanes);
-  if (!option) return;
-  option_ = option;
-  before_ = option->getValue();
-  option->setValue(lanes);
-}
+template class OptionSet<bool>;
+template class OptionSet<unsigned>;
 
-EpilogueLanesForced::~EpilogueLanesForced() {
-  if (option_) static_cast<llvm::cl::opt<unsigned> *>(option_)->setValue(before_);
-}
+StoreLoadConflictsIgnored::StoreLoadConflictsIgnored()
+    : OptionSet<bool>("store-to-load-forwarding-conflict-detection", false) {}
+
+EpilogueLanesForced::EpilogueLanesForced(unsigned lanes)
+    : OptionSet<unsigned>("epilogue-vectorization-force-VF", lanes) {}
 
 }  // namespace enzyme_py
