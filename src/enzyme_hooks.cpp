@@ -88,10 +88,9 @@ LLVMValueRef shadow_release(LLVMBuilderRef b, LLVMValueRef to_free) {
     LLVMAddAttributeAtIndex(
         keep, LLVMAttributeFunctionIndex,
         LLVMCreateStringAttribute(ctx, kInactive, sizeof kInactive - 1, "", 0));
-    // It does nothing, and says so: a call that might keep the pointer or write
-    // memory made every shadow of a temporary escape, and alias analysis could no
-    // longer tell it from the parameters' shadows (GMM's reverse reloaded and
-    // stored back d_qxc[r] beside each add into d_icf). The optimiser drops it.
+    // It does nothing, and says so: to alias analysis, a call that might keep the
+    // pointer or write memory made every shadow of a temporary escape. The
+    // optimiser drops it (no speed change was measured on the GMM gradient).
     for (const char *name : {"readnone", "nounwind", "willreturn", "nosync", "nofree"}) {
       LLVMAddAttributeAtIndex(keep, LLVMAttributeFunctionIndex,
                               LLVMCreateEnumAttribute(ctx, enum_kind(name), 0));
