@@ -69,8 +69,9 @@ Method:
   fit in about 1 s. Derivative time / primal time, and enzyme_py time /
   contender time (enzyme_py's reverse derivative; the forward one for kernel 4).
 - Compile latency of enzyme_py: the first call in a child with an empty
-  ``ENZYME_PY_CACHE_DIR``, then the first call in a second new child with the same
-  (now filled) cache folder. ``ENZYME_PY_LOG=1`` in those children records where each
+  ``ENZYME_PY_CACHE_DIR``, then the first call in new children with the same (now
+  filled) cache folder: the median of three (one with --quick), every sample kept in
+  the JSON file. ``ENZYME_PY_LOG=1`` in those children records where each
   derivative came from (Enzyme or the disk cache). enzyme_py's first call is timed after
   the Numba primal has been compiled (its Numba compile is the primal's first call).
 - Peak memory: each child reads ``ru_maxrss`` (``getrusage(RUSAGE_SELF)``) just

@@ -199,12 +199,14 @@ def markdown(results: dict[str, Any]) -> str:
         "## enzyme_py first-call latency",
         "",
         "First derivative call in a fresh process (the Numba primal already compiled): "
-        "with an empty disk cache, and in a second new process with that cache filled. "
+        "with an empty disk cache, and in new processes with that cache filled (the "
+        "median of three; one with --quick). "
         "`from`: where enzyme_py's log (`ENZYME_PY_LOG=1`) says each derivative requested "
         "in that process came from (the first process also made the timed calls: a "
         "count above 1 means derivatives were built again for later calls).",
         "",
-        "| kernel | contender | empty disk cache | from | filled disk cache, new process | from |",
+        "| kernel | contender | empty disk cache | from | filled disk cache, new processes "
+        "| from |",
         "|---|---|---:|---|---:|---|",
     ]
     for k in results["kernels"].values():

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -143,6 +144,39 @@ def map_items(fn: Callable[[Any], Any], items: Sequence[Any], parallel: bool) ->
         return list(pool.map(fn, items))
 
 
+# New processes on the filled disk cache, per enzyme_py contender; the median is
+# reported. One run alone once read 194 ms where later ones read 43-47 ms (the GMM
+# gradient, 2026-12-04): the first process after a build is sometimes slow.
+FILLED_CACHE_RUNS = 3
+FILLED_CACHE_RUNS_QUICK = 1
+
+
+def _filled_cache_first_call(
+    spec: dict[str, Any], work: Path, cache_dir: Path, timeout: float, runs: int
+) -> dict[str, Any]:
+    """The first call in ``runs`` new processes on ``cache_dir`` (filled by the run
+    before): the median of those that ran, every sample, and where the first one's
+    derivatives came from; a failure is reported as the first process's."""
+    samples: list[float] = []
+    first: dict[str, Any] | None = None
+    first_sources: list[str] = []
+    for _ in range(runs):
+        again, stderr = run_child(spec | {"first_call_only": True}, work, cache_dir, timeout)
+        if first is None:
+            first, first_sources = again, _derivative_sources(stderr)
+        if again["status"] != "ok" or again.get("first_call_s") is None:
+            break
+        samples.append(again["first_call_s"])
+    assert first is not None
+    return {
+        "status": first["status"],
+        "first_call_s": statistics.median(samples) if samples else None,
+        "samples_s": samples,
+        "sources": first_sources,
+        **({"reason": first["reason"]} if "reason" in first else {}),
+    }
+
+
 def run_contender(
     kernel: Kernel,
     name: str,
@@ -187,14 +221,10 @@ def run_contender(
         entry, stderr = run_child(spec, work, cache_dir, timeout)
         if contender.library == "enzyme_py" and entry["status"] == "ok":
             entry["first_call_sources"] = _derivative_sources(stderr)
-            # A new process on the same (now filled) disk cache.
-            again, stderr2 = run_child(spec | {"first_call_only": True}, work, cache_dir, timeout)
-            entry["compile_new_process"] = {
-                "status": again["status"],
-                "first_call_s": again.get("first_call_s"),
-                "sources": _derivative_sources(stderr2),
-                **({"reason": again["reason"]} if "reason" in again else {}),
-            }
+            runs = FILLED_CACHE_RUNS_QUICK if quick else FILLED_CACHE_RUNS
+            entry["compile_new_process"] = _filled_cache_first_call(
+                spec, work, cache_dir, timeout, runs
+            )
     entry["label"] = contender.label
     entry["library"] = contender.library
     primal = name == "numba_primal" or name in OWN_PRIMAL.values()
