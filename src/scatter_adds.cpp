@@ -20,6 +20,8 @@
 #include <llvm/Transforms/Utils/ScalarEvolutionExpander.h>
 #include <llvm/Transforms/Utils/ValueMapper.h>
 
+#include "scatter_fusion.h"
+
 namespace enzyme_py {
 namespace {
 
@@ -27,26 +29,8 @@ using llvm::BasicBlock;
 using llvm::Instruction;
 using llvm::LoadInst;
 using llvm::StoreInst;
-
-// `*p = *p + v` in one block: the load's only use is the add, the add's only use
-// the store, to the same address, affine in the loop with a constant non-zero
-// step (each iteration its own entry).
-struct ReadAddWrite {
-  LoadInst *load;
-  StoreInst *store;
-  const llvm::SCEVAddRecExpr *address;
-};
-
-struct Split {
-  llvm::Loop *loop;
-  BasicBlock *body;     // the loop's only block
-  BasicBlock *outside;  // its only predecessor outside the loop
-  BasicBlock *exit;
-  std::vector<ReadAddWrite> adds;
-  // Accesses alias analysis cannot tell apart from the shadow's: checked at run
-  // time (their address ranges over the loop against the shadow's).
-  std::vector<Instruction *> unproven;
-};
+using scatter::ReadAddWrite;
+using scatter::Split;
 
 // Bytes [low, high) an access reaches over the whole loop, as integers.
 struct Range {
@@ -358,9 +342,31 @@ llvm::Value *disjoint(const Split &s, llvm::ScalarEvolution &se) {
   return apart;
 }
 
+// The loop's backedge-taken count as an i64, computed at the end of the block
+// before the loop (before any block is added, as in `disjoint`).
+llvm::Value *backedges_before(const Split &s, const scatter::Fusion &f,
+                              llvm::ScalarEvolution &se) {
+  llvm::SCEVExpander expander(se, s.body->getModule()->getDataLayout(), "scatter");
+  Instruction *at = s.outside->getTerminator();
+  llvm::Value *count = expander.expandCodeFor(f.backedges, f.backedges->getType(), at);
+  return llvm::IRBuilder<>(at).CreateZExtOrTrunc(count, llvm::Type::getInt64Ty(at->getContext()));
+}
+
 // Returns the untouched copy of the loop that a run-time check falls back to, if any.
 BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   BasicBlock *body = s.body;
+  // The fused loop (scatter_fusion.h) where it computes the same, with the split
+  // loops for loops too short for it.
+  std::optional<scatter::Fusion> fusion = scatter::fusable(s, se);
+  llvm::Value *backedges = nullptr;
+  if (fusion) {
+    llvm::SCEVExpander expander(se, body->getModule()->getDataLayout(), "scatter");
+    if (expander.isSafeToExpandAt(fusion->backedges, s.outside->getTerminator())) {
+      backedges = backedges_before(s, *fusion, se);
+    } else {
+      fusion.reset();
+    }
+  }
   // Where the adds' entries may be another access's, a run-time check chooses
   // between the split loops and an untouched copy of the loop.
   llvm::Value *apart = s.unproven.empty() ? nullptr : disjoint(s, se);
@@ -386,18 +392,30 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     keep_only(copy, {llvm::cast<Instruction>(map[s.adds[k].store]), copy->getTerminator()});
     copies.push_back(copy);
   }
-  // The loop's entry edge now leads to the check, or straight to the first copy.
-  BasicBlock *entry = copies.front();
+  // The adds run from `adds` (the split loops, or the fused path's guard) and go on
+  // to `after` (the rest of the loop, or a block the two paths join in).
+  BasicBlock *adds = copies.front();
+  BasicBlock *after = body;
+  if (fusion) {
+    after = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.join",
+                               body->getParent(), body);
+    llvm::BranchInst::Create(body, after);
+    adds = scatter::fused_path(s, *fusion, backedges, copies.front(), after);
+    copies.front()->replacePhiUsesWith(s.outside, adds);
+    body->replacePhiUsesWith(s.outside, after);
+  }
+  // The loop's entry edge now leads to the check, or straight to the adds.
+  BasicBlock *entry = adds;
   if (apart) {
     entry = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.check",
                                body->getParent(), fallback);
-    llvm::BranchInst::Create(copies.front(), fallback, apart, entry);
+    llvm::BranchInst::Create(adds, fallback, apart, entry);
     fallback->replacePhiUsesWith(s.outside, entry);
-    copies.front()->replacePhiUsesWith(s.outside, entry);
+    if (!fusion) copies.front()->replacePhiUsesWith(s.outside, entry);
   }
   s.outside->getTerminator()->replaceSuccessorWith(body, entry);
   for (size_t k = 0; k < copies.size(); ++k) {
-    BasicBlock *next = k + 1 < copies.size() ? copies[k + 1] : body;
+    BasicBlock *next = k + 1 < copies.size() ? copies[k + 1] : after;
     copies[k]->getTerminator()->replaceSuccessorWith(s.exit, next);
     next->replacePhiUsesWith(s.outside, copies[k]);
   }

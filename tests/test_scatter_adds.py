@@ -253,3 +253,105 @@ def test_a_loop_reading_what_an_earlier_iteration_zeroed_is_not_split():
     np.testing.assert_allclose(a, a_ref, rtol=1e-14)
     np.testing.assert_array_equal(g, g_ref)
     assert not split_loops(scatter_ahead.__dict__["_primal"].inspect_llvm(optimized=True))
+
+
+# The fused loop (src/scatter_fusion.h): one loop adding, into each entry, every add's
+# value for it; the split loops for loops too short for it (n - 1 backedges below the
+# shifts' spread + 7). Lengths on both sides of that, and around the vector widths.
+FUSED_LENGTHS = [1, 2, 3, 8, 9, 10, 11, 12, 17, 64, 515]
+
+
+@pytest.mark.parametrize("n", FUSED_LENGTHS)
+def test_the_fused_loop_is_exact_at_every_length(n):
+    text = SCATTER_IR.replace("READ", "%next").replace(
+        "double* %a, double* %g", "double* noalias %a, double* noalias %g"
+    )
+    fused = split_by_the_pass_alone(text)
+    assert "loop.scatter.fused:" in fused and "loop.scatter.guard:" in fused
+    rng = np.random.default_rng(n)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    ez.llvm_ir(fused, "scatter")(a, g, n)
+    scatter_reference(a_ref, g_ref, n, 0)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    np.testing.assert_array_equal(g, g_ref)
+
+
+# Enzyme's reverse of a stencil that carries a neighbour (heat's): a[i] gets 0.5 v plus
+# the 0.25 v the iteration before computed, carried in a phi (0.0 before the first).
+CARRIED_IR = r"""
+define void @carried(double* noalias %a, double* noalias %g, i64 %n) {
+entry:
+  %empty = icmp slt i64 %n, 1
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ %n, %entry ], [ %next, %loop ]
+  %carry = phi double [ 0.0, %entry ], [ %h, %loop ]
+  %next = add i64 %i, -1
+  %pg = getelementptr double, double* %g, i64 %next
+  %v = load double, double* %pg
+  store double 0.0, double* %pg
+  %h = fmul fast double %v, 0.25
+  %i1 = add i64 %i, 1
+  %p2 = getelementptr double, double* %a, i64 %i1
+  %x2 = load double, double* %p2
+  %y2 = fadd fast double %x2, %h
+  store double %y2, double* %p2
+  %m = fmul fast double %v, 0.5
+  %mc = fadd fast double %m, %carry
+  %p1 = getelementptr double, double* %a, i64 %i
+  %x1 = load double, double* %p1
+  %y1 = fadd fast double %mc, %x1
+  store double %y1, double* %p1
+  %more = icmp sgt i64 %next, 0
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def carried_reference(a: np.ndarray, g: np.ndarray, n: int) -> None:
+    carry = 0.0
+    for j in range(n - 1, -1, -1):  # i = j + 1
+        v = g[j]
+        g[j] = 0.0
+        a[j + 2] += 0.25 * v
+        a[j + 1] += 0.5 * v + carry
+        carry = 0.25 * v
+
+
+@pytest.mark.parametrize("n", FUSED_LENGTHS)
+def test_a_carried_neighbour_is_fused_and_exact(n):
+    fused = split_by_the_pass_alone(CARRIED_IR)
+    assert "loop.scatter.fused:" in fused
+    rng = np.random.default_rng(100 + n)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    ez.llvm_ir(fused, "carried")(a, g, n)
+    carried_reference(a_ref, g_ref, n)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    np.testing.assert_array_equal(g, g_ref)
+
+
+def test_a_carried_value_that_does_not_start_at_zero_is_not_fused():
+    # Carried from 1.0 on: the first iteration adds 1.0, which no shifted term holds.
+    text = CARRIED_IR.replace("[ 0.0, %entry ]", "[ 1.0, %entry ]")
+    split = split_by_the_pass_alone(text)
+    assert "scatter.fused" not in split and split_loops(split)
+    n = 33
+    rng = np.random.default_rng(5)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    ez.llvm_ir(split, "carried")(a, g, n)
+    carried_reference(a_ref, g_ref, n)
+    a_ref[n] += 1.0  # the first iteration (i = n) adds the carried 1.0 into a[n]
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+
+
+def test_the_heat_derivative_runs_the_fused_loop():
+    n = 64
+    u0, target = np.ones(n), np.zeros(n)
+    df = ez.autodiff(heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly)
+    ir = df.for_arguments((u0, np.zeros(n), target, 3, 1.0)).inspect_llvm(optimized=True)
+    assert ".scatter.fused:" in ir

@@ -1,0 +1,270 @@
+#include "scatter_fusion.h"
+
+#include <algorithm>
+#include <set>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/ValueMapper.h>
+
+namespace enzyme_py::scatter {
+namespace {
+
+using llvm::BasicBlock;
+using llvm::Instruction;
+using llvm::PHINode;
+
+// Shifts further apart than this, and more adds than this, stay split (the ends
+// would be long straight-line code).
+constexpr int64_t kMostShift = 4;
+constexpr size_t kMostAdds = 8;
+// The fused loop runs where it has at least this many iterations; shorter loops
+// run the split loops.
+constexpr int64_t kFewestFused = 8;
+
+// The loop's instructions `root` needs, in block order, into `slice`; the header phis
+// it reads into `phis`. False where one of them may not run at another iteration
+// than its own (anything that writes memory or has side effects).
+bool slice_of(llvm::Value *root, BasicBlock *body, std::vector<Instruction *> &slice,
+              std::set<PHINode *> &phis) {
+  std::set<Instruction *> needed;
+  std::vector<Instruction *> work;
+  if (auto *inst = llvm::dyn_cast<Instruction>(root); inst && inst->getParent() == body)
+    work.push_back(inst);
+  while (!work.empty()) {
+    Instruction *inst = work.back();
+    work.pop_back();
+    if (auto *phi = llvm::dyn_cast<PHINode>(inst)) {
+      phis.insert(phi);
+      continue;
+    }
+    if (!needed.insert(inst).second) continue;
+    if (inst->mayWriteToMemory() || inst->mayHaveSideEffects()) return false;
+    if (auto *load = llvm::dyn_cast<llvm::LoadInst>(inst); load && !load->isSimple()) return false;
+    for (llvm::Value *operand : inst->operands()) {
+      auto *def = llvm::dyn_cast<Instruction>(operand);
+      if (def && def->getParent() == body) work.push_back(def);
+    }
+  }
+  slice.clear();
+  for (Instruction &inst : *body)
+    if (needed.count(&inst)) slice.push_back(&inst);
+  return true;
+}
+
+// What the add of `t` adds: the operand of its fadd that is not the load.
+llvm::Value *added(const ReadAddWrite &t) {
+  auto *add = llvm::cast<llvm::BinaryOperator>(t.store->getValueOperand());
+  return add->getOperand(0) == t.load ? add->getOperand(1) : add->getOperand(0);
+}
+
+// Copies of the loop's instructions at a given iteration, in a new block.
+class AtIteration {
+ public:
+  AtIteration(const Fusion &f, BasicBlock *body) : f_(f), body_(body) {}
+
+  // `root` as the loop computes it at iteration `t` (an i64), from copies of `slice`
+  // emitted at b's insertion point.
+  llvm::Value *value(llvm::IRBuilder<> &b, const std::vector<Instruction *> &slice,
+                     llvm::Value *root, llvm::Value *t) const {
+    llvm::ValueToValueMapTy map;
+    auto phi_value = [&](llvm::Value *v) {
+      auto *phi = llvm::dyn_cast<PHINode>(v);
+      if (phi && phi->getParent() == body_ && !map.count(phi)) map[phi] = at(b, phi, t);
+    };
+    phi_value(root);
+    for (Instruction *inst : slice) {
+      for (llvm::Value *operand : inst->operands()) phi_value(operand);
+      Instruction *copy = inst->clone();
+      copy->setName(inst->getName() + ".fused");
+      b.Insert(copy);
+      map[inst] = copy;
+      llvm::RemapInstruction(copy, map,
+                             llvm::RF_IgnoreMissingLocals | llvm::RF_NoModuleLevelChanges);
+    }
+    auto found = map.find(root);
+    return found == map.end() ? root : static_cast<llvm::Value *>(found->second);
+  }
+
+  // Term j's contribution at iteration t, added into its add's entry as the loop
+  // adds it (at iteration t + late).
+  void add(llvm::IRBuilder<> &b, const Split &s, const Term &term, llvm::Value *t) const {
+    const ReadAddWrite &rw = s.adds[term.add];
+    llvm::Value *v = value(b, term.slice, term.root, t);
+    llvm::Value *when = term.late ? b.CreateAdd(t, b.getInt64(term.late)) : t;
+    llvm::Value *p = value(b, f_.address_slice[term.add], rw.store->getPointerOperand(), when);
+    write(b, rw, p, v);
+  }
+
+  // *p = *p + v with `rw`'s load, fadd (its fast-math flags) and store.
+  static void write(llvm::IRBuilder<> &b, const ReadAddWrite &rw, llvm::Value *p, llvm::Value *v) {
+    auto *load = llvm::cast<llvm::LoadInst>(rw.load->clone());
+    load->setOperand(0, p);
+    b.Insert(load, rw.load->getName() + ".fused");
+    auto *sum = b.CreateFAddFMF(load, v, llvm::cast<Instruction>(rw.store->getValueOperand()));
+    auto *store = llvm::cast<llvm::StoreInst>(rw.store->clone());
+    store->setOperand(0, sum);
+    store->setOperand(1, p);
+    b.Insert(store);
+  }
+
+ private:
+  // A header phi's value at iteration t.
+  llvm::Value *at(llvm::IRBuilder<> &b, PHINode *phi, llvm::Value *t) const {
+    const Affine &a = f_.phis.at(phi);
+    llvm::Type *type = phi->getType();
+    if (type->isIntegerTy()) {
+      const unsigned bits = type->getIntegerBitWidth();
+      llvm::Value *steps = b.CreateMul(b.CreateSExtOrTrunc(t, type),
+                                       llvm::ConstantInt::get(type, a.step.sextOrTrunc(bits)));
+      return b.CreateAdd(a.start, steps);
+    }
+    llvm::Value *bytes = b.CreateMul(t, b.getInt64(a.step.getSExtValue()));
+    llvm::Type *bytes_pointer = b.getInt8PtrTy(type->getPointerAddressSpace());
+    llvm::Value *moved =
+        b.CreateGEP(b.getInt8Ty(), b.CreatePointerCast(a.start, bytes_pointer), bytes);
+    return b.CreatePointerCast(moved, type);
+  }
+
+  const Fusion &f_;
+  BasicBlock *body_;
+};
+
+// The float phi `v` is, where it carries a value from the iteration before (0.0
+// before the first): that value's instruction.
+Instruction *carried(llvm::Value *v, const Split &s) {
+  auto *phi = llvm::dyn_cast<PHINode>(v);
+  if (!phi || phi->getParent() != s.body || !phi->getType()->isFloatingPointTy() ||
+      phi->getNumIncomingValues() != 2)
+    return nullptr;
+  auto *init = llvm::dyn_cast<llvm::ConstantFP>(phi->getIncomingValueForBlock(s.outside));
+  auto *x = llvm::dyn_cast<Instruction>(phi->getIncomingValueForBlock(s.body));
+  if (!init || !init->isZero() || !x || x->getParent() != s.body) return nullptr;
+  return x;
+}
+
+// The terms add k adds (see Term).
+std::vector<Term> terms_of(const Split &s, size_t k, int64_t shift) {
+  llvm::Value *v = added(s.adds[k]);
+  if (auto *sum = llvm::dyn_cast<llvm::BinaryOperator>(v);
+      sum && sum->getOpcode() == Instruction::FAdd && sum->hasAllowReassoc() &&
+      sum->getParent() == s.body) {
+    for (unsigned j = 0; j < 2; ++j) {
+      if (Instruction *x = carried(sum->getOperand(j), s))
+        return {Term{k, sum->getOperand(1 - j), shift, 0, {}}, Term{k, x, shift + 1, 1, {}}};
+    }
+  }
+  return {Term{k, v, shift, 0, {}}};
+}
+
+}  // namespace
+
+std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se) {
+  if (s.adds.size() > kMostAdds) return std::nullopt;
+  const ReadAddWrite &first = s.adds.front();
+  const llvm::APInt &stride =
+      llvm::cast<llvm::SCEVConstant>(first.address->getStepRecurrence(se))->getAPInt();
+  llvm::Type *value_type = first.store->getValueOperand()->getType();
+  Fusion f;
+  std::set<PHINode *> phis;
+  for (size_t k = 0; k < s.adds.size(); ++k) {
+    const ReadAddWrite &t = s.adds[k];
+    // Every add on add 0's lattice of entries, a few steps from it.
+    if (t.store->getValueOperand()->getType() != value_type) return std::nullopt;
+    auto *apart = llvm::dyn_cast<llvm::SCEVConstant>(
+        se.getMinusSCEV(t.address->getStart(), first.address->getStart()));
+    if (!apart || apart->getAPInt().getBitWidth() != stride.getBitWidth() ||
+        !apart->getAPInt().srem(stride).isZero())
+      return std::nullopt;
+    const llvm::APInt shift = apart->getAPInt().sdiv(stride);
+    if (shift.sgt(kMostShift) || shift.slt(-kMostShift)) return std::nullopt;
+    // Its terms and address computable at any iteration.
+    for (Term &term : terms_of(s, k, shift.getSExtValue())) {
+      if (!slice_of(term.root, s.body, term.slice, phis)) return std::nullopt;
+      f.terms.push_back(std::move(term));
+    }
+    f.address_slice.emplace_back();
+    if (!slice_of(t.store->getPointerOperand(), s.body, f.address_slice.back(), phis))
+      return std::nullopt;
+  }
+  for (const Term &term : f.terms) {
+    f.ahead = std::max(f.ahead, term.shift);
+    f.behind = std::max(f.behind, term.late - term.shift);
+  }
+  if (f.ahead + f.behind > 2 * kMostShift) return std::nullopt;
+  // The counters the slices read: integers or pointers, start + constant step per
+  // iteration (a value carried otherwise, such as a recurrence, is not).
+  for (PHINode *phi : phis) {
+    llvm::Type *type = phi->getType();
+    if (!(type->isIntegerTy() && type->getIntegerBitWidth() <= 64) && !type->isPointerTy())
+      return std::nullopt;
+    auto *rec = llvm::dyn_cast<llvm::SCEVAddRecExpr>(se.getSCEV(phi));
+    if (!rec || rec->getLoop() != s.loop || !rec->isAffine()) return std::nullopt;
+    auto *step = llvm::dyn_cast<llvm::SCEVConstant>(rec->getStepRecurrence(se));
+    if (!step || step->getAPInt().getBitWidth() > 64) return std::nullopt;
+    f.phis.emplace(phi, Affine{phi->getIncomingValueForBlock(s.outside), step->getAPInt()});
+  }
+  f.backedges = se.getBackedgeTakenCount(s.loop);
+  if (llvm::isa<llvm::SCEVCouldNotCompute>(f.backedges) ||
+      f.backedges->getType()->getIntegerBitWidth() > 64)
+    return std::nullopt;
+  return f;
+}
+
+BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
+                       BasicBlock *split_entry, BasicBlock *join) {
+  llvm::LLVMContext &context = s.body->getContext();
+  llvm::Function *fn = s.body->getParent();
+  const std::string name = s.body->getName().str();
+  auto block = [&](const char *suffix) {
+    return BasicBlock::Create(context, name + suffix, fn, split_entry);
+  };
+  BasicBlock *guard = block(".scatter.guard");
+  BasicBlock *low = block(".scatter.fused.low");
+  BasicBlock *loop = block(".scatter.fused");
+  BasicBlock *high = block(".scatter.fused.high");
+  const AtIteration at(f, s.body);
+  const int64_t ends = f.ahead + f.behind;
+
+  llvm::IRBuilder<> b(guard);
+  b.CreateCondBr(b.CreateICmpUGE(backedges, b.getInt64(ends + kFewestFused - 1)), low,
+                 split_entry);
+
+  // The first iterations of each term whose entry the fused loop does not reach.
+  b.SetInsertPoint(low);
+  for (const Term &term : f.terms)
+    for (int64_t t = 0; t < f.ahead - term.shift; ++t) at.add(b, s, term, b.getInt64(t));
+  llvm::Value *count = b.CreateAdd(b.CreateSub(backedges, b.getInt64(ends)), b.getInt64(1));
+  b.CreateBr(loop);
+
+  // Entry `u` of add 0 (u from ahead on), every term's value for it.
+  b.SetInsertPoint(loop);
+  PHINode *w = b.CreatePHI(b.getInt64Ty(), 2, "scatter.w");
+  w->addIncoming(b.getInt64(0), low);
+  const ReadAddWrite &reference = s.adds.front();
+  auto *flags = llvm::cast<Instruction>(reference.store->getValueOperand());
+  llvm::Value *sum = nullptr;
+  for (const Term &term : f.terms) {
+    llvm::Value *t = b.CreateAdd(w, b.getInt64(f.ahead - term.shift));
+    llvm::Value *v = at.value(b, term.slice, term.root, t);
+    sum = sum ? b.CreateFAddFMF(sum, v, flags) : v;
+  }
+  llvm::Value *entry = at.value(b, f.address_slice[0], reference.store->getPointerOperand(),
+                                b.CreateAdd(w, b.getInt64(f.ahead)));
+  AtIteration::write(b, reference, entry, sum);
+  llvm::Value *next = b.CreateAdd(w, b.getInt64(1), "scatter.w.next");
+  w->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpEQ(next, count), high, loop);
+
+  // The last iterations of each term whose entry the fused loop does not reach (a
+  // late term's last is the one before the loop's last).
+  b.SetInsertPoint(high);
+  for (const Term &term : f.terms)
+    for (int64_t m = term.late; m < f.behind + term.shift; ++m)
+      at.add(b, s, term, b.CreateSub(backedges, b.getInt64(m)));
+  b.CreateBr(join);
+  return guard;
+}
+
+}  // namespace enzyme_py::scatter
