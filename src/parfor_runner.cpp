@@ -244,6 +244,23 @@ void add_into(T *to, const T *from, size_t n) {
 
 }  // namespace
 
+void zero_in_shares(const std::vector<std::pair<uint64_t, uint64_t>> &spans, int64_t threads) {
+  threads = std::max<int64_t>(1, threads);
+  Pool::get().run(threads, [&](int64_t w) {
+    for (const auto &[address, bytes] : spans) {
+      // Shares cut on 64-byte boundaries: no cache line written by two threads.
+      auto cut = [&, address = address, bytes = bytes](int64_t part) {
+        if (part == 0) return address;
+        if (part == threads) return address + bytes;
+        const uint64_t at = (address + bytes / threads * part) / 64 * 64;
+        return std::clamp(at, address, address + bytes);
+      };
+      const uint64_t low = cut(w), high = cut(w + 1);
+      if (high > low) std::memset(reinterpret_cast<void *>(low), 0, high - low);
+    }
+  });
+}
+
 int64_t set_parfor_grain_limit(int64_t limit) {
   return grain_limit.exchange(limit > 0 ? limit : INT64_MAX);
 }

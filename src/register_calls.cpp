@@ -54,6 +54,15 @@ void register_calls(py::module_ &m) {
         "Names the JIT resolves to enzyme_py's arena and tape functions -> addresses.");
   m.def("parfor_symbols", &parfor_symbols,
         "Names the JIT resolves to the prange runner's functions -> addresses.");
+  m.def(
+      "zero_in_shares",
+      [](const std::vector<std::pair<uint64_t, uint64_t>> &spans, int64_t threads) {
+        py::gil_scoped_release release;
+        zero_in_shares(spans, threads);
+      },
+      py::arg("spans"), py::arg("threads"),
+      "Zero each (address, bytes) span on up to `threads` of the prange pool's threads,\n"
+      "thread w its w-th contiguous share (the caller's: the first).");
   m.def("set_parfor_grain_limit", &set_parfor_grain_limit, py::arg("limit"),
         "The most indices per chunk a prange launch may ask for (0: no limit); returns\n"
         "the previous limit. Tests set 1 to run short ranges on several threads.");

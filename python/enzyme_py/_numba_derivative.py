@@ -78,22 +78,20 @@ class _Bound:
         return self.derivative(*args)
 
 
-def default_threads(dispatcher: Any, primal_needed: bool) -> int:
+def default_threads(dispatcher: Any) -> int:
     """The threads of a derivative whose ``threads=`` is left out: as many as Numba
     runs this thread's prange loops on (``numba.get_num_threads()``: all cores unless
     the user set fewer) for a ``parallel=True`` function with a prange loop whose body
-    has a loop of its own (``has_prange_with_inner_loop``), or, where the derivative
-    computes the primal too (``primal_needed``: a value returned, arrays written), whose
-    prange loops each run once per call (``prange_loops_once_per_call``); else 1 (the
-    serial twin). A light body on threads gained nothing in ``ez.grad`` (its primal
-    launch is dropped, but the fresh gradient's pages fault on two threads), and halves
-    the time where the primal is wanted (``ez.value_and_grad``; docs/design.md §8)."""
+    has a loop of its own (``has_prange_with_inner_loop``), or whose prange loops each
+    run once per call (``prange_loops_once_per_call``); else 1 (the serial twin: a
+    prange loop inside a time loop is launched at every step). A light body's reverse
+    on two threads took 110-127 us against 171-190 us on one (Rosenbrock prange, its
+    split reverse loop fused, src/scatter_fusion.h; before, 185-197 us), and halves the
+    time where the primal is wanted (``ez.value_and_grad``; docs/design.md §8)."""
     if not numba_frontend.is_parallel(dispatcher):
         return 1
     py_func = dispatcher.py_func
-    if not has_prange_with_inner_loop(py_func) and not (
-        primal_needed and prange_loops_once_per_call(py_func)
-    ):
+    if not has_prange_with_inner_loop(py_func) and not prange_loops_once_per_call(py_func):
         return 1
     import numba
 
@@ -103,14 +101,14 @@ def default_threads(dispatcher: Any, primal_needed: bool) -> int:
 def read_only_question_wrapper(dispatcher: Any, signature: tuple[Any, ...]) -> Any:
     """The wrapper whose parameters LLVM's inference tells which arrays ``dispatcher``
     writes (``ez.grad``'s question): for a ``parallel=True`` function whose derivative
-    runs on threads whatever the helper (a prange body with a loop of its own, see
-    default_threads), its threaded module, which that derivative then reuses, rather
-    than the serial twin compiled for this question alone (GMM prange: 0.5 s of its
-    first ``ez.grad`` call); else, or where that module cannot be made, the serial one,
-    in the strided form the derivative takes, whose module (made lazily) the derivative
-    then reuses too (the plain form's was made and simplified a second time: 20-25 ms
-    of the GMM kernel's first ``ez.grad`` call)."""
-    threads = default_threads(dispatcher, primal_needed=False)
+    runs on threads whatever the helper (``default_threads``), its threaded module,
+    which that derivative then reuses, rather than the serial twin compiled for this
+    question alone (GMM prange: 0.5 s of its first ``ez.grad`` call); else, or where
+    that module cannot be made, the serial one, in the strided form the derivative
+    takes, whose module (made lazily) the derivative then reuses too (the plain form's
+    was made and simplified a second time: 20-25 ms of the GMM kernel's first
+    ``ez.grad`` call)."""
+    threads = default_threads(dispatcher)
     if threads > 1:
         with contextlib.suppress(Exception):  # refused: the serial twin answers
             return numba_frontend.specialize(
@@ -145,11 +143,8 @@ class NumbaDerivative:
         # (left out): default_threads decides, and a threaded derivative that cannot
         # be built falls back to the serial one without a warning.
         self._threads_asked = threads
-        # The last activity is the return's, or a parameter's (Duplicated: the arrays
-        # it writes are the primal); a *Only one wants no primal.
         if threads is None:
-            primal_needed = not activities or getattr(activities[-1], "primal_needed", True)
-            threads = default_threads(dispatcher, primal_needed)
+            threads = default_threads(dispatcher)
         self.threads = threads
         self.mode = mode
         self.activities = activities

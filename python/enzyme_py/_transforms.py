@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from enzyme_py import _state
 from enzyme_py._api import autodiff
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
@@ -215,7 +216,18 @@ def fresh(args: Sequence[Any]) -> list[Any]:
     return [a.copy(order="A") if isinstance(a, np.ndarray) else a for a in args]
 
 
-def shadow_like(a: np.ndarray, width: int = 1) -> np.ndarray:
+# A shadow at least this large that a derivative updates on threads is zeroed on them.
+_ZEROED_ON_THREADS_BYTES = 1 << 20
+
+
+def shadow_like(a: np.ndarray, width: int = 1, threads: int = 1) -> np.ndarray:
+    """Zeros for ``a``'s derivative. For a derivative whose prange loops run on
+    ``threads`` threads, a large one is zeroed on those threads, each its share
+    (``zero_in_shares``): the share its reverse chunks then update, in its cache."""
+    if width == 1 and threads > 1 and a.nbytes >= _ZEROED_ON_THREADS_BYTES:
+        out = np.empty(a.shape, dtype=a.dtype)
+        _state.native.zero_in_shares([(out.ctypes.data, out.nbytes)], threads)
+        return out
     return np.zeros(a.shape if width == 1 else (width, *a.shape), dtype=a.dtype)
 
 
@@ -332,12 +344,13 @@ _returns_arrays: weakref.WeakKeyDictionary[Any, dict[Any, bool]] = weakref.WeakK
 
 
 def zero_shadows(
-    args: Sequence[Any], acts: Sequence[Activity], width: int = 1
+    args: Sequence[Any], acts: Sequence[Activity], width: int = 1, threads: int = 1
 ) -> dict[int, np.ndarray]:
     """Zero shadows for the array arguments that take one (separate ones for one array
-    passed twice: each argument's own derivative, as JAX's argnums mean)."""
+    passed twice: each argument's own derivative, as JAX's argnums mean), for a
+    derivative on ``threads`` threads (``shadow_like``)."""
     return {
-        i: shadow_like(a, width)
+        i: shadow_like(a, width, threads)
         for i, (a, act) in enumerate(zip(args, acts, strict=True))
         if act.shadow and isinstance(a, np.ndarray)
     }
@@ -363,7 +376,7 @@ def reverse_call(
     """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
     acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
     df = derivatives.get(Reverse, acts, ret)
-    shadows = zero_shadows(args, acts)
+    shadows = zero_shadows(args, acts, threads=getattr(df, "threads", 1))
     primal, *adjoints = df(*interleave(args, acts, shadows), seed)
     active = iter(adjoints)
     grads = {i: next(active) for i, act in enumerate(acts) if act is Active}
