@@ -20,8 +20,10 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
    contenders (JAX and PyTorch run their one version of the math again). The Numba primal
    runs on Numba's threads; ``enzyme_py_reverse`` is ``ez.grad`` as a user calls it
    (threads= left out: the prange loops on every Numba thread where a loop's body has a
-   loop of its own, GMM's, else the serial twin, prange as range), ``enzyme_py_threads``
-   runs every prange loop on every core (``ez.autodiff(..., threads=os.cpu_count())``).
+   loop of its own, GMM's, or where they run once per call, Rosenbrock's, else the
+   serial twin, prange as range: heat's, inside its time loop), ``enzyme_py_threads``
+   runs every prange loop on every core (``ez.autodiff(..., threads=os.cpu_count())``,
+   its shadows zeroed by the caller with ``np.zeros_like``).
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells
 x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contender.

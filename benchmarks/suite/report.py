@@ -76,8 +76,9 @@ def environment(
             "Numba and enzyme_py: 1 thread (the prange rows' Numba primal: Numba's "
             f"{_numba_threads()} threads; their 'enzyme_py reverse' row: ez.grad's "
             f"default, Numba's {_numba_threads()} threads where a prange body has a loop "
-            "of its own, else 1; their 'enzyme_py reverse, threads=' row: "
-            f"threads={cores}); PyTorch: torch.set_num_threads("
+            "of its own or the prange loops run once per call, else 1; their "
+            f"'enzyme_py reverse, threads=' row: threads={cores}, its shadows zeroed "
+            "by the caller); PyTorch: torch.set_num_threads("
             f"{cores}); JAX: XLA CPU client defaults (all cores)"
         ),
         "enzyme_py_ad": bool(info.get("autodiff")),
