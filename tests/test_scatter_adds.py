@@ -355,3 +355,41 @@ def test_the_heat_derivative_runs_the_fused_loop():
     df = ez.autodiff(heat, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.ActiveOnly)
     ir = df.for_arguments((u0, np.zeros(n), target, 3, 1.0)).inspect_llvm(optimized=True)
     assert ".scatter.fused:" in ir
+
+
+WIDE = r"""
+double wide_loss(double *out, const double *in, long n) {
+  for (long i = 2; i < n - 2; ++i)
+    out[i] = 0.1 * in[i - 2] + 0.2 * in[i - 1] + 0.4 * in[i] + 0.2 * in[i + 1] + 0.1 * in[i + 2];
+  double s = 0.0;
+  for (long i = 2; i < n - 2; ++i) s += out[i] * out[i] * (1.0 + 0.01 * i);
+  return s;
+}
+"""
+
+
+def wide_loss(inp: np.ndarray, n: int) -> float:
+    out = np.zeros(n)
+    for i in range(2, n - 2):
+        out[i] = (
+            0.1 * inp[i - 2] + 0.2 * inp[i - 1] + 0.4 * inp[i] + 0.2 * inp[i + 1] + 0.1 * inp[i + 2]
+        )
+    return float(sum(out[i] * out[i] * (1.0 + 0.01 * i) for i in range(2, n - 2)))
+
+
+@pytest.mark.parametrize("n", [5, 6, 9, 14, 15, 16, 40, 257])
+def test_a_five_point_stencil_gradient_matches_central_differences(n):
+    # Five adds into the shadow of `in`, two entries either side: shifts up to 4 apart.
+    f = ez.c(WIDE).wide_loss
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.Active)
+    rng = np.random.default_rng(n)
+    inp = rng.uniform(size=n)
+    din = np.zeros(n)
+    df(np.zeros(n), np.zeros(n), inp, din, n, 1.0)
+    h = 1e-2  # quadratic: central differences exact but for rounding
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = h
+        numeric = (wide_loss(inp + e, n) - wide_loss(inp - e, n)) / (2 * h)
+        assert din[k] == pytest.approx(numeric, rel=1e-8, abs=1e-10), k
+    assert ".scatter.fused:" in df.inspect_llvm(optimized=True)

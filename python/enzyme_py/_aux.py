@@ -77,7 +77,7 @@ class AuxGradient(_AuxResult):
         aux_seed = self._aux_seed(args)
         acts = tf.activities_for(args, nums, Reverse, self._derivatives.may_write(args))
         df = self._derivatives.get(Reverse, acts, Duplicated)
-        shadows = tf.zero_shadows(args, acts)
+        shadows = tf.zero_shadows(args, acts, threads=getattr(df, "threads", 1))
         (value, aux), *adjoints = df(*tf.interleave(args, acts, shadows), (1.0, aux_seed))
         active = iter(adjoints)
         found = {i: next(active) for i, act in enumerate(acts) if act is Active}
