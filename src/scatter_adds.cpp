@@ -343,13 +343,16 @@ llvm::Value *disjoint(const Split &s, llvm::ScalarEvolution &se) {
 }
 
 // The loop's backedge-taken count as an i64, computed at the end of the block
-// before the loop (before any block is added, as in `disjoint`).
+// before the loop (before any block is added, as in `disjoint`); null where it cannot
+// be computed there.
 llvm::Value *backedges_before(const Split &s, const scatter::Fusion &f,
                               llvm::ScalarEvolution &se) {
   llvm::SCEVExpander expander(se, s.body->getModule()->getDataLayout(), "scatter");
   Instruction *at = s.outside->getTerminator();
+  if (!expander.isSafeToExpandAt(f.backedges, at)) return nullptr;
   llvm::Value *count = expander.expandCodeFor(f.backedges, f.backedges->getType(), at);
-  return llvm::IRBuilder<>(at).CreateZExtOrTrunc(count, llvm::Type::getInt64Ty(at->getContext()));
+  llvm::IRBuilder<> b(at);
+  return b.CreateZExtOrTrunc(count, b.getInt64Ty());
 }
 
 // Returns the untouched copy of the loop that a run-time check falls back to, if any.
@@ -358,15 +361,8 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   // The fused loop (scatter_fusion.h) where it computes the same, with the split
   // loops for loops too short for it.
   std::optional<scatter::Fusion> fusion = scatter::fusable(s, se);
-  llvm::Value *backedges = nullptr;
-  if (fusion) {
-    llvm::SCEVExpander expander(se, body->getModule()->getDataLayout(), "scatter");
-    if (expander.isSafeToExpandAt(fusion->backedges, s.outside->getTerminator())) {
-      backedges = backedges_before(s, *fusion, se);
-    } else {
-      fusion.reset();
-    }
-  }
+  llvm::Value *backedges = fusion ? backedges_before(s, *fusion, se) : nullptr;
+  if (!backedges) fusion.reset();
   // Where the adds' entries may be another access's, a run-time check chooses
   // between the split loops and an untouched copy of the loop.
   llvm::Value *apart = s.unproven.empty() ? nullptr : disjoint(s, se);
