@@ -428,6 +428,14 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     }
   }
   keep_only(body, roots);
+  // Left with nothing to do (every add moved out, no other store, no value used after
+  // it), the loop would still count its iterations: it runs once instead (finite: the
+  // fused path knows its trip count).
+  if (fusion && roots.size() == 1) {
+    body->getTerminator()->eraseFromParent();
+    for (llvm::PHINode &phi : body->phis()) phi.removeIncomingValue(body, false);
+    llvm::BranchInst::Create(s.exit, body);
+  }
   return fallback;
 }
 

@@ -393,3 +393,25 @@ def test_a_five_point_stencil_gradient_matches_central_differences(n):
         numeric = (wide_loss(inp + e, n) - wide_loss(inp - e, n)) / (2 * h)
         assert din[k] == pytest.approx(numeric, rel=1e-8, abs=1e-10), k
     assert ".scatter.fused:" in df.inspect_llvm(optimized=True)
+
+
+def test_a_loop_left_with_nothing_to_do_runs_once():
+    # Without the zeroing store, every store of the loop is an add, all moved to the
+    # fused and split loops: what is left only counted its iterations, and now runs once.
+    text = (
+        SCATTER_IR.replace("READ", "%next")
+        .replace("  store double 0.0, double* %pz\n", "")
+        .replace("double* %a, double* %g", "double* noalias %a, double* noalias %g")
+    )
+    fused = split_by_the_pass_alone(text)
+    rest = fused[fused.index("\nloop:") :]
+    rest = rest[: rest.index("\n\n")]
+    assert "br label %done" in rest and "br i1" not in rest, rest
+    for n in (3, 40):
+        rng = np.random.default_rng(n)
+        a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+        a_ref, g_read = a.copy(), g.copy()
+        ez.llvm_ir(fused, "scatter")(a, g, n)
+        scatter_reference(a_ref, g_read.copy(), n, 0)  # the reference zeroes its g
+        np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+        np.testing.assert_array_equal(g, g_read)  # this loop only reads g
