@@ -59,23 +59,45 @@ const llvm::SCEVAddRecExpr *affine_address(llvm::Value *pointer, const llvm::Loo
   return rec;
 }
 
+// The leaves of the tree of reassociable fadds under `v`, each fadd in `block` and
+// used once (v itself is one); false past a few fadds.
+bool add_leaves(llvm::Value *v, BasicBlock *block, std::vector<llvm::Value *> &leaves,
+                int &fadds) {
+  auto *add = llvm::dyn_cast<llvm::BinaryOperator>(v);
+  if (!add || add->getOpcode() != Instruction::FAdd || !add->hasAllowReassoc() ||
+      !add->hasOneUse() || add->getParent() != block) {
+    leaves.push_back(v);
+    return true;
+  }
+  if (++fadds > 8) return false;
+  return add_leaves(add->getOperand(0), block, leaves, fadds) &&
+         add_leaves(add->getOperand(1), block, leaves, fadds);
+}
+
 std::optional<ReadAddWrite> read_add_write(StoreInst *store, const llvm::Loop &loop,
                                            llvm::ScalarEvolution &se) {
   auto *add = llvm::dyn_cast<llvm::BinaryOperator>(store->getValueOperand());
-  if (!add || add->getOpcode() != Instruction::FAdd || !add->hasAllowReassoc() ||
-      !add->hasOneUse() || add->getParent() != store->getParent())
-    return std::nullopt;
-  for (unsigned k = 0; k < 2; ++k) {
-    auto *load = llvm::dyn_cast<LoadInst>(add->getOperand(k));
-    if (!load || !load->isSimple() || !load->hasOneUse() ||
-        load->getParent() != store->getParent() ||
-        load->getPointerOperand() != store->getPointerOperand() || !load->comesBefore(store))
-      continue;
-    const llvm::SCEVAddRecExpr *address = affine_address(store->getPointerOperand(), loop, se);
-    if (!address) return std::nullopt;
-    return ReadAddWrite{load, store, address};
+  if (!add || add->getOpcode() != Instruction::FAdd) return std::nullopt;
+  // `load + v` as Enzyme writes it, or `(v + load) + w` as clang reassociates it.
+  std::vector<llvm::Value *> leaves;
+  int fadds = 0;
+  if (!add_leaves(add, store->getParent(), leaves, fadds) || fadds == 0) return std::nullopt;
+  LoadInst *read = nullptr;
+  std::vector<llvm::Value *> added;
+  for (llvm::Value *leaf : leaves) {
+    auto *load = llvm::dyn_cast<LoadInst>(leaf);
+    if (!read && load && load->isSimple() && load->hasOneUse() &&
+        load->getParent() == store->getParent() &&
+        load->getPointerOperand() == store->getPointerOperand() && load->comesBefore(store)) {
+      read = load;
+    } else {
+      added.push_back(leaf);
+    }
   }
-  return std::nullopt;
+  if (!read) return std::nullopt;
+  const llvm::SCEVAddRecExpr *address = affine_address(store->getPointerOperand(), loop, se);
+  if (!address) return std::nullopt;
+  return ReadAddWrite{read, store, address, added};
 }
 
 llvm::MemoryLocation anywhere(Instruction *access) {

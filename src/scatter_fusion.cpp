@@ -53,12 +53,6 @@ bool slice_of(llvm::Value *root, BasicBlock *body, std::vector<Instruction *> &s
   return true;
 }
 
-// What the add of `t` adds: the operand of its fadd that is not the load.
-llvm::Value *added(const ReadAddWrite &t) {
-  auto *add = llvm::cast<llvm::BinaryOperator>(t.store->getValueOperand());
-  return add->getOperand(0) == t.load ? add->getOperand(1) : add->getOperand(0);
-}
-
 // Copies of the loop's instructions at a given iteration, in a new block.
 class AtIteration {
  public:
@@ -144,18 +138,18 @@ Instruction *carried(llvm::Value *v, const Split &s) {
   return x;
 }
 
-// The terms add k adds (see Term).
+// The terms add k adds (see Term): each leaf of its sum but the load, a float phi
+// carrying a value from the iteration before that value, a step late.
 std::vector<Term> terms_of(const Split &s, size_t k, int64_t shift) {
-  llvm::Value *v = added(s.adds[k]);
-  if (auto *sum = llvm::dyn_cast<llvm::BinaryOperator>(v);
-      sum && sum->getOpcode() == Instruction::FAdd && sum->hasAllowReassoc() &&
-      sum->getParent() == s.body) {
-    for (unsigned j = 0; j < 2; ++j) {
-      if (Instruction *x = carried(sum->getOperand(j), s))
-        return {Term{k, sum->getOperand(1 - j), shift, 0, {}}, Term{k, x, shift + 1, 1, {}}};
+  std::vector<Term> terms;
+  for (llvm::Value *leaf : s.adds[k].added) {
+    if (Instruction *x = carried(leaf, s)) {
+      terms.push_back(Term{k, x, shift + 1, 1, {}});
+    } else {
+      terms.push_back(Term{k, leaf, shift, 0, {}});
     }
   }
-  return {Term{k, v, shift, 0, {}}};
+  return terms;
 }
 
 }  // namespace

@@ -32,13 +32,15 @@
 
 namespace enzyme_py::scatter {
 
-// `*p = *p + v` in one block: the load's only use is the add, the add's only use
-// the store, to the same address, affine in the loop with a constant non-zero
-// step (each iteration its own entry).
+// `*p = *p + v1 + v2 + ...` in one block: the stored value a tree of reassociable
+// fadds, each used once, with the load of the same address as one of its leaves
+// (used once too), the address affine in the loop with a constant non-zero step (each
+// iteration its own entry). `added`: the other leaves.
 struct ReadAddWrite {
   llvm::LoadInst *load;
   llvm::StoreInst *store;
   const llvm::SCEVAddRecExpr *address;
+  std::vector<llvm::Value *> added;
 };
 
 struct Split {
