@@ -19,7 +19,9 @@ namespace enzyme_py {
 //
 // Only where that is provably the same computation: an innermost loop of one block
 // with a single exit, no calls that touch memory, every access to that shadow one
-// of those read-add-write triples (at affine addresses of the same stride), and
+// of those read-add-writes (at affine addresses of the same stride; the stored value
+// a tree of reassociable adds with the loaded one as a leaf, as clang writes
+// `(v + da[i]) + w`), and
 // every other load reading memory that no store of the loop writes, except the
 // same address later in the same iteration (the reverse pass zeroing what it
 // read). Where alias analysis cannot tell the other accesses from the shadow's
