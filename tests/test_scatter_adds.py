@@ -19,6 +19,7 @@ import pytest
 
 import enzyme_py as ez
 from benchmarks import kernels
+from benchmarks.cython_gradients import C_SOURCE
 from enzyme_py._pipeline import SPLIT_SCATTER_ADDS
 from enzyme_py.frontends.ir import parse_module
 
@@ -417,25 +418,12 @@ def test_a_loop_left_with_nothing_to_do_runs_once():
         np.testing.assert_array_equal(g, g_read)  # this loop only reads g
 
 
-ROSENBROCK_C = r"""
-double rosenbrock(const double *x, long n) {
-  double s = 0.0;
-  for (long i = 0; i < n - 1; i++) {
-    double a = x[i + 1] - x[i] * x[i];
-    double b = 1.0 - x[i];
-    s += 100.0 * a * a + b * b;
-  }
-  return s;
-}
-"""
-
-
 @pytest.mark.parametrize("n", [2, 3, 9, 10, 11, 100, 1001])
 def test_a_reassociated_add_is_fused_and_exact(n):
     # clang's reverse of Rosenbrock adds into dx[i] as (v + dx[i]) + w: the load is a
     # leaf of a tree of adds. Fused (before: vectorised with a store-to-load forward that
     # failed every iteration, three times slower), and exact against the analytic gradient.
-    f = ez.c(ROSENBROCK_C).rosenbrock
+    f = ez.c(C_SOURCE).rosenbrock  # the benchmark suite's C kernel
     df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
     x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
     dx = np.zeros(n)
