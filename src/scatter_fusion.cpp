@@ -6,6 +6,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/Local.h>
 #include <llvm/Transforms/Utils/ValueMapper.h>
 
 namespace enzyme_py::scatter {
@@ -60,8 +61,11 @@ class AtIteration {
 
   // `root` as the loop computes it at iteration `t` (an i64), from copies of `slice`
   // emitted at b's insertion point.
+  // Where `clones` is given, each copied instruction's copy goes there, keyed by the
+  // instruction it copies.
   llvm::Value *value(llvm::IRBuilder<> &b, const std::vector<Instruction *> &slice,
-                     llvm::Value *root, llvm::Value *t) const {
+                     llvm::Value *root, llvm::Value *t,
+                     std::map<Instruction *, Instruction *> *clones = nullptr) const {
     llvm::ValueToValueMapTy map;
     auto phi_value = [&](llvm::Value *v) {
       auto *phi = llvm::dyn_cast<PHINode>(v);
@@ -74,6 +78,7 @@ class AtIteration {
       copy->setName(inst->getName() + ".fused");
       b.Insert(copy);
       map[inst] = copy;
+      if (clones) (*clones)[inst] = copy;
       llvm::RemapInstruction(copy, map,
                              llvm::RF_IgnoreMissingLocals | llvm::RF_NoModuleLevelChanges);
     }
@@ -150,6 +155,51 @@ std::vector<Term> terms_of(const Split &s, size_t k, int64_t shift) {
     }
   }
   return terms;
+}
+
+// The copies of the loop's loads in the fused loop, by the load they copy and the
+// iteration they run at (w + offset).
+using LoadCopies = std::map<std::pair<Instruction *, int64_t>, std::vector<Instruction *>>;
+
+// A load the fused loop makes at iteration w + d that it also makes at w + d + 1
+// reads at w what it read the iteration before: a phi carries it instead (a
+// first-order recurrence, which the loop vectoriser takes: one load of the two
+// left, Rosenbrock's x[u], x[u+1] from x[u+1], x[u+2] the iteration before). Not
+// from a load itself carried: LLVM 15's vectoriser refuses second-order
+// recurrences. As sound as the fused loop itself: the loads it copies read memory it
+// does not write. `low` (the loop's preheader) loads the first iteration's values.
+void carry_loads(const Split &s, const Fusion &f, const AtIteration &at, const LoadCopies &loads,
+                 BasicBlock *low, BasicBlock *loop) {
+  std::set<std::pair<Instruction *, int64_t>> carried;
+  for (Instruction &original : *s.body) {
+    std::vector<int64_t> offsets;  // descending
+    for (auto it = loads.lower_bound({&original, INT64_MIN});
+         it != loads.end() && it->first.first == &original; ++it)
+      offsets.insert(offsets.begin(), it->first.second);
+    for (const int64_t offset : offsets) {
+      const auto &copies = loads.at({&original, offset});
+      auto source = loads.find({&original, offset + 1});
+      if (source == loads.end() || carried.count(source->first)) continue;
+      std::vector<Instruction *> slice;
+      std::set<PHINode *> phis;
+      if (!slice_of(&original, s.body, slice, phis)) continue;
+      if (std::any_of(phis.begin(), phis.end(), [&](PHINode *p) { return !f.phis.count(p); }))
+        continue;
+      llvm::IRBuilder<> b(low->getTerminator());
+      llvm::Value *first = at.value(b, slice, &original, b.getInt64(offset));
+      PHINode *phi = PHINode::Create(original.getType(), 2, original.getName() + ".carried",
+                                     loop->getFirstNonPHI());
+      phi->addIncoming(first, low);
+      phi->addIncoming(source->second.front(), loop);
+      for (Instruction *copy : copies) {
+        llvm::Value *address = llvm::getLoadStorePointerOperand(copy);
+        copy->replaceAllUsesWith(phi);
+        copy->eraseFromParent();
+        llvm::RecursivelyDeleteTriviallyDeadInstructions(address);
+      }
+      carried.insert({&original, offset});
+    }
+  }
 }
 
 }  // namespace
@@ -238,18 +288,31 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
   w->addIncoming(b.getInt64(0), low);
   const ReadAddWrite &reference = s.adds.front();
   auto *flags = llvm::cast<Instruction>(reference.store->getValueOperand());
-  llvm::Value *sum = nullptr;
-  for (const Term &term : f.terms) {
-    llvm::Value *t = b.CreateAdd(w, b.getInt64(f.ahead - term.shift));
-    llvm::Value *v = at.value(b, term.slice, term.root, t);
-    sum = sum ? b.CreateFAddFMF(sum, v, flags) : v;
+  // Terms at later iterations first, so that a load carried to the next iteration
+  // (carry_loads) comes before the uses of the value it carries.
+  std::vector<size_t> order(f.terms.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t i, size_t j) { return f.terms[i].shift < f.terms[j].shift; });
+  std::vector<llvm::Value *> values(f.terms.size());
+  LoadCopies loads;
+  for (size_t j : order) {
+    const Term &term = f.terms[j];
+    const int64_t offset = f.ahead - term.shift;
+    std::map<Instruction *, Instruction *> clones;
+    values[j] = at.value(b, term.slice, term.root, b.CreateAdd(w, b.getInt64(offset)), &clones);
+    for (const auto &[original, copy] : clones)
+      if (llvm::isa<llvm::LoadInst>(original)) loads[{original, offset}].push_back(copy);
   }
+  llvm::Value *sum = nullptr;
+  for (llvm::Value *v : values) sum = sum ? b.CreateFAddFMF(sum, v, flags) : v;
   llvm::Value *entry = at.value(b, f.address_slice[0], reference.store->getPointerOperand(),
                                 b.CreateAdd(w, b.getInt64(f.ahead)));
   AtIteration::write(b, reference, entry, sum);
   llvm::Value *next = b.CreateAdd(w, b.getInt64(1), "scatter.w.next");
   w->addIncoming(next, loop);
   b.CreateCondBr(b.CreateICmpEQ(next, count), high, loop);
+  carry_loads(s, f, at, loads, low, loop);
 
   // The last iterations of each term whose entry the fused loop does not reach (a
   // late term's last is the one before the loop's last).

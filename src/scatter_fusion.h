@@ -14,7 +14,9 @@
 // own, `Term`.) The few iterations at
 // either end whose entry that loop does not cover (at most the spread of the shifts
 // per add) run as straight-line code before and after it. A loop too short to have
-// such a middle runs the split loops instead.
+// such a middle runs the split loops instead. A load the fused loop makes for two
+// terms one iteration apart is made once, the other copy carried in a phi from the
+// iteration before (a first-order recurrence the loop vectoriser takes).
 //
 // Internal to scatter_adds.cpp (the pass) and scatter_fusion.cpp.
 #pragma once
