@@ -1,6 +1,7 @@
 #include "jit.h"
 
 #include "crash_report.h"
+#include "index_signs.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
 #include "scatter_adds.h"
@@ -218,9 +219,15 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   builder.registerPipelineParsingCallback(
       [](llvm::StringRef name, llvm::FunctionPassManager &passes,
          llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
-        if (name != kSplitScatterAdds) return false;
-        passes.addPass(SplitScatterAdds());
-        return true;
+        if (name == kSplitScatterAdds) {
+          passes.addPass(SplitScatterAdds());
+          return true;
+        }
+        if (name == kFoldIndexSigns) {
+          passes.addPass(FoldIndexSigns());
+          return true;
+        }
+        return false;
       });
   llvm::LoopAnalysisManager loops;
   llvm::FunctionAnalysisManager functions;

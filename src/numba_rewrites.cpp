@@ -9,6 +9,7 @@
 #include <llvm-c/Linker.h>
 
 #include "arena.h"
+#include "index_signs.h"
 #include "jit.h"
 #include "numba_blas_ir.inc"
 
@@ -122,7 +123,7 @@ const char *const kSimplifyPasses =
     "loop-mssa(licm),jump-threading,loop-mssa(simple-loop-unswitch),"
     "gvn<no-load-pre>,instcombine,simplifycfg,"
     "loop(indvars,loop-deletion,loop-unroll-full),"
-    "loop-mssa(licm),gvn<no-load-pre>,instcombine,simplifycfg)";
+    "loop-mssa(licm),gvn<no-load-pre>,enzyme-py-fold-index-signs,instcombine,simplifycfg)";
 
 namespace {
 
@@ -376,6 +377,7 @@ int define_numba_blas(LLVMModuleRef mod) {
 
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   keep_exception_helpers_inactive(mod);
+  assume_signs_in_callees(*llvm::unwrap(mod));
   define_numba_blas(mod);
   compute_nrt_data_pointers(mod);
   allocations_never_null(mod);

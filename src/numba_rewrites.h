@@ -34,10 +34,13 @@ int define_numba_blas(LLVMModuleRef mod);
 // overwrites the array (Gauss-Seidel sweeps). Jump threading, then unswitching,
 // move checks on loop-invariant values that exit the loop (Numba's size checks of
 // an np.empty in the loop) before it: a loop with a computable trip count has its
-// caches allocated once instead of grown by realloc.
+// caches allocated once instead of grown by realloc. Last, Numba's negative-index
+// tests of indices proven non-negative are folded (index_signs.h).
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module:
+// - the wrapper's assumes about the shapes it passes (each >= 0) are made in the
+//   Numba function too (assume_signs_in_callees, index_signs.h);
 // - loads of a temporary's data pointer from its MemInfo header become the
 //   constant offset enzyme_py's arena puts the data at, from the (noalias)
 //   allocation call: LLVM and Enzyme then know temporaries do not alias;

@@ -113,6 +113,11 @@ _SECOND = (
 # loops it takes (in the second pipeline), before the SLP vectoriser pairs their adds.
 SPLIT_SCATTER_ADDS = "enzyme-py-split-scatter-adds"
 
+# src/index_signs.h: Numba's negative-index tests of indices proven non-negative,
+# folded. It runs before Enzyme, in the simplification of Numba's code (kSimplifyPasses
+# in src/numba_rewrites.cpp); named here for tests that run it alone.
+FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
+
 PASSES = (
     _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
     .replace(",loop-load-elim,", f",loop-load-elim,gvn<>,{SPLIT_SCATTER_ADDS},")

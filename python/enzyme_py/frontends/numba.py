@@ -296,6 +296,12 @@ def _specialize(
             params.append(NumbaParam(param, nd, numba_type))
             signature_text.append(f"{elem}* {NOALIAS} %{v}")
             signature_text.extend(f"i64 %{v}.shape{d}" for d in range(nd))
+            for d in range(nd):
+                # Every NumPy shape is >= 0: said to LLVM, it proves indices
+                # non-negative and folds Numba's negative-index tests
+                # (src/index_signs.h).
+                body.append(f"  %{v}.shape{d}.sign = icmp sge i64 %{v}.shape{d}, 0")
+                body.append(f"  call void @llvm.assume(i1 %{v}.shape{d}.sign)")
             if passes_strides:
                 signature_text.extend(f"i64 %{v}.stride{d}" for d in range(nd))
             elif nd:
@@ -423,6 +429,8 @@ def _specialize(
             numba_ir = _with_noalias(numba_ir, own.fndesc.mangled_name, array_names)
         text = numba_ir + "\n" + wrapper_text.replace(NOALIAS, "noalias" if noalias else "")
         text += "\n"
+        if not re.search(r"^declare void @llvm\.assume\(", numba_ir, re.MULTILINE):
+            text += "declare void @llvm.assume(i1)\n"  # the wrapper's assumes
         if launch_names:
             module = _numba_parfor.threaded_module(
                 text, own.fndesc.mangled_name, WRAPPER, launch_names, _stable(text), noalias

@@ -1,0 +1,42 @@
+// Sign tests of array indices that can never be negative, folded.
+//
+// Numba follows Python's indexing: `a[i]` with a signed i reads a[i + n] where i < 0
+// (a compare and a select per access), unless it knows i >= 0, which it rarely
+// does. In a nest such as GMM's `for r in range(j + 1, d): qxc[r] += icf[c, idx] *
+// xc[j]; idx += 1`, LLVM cannot prove r or idx non-negative either, and Enzyme copies
+// each test into the forward and reverse passes: the GMM gradient spent 18% of its
+// time on them.
+//
+// The pass proves a value non-negative by rules that hold at every step of every run,
+// and folds the sign tests (`icmp slt X, 0` -> false, and its other spellings):
+// - constants >= 0, and values ValueTracking knows to be (the Numba wrapper asserts
+//   with llvm.assume that every array shape is >= 0, as every NumPy shape is);
+// - operations that keep non-negative operands non-negative: add/mul nsw (an overflow
+//   is poison, which the fold may refine), select, zext, udiv, urem, srem, sdiv, and,
+//   or, lshr, ashr, smin/smax/umin/umax;
+// - a phi whose incoming values all are, the phi itself assumed while proving them
+//   (induction over the run: a cycle of such operations started from non-negative
+//   values stays non-negative), computed as a greatest fixed point;
+// - a loop counter P = phi [S, P + 1] whose loop leaves where P + 1 == E (its only
+//   latch, E invariant in the loop) and is entered only where S < E (a dominating
+//   branch on `S < E` or `E - S >= 1`, the form LLVM gives Numba's `range(S, E)`),
+//   with S and E non-negative: P runs over S .. E - 1.
+#pragma once
+
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassManager.h>
+
+namespace enzyme_py {
+
+// Where a function's entry block assumes `x >= 0` of a value x it passes to a function
+// defined in `mod` and called from there only, that function's entry assumes it of
+// its parameter too (Numba's wrapper asserts the shapes it passes to Numba's code).
+void assume_signs_in_callees(llvm::Module &mod);
+
+struct FoldIndexSigns : llvm::PassInfoMixin<FoldIndexSigns> {
+  llvm::PreservedAnalyses run(llvm::Function &fn, llvm::FunctionAnalysisManager &analyses);
+};
+
+inline constexpr const char *kFoldIndexSigns = "enzyme-py-fold-index-signs";
+
+}  // namespace enzyme_py
