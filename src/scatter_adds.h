@@ -30,9 +30,11 @@ namespace enzyme_py {
 // loop otherwise.
 //
 // A function pass, named in the derivative pipeline (_pipeline.py) as
-// kSplitScatterAdds: after the first loop vectoriser (which refused such loops),
-// before the SLP vectoriser (which would pair neighbouring adds into vectors that
-// overlap from one iteration to the next).
+// kSplitScatterAdds: after the first loop vectoriser (which refused such loops) and
+// before loop-load elimination and load PRE (which would carry a neighbour's add in a
+// register first, in a loop this pass does not take), before the SLP vectoriser (which
+// would pair neighbouring adds into vectors that overlap from one iteration to the
+// next).
 struct SplitScatterAdds : llvm::PassInfoMixin<SplitScatterAdds> {
   llvm::PreservedAnalyses run(llvm::Function &fn, llvm::FunctionAnalysisManager &analyses);
 };

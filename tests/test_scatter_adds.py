@@ -210,9 +210,9 @@ def split_by_the_pass_alone(text: str) -> str:
 
 @pytest.mark.parametrize("noalias", [True, False])
 def test_the_pass_alone_splits_and_its_result_runs(noalias):
-    # The pass on its own (the derivative pipeline's loop-load elimination runs before
-    # it and may already forward a noalias loop's adds): one loop per add, then the
-    # rest; a run-time check and a fallback copy only where a and g may overlap.
+    # The pass on its own (in the derivative pipeline the first vectoriser runs before
+    # it): one loop per add, then the rest; a run-time check and a fallback copy only
+    # where a and g may overlap.
     text = SCATTER_IR.replace("READ", "%next")
     if noalias:
         text = text.replace("double* %a, double* %g", "double* noalias %a, double* noalias %g")
@@ -434,3 +434,17 @@ def test_a_reassociated_add_is_fused_and_exact(n):
     df(x, dx, n, 1.0)
     np.testing.assert_allclose(dx, kernels.rosenbrock_gradient(x), rtol=1e-13, atol=1e-12)
     assert ".scatter.fused:" in df.inspect_llvm(optimized=True)
+
+
+@pytest.mark.parametrize("n", [2, 3, 9, 10, 11, 100, 1001])
+def test_the_serial_numba_rosenbrock_reverse_loop_is_fused_and_exact(n):
+    # The pass runs before loop-load elimination and load PRE, which would otherwise
+    # carry grad[i + 1] in a register first (a loop storing every entry twice, which
+    # the pass does not take): Numba's reverse loop is fused, and exact.
+    f = kernels.rosenbrock
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.ActiveOnly)
+    x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
+    dx = np.zeros(n)
+    df(x, dx, 1.0)
+    np.testing.assert_allclose(dx, kernels.rosenbrock_gradient(x), rtol=1e-13, atol=1e-12)
+    assert ".scatter.fused:" in df.for_arguments((x, dx, 1.0)).inspect_llvm(optimized=True)

@@ -48,7 +48,14 @@ Cython heat derivatives too (1.15 -> 0.69-0.75 ms, 1.52 -> 0.64-0.81 ms). Where 
 add's value can be computed at any iteration, the same pass makes one loop that gathers
 every add's value into each entry instead (``src/scatter_fusion.h``): one pass over the
 shadow, not one per add (Rosenbrock prange's reverse chunks on two threads 185-197 ->
-110-127 us; heat 3-4% faster).
+110-127 us; heat 3-4% faster). The pass runs right after the first vectoriser, before
+loop-load elimination and the GVN with load PRE: these would otherwise carry serial
+Rosenbrock's ``grad[i+1]`` from one iteration to the next first (a loop that then stores
+every entry twice), which the pass does not take. Once the fused loop carried its own
+loads (one load of ``x`` fewer per vector), that order won on the same source (A/B in
+one process, 2-core AMD EPYC): ``ez.grad`` of serial Rosenbrock 257-265 -> 243-244 us,
+the C one into a reused gradient 200-204 -> 181-185 us, Rosenbrock prange 173-202 ->
+161-162 us; serial Rosenbrock into a reused gradient 186-189 -> 191-193 us, heat equal.
 
 Part of the derivative cache's key (``_build.environment_parts``).
 """
@@ -120,7 +127,7 @@ FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
 
 PASSES = (
     _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
-    .replace(",loop-load-elim,", f",loop-load-elim,gvn<>,{SPLIT_SCATTER_ADDS},")
+    .replace(",loop-load-elim,", f",{SPLIT_SCATTER_ADDS},loop-load-elim,gvn<>,")
     .replace(",loop-unroll<O2>,", ",loop-unroll<O2;no-runtime>,")
     + "|"
     + _SECOND
