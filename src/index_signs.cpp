@@ -273,7 +273,9 @@ std::pair<Value *, bool> sign_test(llvm::ICmpInst *compare) {
 void assume_signs_in_callees(llvm::Module &mod) {
   for (llvm::Function &caller : mod) {
     if (caller.isDeclaration()) continue;
-    std::set<Value *> non_negative;
+    // The assumes of the entry block, and where they are: a call after them in that
+    // block, or in any other block, runs only once they have held.
+    std::map<Value *, Instruction *> non_negative;
     for (Instruction &inst : caller.getEntryBlock()) {
       auto *assume = llvm::dyn_cast<llvm::AssumeInst>(&inst);
       llvm::ICmpInst::Predicate predicate;
@@ -281,7 +283,7 @@ void assume_signs_in_callees(llvm::Module &mod) {
       if (assume && pm::match(assume->getArgOperand(0),
                               pm::m_ICmp(predicate, pm::m_Value(x), pm::m_Zero())) &&
           predicate == llvm::ICmpInst::ICMP_SGE)
-        non_negative.insert(x);
+        non_negative.emplace(x, assume);
     }
     if (non_negative.empty()) continue;
     for (BasicBlock &block : caller) {
@@ -293,7 +295,10 @@ void assume_signs_in_callees(llvm::Module &mod) {
         llvm::IRBuilder<> b(&*callee->getEntryBlock().getFirstInsertionPt());
         for (unsigned k = 0; k < call->arg_size() && k < callee->arg_size(); ++k) {
           llvm::Argument *param = callee->getArg(k);
-          if (!non_negative.count(call->getArgOperand(k)) || !param->getType()->isIntegerTy())
+          auto found = non_negative.find(call->getArgOperand(k));
+          if (found == non_negative.end() || !param->getType()->isIntegerTy()) continue;
+          if (call->getParent() == found->second->getParent() &&
+              !found->second->comesBefore(call))
             continue;
           b.CreateAssumption(b.CreateICmpSGE(param, llvm::ConstantInt::get(param->getType(), 0)));
         }

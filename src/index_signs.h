@@ -28,9 +28,10 @@
 
 namespace enzyme_py {
 
-// Where a function's entry block assumes `x >= 0` of a value x it passes to a function
-// defined in `mod` and called from there only, that function's entry assumes it of
-// its parameter too (Numba's wrapper asserts the shapes it passes to Numba's code).
+// Where a function's entry block assumes `x >= 0` of a value x it passes, after that
+// assume, to a function defined in `mod` and called from there only, that function's
+// entry assumes it of its parameter too (Numba's wrapper asserts the shapes it passes
+// to Numba's code).
 void assume_signs_in_callees(llvm::Module &mod);
 
 struct FoldIndexSigns : llvm::PassInfoMixin<FoldIndexSigns> {

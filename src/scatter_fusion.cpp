@@ -6,7 +6,6 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Transforms/Utils/Local.h>
 #include <llvm/Transforms/Utils/ValueMapper.h>
 
 namespace enzyme_py::scatter {
@@ -191,11 +190,9 @@ void carry_loads(const Split &s, const Fusion &f, const AtIteration &at, const L
                                      loop->getFirstNonPHI());
       phi->addIncoming(first, low);
       phi->addIncoming(source->second.front(), loop);
-      for (Instruction *copy : copies) {
-        llvm::Value *address = llvm::getLoadStorePointerOperand(copy);
+      for (Instruction *copy : copies) {  // (their addresses left to later passes)
         copy->replaceAllUsesWith(phi);
         copy->eraseFromParent();
-        llvm::RecursivelyDeleteTriviallyDeadInstructions(address);
       }
       carried.insert({&original, offset});
     }

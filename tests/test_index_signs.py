@@ -273,3 +273,41 @@ def test_the_gmm_gradient_is_unchanged_by_the_fold():
         up[2], down[2] = icf + e, icf - e
         numeric = (kernels.gmm_objective(*up) - kernels.gmm_objective(*down)) / 2e-6
         assert grads[2][c, j] == pytest.approx(numeric, rel=1e-6, abs=1e-6)
+
+
+# A caller asserting n >= 0 (as Numba's wrapper does of every shape) before or after
+# it calls a function defined beside it: only a call after the assume lets the callee
+# assume it too (before, the callee may run with any n).
+CALLER_IR = r"""
+declare void @llvm.assume(i1)
+
+define i64 @wrapped(i64 %n) {
+entry:
+  %negative = icmp slt i64 %n, 0
+  %wrap = select i1 %negative, i64 1000, i64 0
+  %index = add i64 %n, %wrap
+  ret i64 %index
+}
+
+define i64 @wrapper(i64 %n) {
+entry:
+  %sign = icmp sge i64 %n, 0
+  BEFORE
+  call void @llvm.assume(i1 %sign)
+  AFTER
+  ret i64 %r
+}
+"""
+
+
+@pytest.mark.parametrize("after", [True, False])
+def test_a_callee_assumes_what_its_caller_asserted_before_the_call(after):
+    call = "%r = call i64 @wrapped(i64 %n)"
+    text = CALLER_IR.replace("AFTER" if after else "BEFORE", call)
+    text = text.replace("BEFORE", "").replace("AFTER", "")
+    module = parse_module(text)
+    module.native.simplify_for_enzyme()
+    ir = module.native.ir()
+    wrapped = ir[ir.index("define i64 @wrapped") : ir.index("define i64 @wrapper")]
+    assert ("icmp slt" in wrapped) is not after, wrapped
+    assert int(ez.llvm_ir(ir, "wrapper")(7)) == 7
