@@ -377,19 +377,20 @@ llvm::Value *backedges_before(const Split &s, const scatter::Fusion &f,
   return b.CreateZExtOrTrunc(count, b.getInt64Ty());
 }
 
-// Returns the untouched copy of the loop that a run-time check falls back to, if any.
+// Returns the untouched copy of the loop that a run-time check, or the fused path's
+// guard, falls back to, if any.
 BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   BasicBlock *body = s.body;
-  // The fused loop (scatter_fusion.h) where it computes the same, with the split
-  // loops for loops too short for it.
+  // The fused loop (scatter_fusion.h) where it computes the same, with the loop as
+  // written for loops too short for it.
   std::optional<scatter::Fusion> fusion = scatter::fusable(s, se);
   llvm::Value *backedges = fusion ? backedges_before(s, *fusion, se) : nullptr;
   if (!backedges) fusion.reset();
   // Where the adds' entries may be another access's, a run-time check chooses
-  // between the split loops and an untouched copy of the loop.
+  // between the split (or fused) loops and an untouched copy of the loop.
   llvm::Value *apart = s.unproven.empty() ? nullptr : disjoint(s, se);
   BasicBlock *fallback = nullptr;
-  if (apart) {
+  if (apart || fusion) {
     llvm::ValueToValueMapTy map;
     fallback = clone_of(body, ".scatter.fallback", map, /*keep_whole=*/true);
     for (llvm::PHINode &phi : s.exit->phis()) {
@@ -399,27 +400,29 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
                       fallback);
     }
   }
-  // One copy of the loop per add, in order, each keeping that add only; then the
-  // loop itself without them. (Keeping the last add in the loop saves a pass, but
-  // LLVM 15's vectoriser refused heat's: its recurrence feeds both that add and a
-  // reduction used after the loop.)
+  // Without the fused loop: one copy of the loop per add, in order, each keeping
+  // that add only; then the loop itself without them. (Keeping the last add in the
+  // loop saves a pass, but LLVM 15's vectoriser refused heat's: its recurrence feeds
+  // both that add and a reduction used after the loop.)
   std::vector<BasicBlock *> copies;
-  for (size_t k = 0; k < s.adds.size(); ++k) {
+  for (size_t k = 0; !fusion && k < s.adds.size(); ++k) {
     llvm::ValueToValueMapTy map;
     BasicBlock *copy = clone_of(body, ".scatter" + llvm::Twine(k), map);
     keep_only(copy, {llvm::cast<Instruction>(map[s.adds[k].store]), copy->getTerminator()});
     copies.push_back(copy);
   }
   // The adds run from `adds` (the split loops, or the fused path's guard) and go on
-  // to `after` (the rest of the loop, or a block the two paths join in).
-  BasicBlock *adds = copies.front();
+  // to `after` (the rest of the loop, after a block the fused path ends in). A loop
+  // too short for the fused one runs as written (the untouched copy): no split loops
+  // to build (the first build's code generation) for the few iterations they would
+  // take.
+  BasicBlock *adds = fusion ? nullptr : copies.front();
   BasicBlock *after = body;
   if (fusion) {
     after = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.join",
                                body->getParent(), body);
     llvm::BranchInst::Create(body, after);
-    adds = scatter::fused_path(s, *fusion, backedges, copies.front(), after);
-    copies.front()->replacePhiUsesWith(s.outside, adds);
+    adds = scatter::fused_path(s, *fusion, backedges, fallback, after);
     body->replacePhiUsesWith(s.outside, after);
   }
   // The loop's entry edge now leads to the check, or straight to the adds.
@@ -428,8 +431,16 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     entry = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.check",
                                body->getParent(), fallback);
     llvm::BranchInst::Create(adds, fallback, apart, entry);
-    fallback->replacePhiUsesWith(s.outside, entry);
     if (!fusion) copies.front()->replacePhiUsesWith(s.outside, entry);
+  }
+  // The untouched copy is entered from the check and from the fused path's guard.
+  if (fallback) {
+    for (llvm::PHINode &phi : fallback->phis()) {
+      const int from_outside = phi.getBasicBlockIndex(s.outside);
+      llvm::Value *start = phi.getIncomingValue(from_outside);
+      phi.setIncomingBlock(from_outside, apart ? entry : adds);
+      if (apart && fusion) phi.addIncoming(start, adds);
+    }
   }
   s.outside->getTerminator()->replaceSuccessorWith(body, entry);
   for (size_t k = 0; k < copies.size(); ++k) {

@@ -20,7 +20,7 @@ using llvm::PHINode;
 constexpr int64_t kMostShift = 4;
 constexpr size_t kMostAdds = 8;
 // The fused loop runs where it has at least this many iterations; shorter loops
-// run the split loops.
+// run as written.
 constexpr int64_t kFewestFused = 8;
 
 // The loop's instructions `root` needs, in block order, into `slice`; the header phis
@@ -254,12 +254,12 @@ std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se) {
 }
 
 BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
-                       BasicBlock *split_entry, BasicBlock *join) {
+                       BasicBlock *short_path, BasicBlock *join) {
   llvm::LLVMContext &context = s.body->getContext();
   llvm::Function *fn = s.body->getParent();
   const std::string name = s.body->getName().str();
   auto block = [&](const char *suffix) {
-    return BasicBlock::Create(context, name + suffix, fn, split_entry);
+    return BasicBlock::Create(context, name + suffix, fn, short_path);
   };
   BasicBlock *guard = block(".scatter.guard");
   BasicBlock *low = block(".scatter.fused.low");
@@ -270,7 +270,7 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
 
   llvm::IRBuilder<> b(guard);
   b.CreateCondBr(b.CreateICmpUGE(backedges, b.getInt64(ends + kFewestFused - 1)), low,
-                 split_entry);
+                 short_path);
 
   // The first iterations of each term whose entry the fused loop does not reach.
   b.SetInsertPoint(low);

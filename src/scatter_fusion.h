@@ -14,7 +14,7 @@
 // own, `Term`.) The few iterations at
 // either end whose entry that loop does not cover (at most the spread of the shifts
 // per add) run as straight-line code before and after it. A loop too short to have
-// such a middle runs the split loops instead. A load the fused loop makes for two
+// such a middle runs as written (an untouched copy of it). A load the fused loop makes for two
 // terms one iteration apart is made once, the other copy carried in a phi from the
 // iteration before (a first-order recurrence the loop vectoriser takes).
 //
@@ -85,11 +85,11 @@ struct Fusion {
 // The fused form of `s`'s adds, where it computes what they computed (above).
 std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se);
 
-// The fused path, in new blocks: a guard that goes to `split_entry` (the split
-// loops) where the loop is too short, else the fused loop with its ends, then to
+// The fused path, in new blocks: a guard that goes to `short_path` (an untouched copy
+// of the loop) where the loop is too short, else the fused loop with its ends, then to
 // `join`. `backedges` is the loop's backedge-taken count as an i64, computed before
 // the loop. Returns the guard.
 llvm::BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
-                             llvm::BasicBlock *split_entry, llvm::BasicBlock *join);
+                             llvm::BasicBlock *short_path, llvm::BasicBlock *join);
 
 }  // namespace enzyme_py::scatter
