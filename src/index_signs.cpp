@@ -159,15 +159,34 @@ class SignProver {
     }
   }
 
-  // Constants, and what ValueTracking knows (llvm.assume among others).
+  // Constants, arguments the function asserts, and what ValueTracking knows of an
+  // instruction's value where it is computed (llvm.assume among others).
   bool leaf(Value *v) {
     if (auto *constant = llvm::dyn_cast<llvm::ConstantInt>(v)) return !constant->isNegative();
-    const llvm::DataLayout &layout = fn_.getParent()->getDataLayout();
-    if (llvm::isa<llvm::Argument>(v))
-      return llvm::isKnownNonNegative(v, layout, 0, &assumptions_,
-                                      fn_.getEntryBlock().getTerminator(), &dt_);
+    if (auto *argument = llvm::dyn_cast<llvm::Argument>(v)) return asserted(argument);
     if (auto *inst = llvm::dyn_cast<Instruction>(v))
-      return llvm::isKnownNonNegative(v, layout, 0, &assumptions_, inst, &dt_);
+      return llvm::isKnownNonNegative(v, fn_.getParent()->getDataLayout(), 0, &assumptions_,
+                                      inst, &dt_);
+    return false;
+  }
+
+  // Whether every run of the function meets an `assume(argument >= 0)`: one in the
+  // entry block with nothing before it that may leave the block (a run that meets
+  // it with a negative argument is undefined as a whole, so the fact holds
+  // everywhere in the function, before the assume too).
+  bool asserted(llvm::Argument *argument) const {
+    for (Instruction &inst : fn_.getEntryBlock()) {
+      llvm::ICmpInst::Predicate predicate;
+      auto *assume = llvm::dyn_cast<llvm::AssumeInst>(&inst);
+      if (assume && ((pm::match(assume->getArgOperand(0),
+                                pm::m_ICmp(predicate, pm::m_Specific(argument), pm::m_Zero())) &&
+                      predicate == llvm::ICmpInst::ICMP_SGE) ||
+                     (pm::match(assume->getArgOperand(0),
+                                pm::m_ICmp(predicate, pm::m_Specific(argument), pm::m_AllOnes())) &&
+                      predicate == llvm::ICmpInst::ICMP_SGT)))
+        return true;
+      if (!llvm::isGuaranteedToTransferExecutionToSuccessor(&inst)) return false;
+    }
     return false;
   }
 

@@ -9,8 +9,10 @@
 //
 // The pass proves a value non-negative by rules that hold at every step of every run,
 // and folds the sign tests (`icmp slt X, 0` -> false, and its other spellings):
-// - constants >= 0, and values ValueTracking knows to be (the Numba wrapper asserts
-//   with llvm.assume that every array shape is >= 0, as every NumPy shape is);
+// - constants >= 0; arguments asserted `>= 0` by an llvm.assume in the entry block
+//   that every run meets (the Numba wrapper asserts every array shape it passes, as
+//   every NumPy shape is, and the Numba function it calls the same of those
+//   parameters); instructions ValueTracking knows to be;
 // - operations that keep non-negative operands non-negative: add/mul nsw (an overflow
 //   is poison, which the fold may refine), select, zext, udiv, urem, srem, sdiv, and,
 //   or, lshr, ashr, smin/smax/umin/umax;

@@ -311,3 +311,29 @@ def test_a_callee_assumes_what_its_caller_asserted_before_the_call(after):
     wrapped = ir[ir.index("define i64 @wrapped") : ir.index("define i64 @wrapper")]
     assert ("icmp slt" in wrapped) is not after, wrapped
     assert int(ez.llvm_ir(ir, "wrapper")(7)) == 7
+
+
+# An argument's test before a call that may not return, and its assume after it: a run
+# that leaves at the call never meets the assume, so the test stays; without the call,
+# every run meets it and the test folds.
+LATE_ASSUME_IR = r"""
+declare void @llvm.assume(i1)
+declare void @may_not_return()
+
+define i64 @late(i64 %n) {
+entry:
+  %negative = icmp slt i64 %n, 0
+  %wrap = select i1 %negative, i64 1000, i64 0
+  %index = add i64 %n, %wrap
+  CALL
+  %sign = icmp sge i64 %n, 0
+  call void @llvm.assume(i1 %sign)
+  ret i64 %index
+}
+"""
+
+
+@pytest.mark.parametrize("call", [True, False])
+def test_an_argument_is_taken_as_asserted_only_where_every_run_meets_the_assume(call):
+    text = LATE_ASSUME_IR.replace("CALL", "call void @may_not_return()" if call else "")
+    assert sign_tests(folded_alone(text)) == (1 if call else 0)
