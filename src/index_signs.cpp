@@ -23,6 +23,23 @@ using llvm::PHINode;
 using llvm::Value;
 namespace pm = llvm::PatternMatch;
 
+// The value `inst` assumes non-negative (`assume(x >= 0)`, or `x > -1` as instcombine
+// spells it), or null.
+Value *assumed_non_negative(Instruction &inst) {
+  auto *assume = llvm::dyn_cast<llvm::AssumeInst>(&inst);
+  llvm::ICmpInst::Predicate predicate;
+  Value *x = nullptr;
+  if (!assume) return nullptr;
+  if (pm::match(assume->getArgOperand(0), pm::m_ICmp(predicate, pm::m_Value(x), pm::m_Zero())) &&
+      predicate == llvm::ICmpInst::ICMP_SGE)
+    return x;
+  if (pm::match(assume->getArgOperand(0),
+                pm::m_ICmp(predicate, pm::m_Value(x), pm::m_AllOnes())) &&
+      predicate == llvm::ICmpInst::ICMP_SGT)
+    return x;
+  return nullptr;
+}
+
 // Proves integer values non-negative (see index_signs.h).
 class SignProver {
  public:
@@ -176,15 +193,7 @@ class SignProver {
   // everywhere in the function, before the assume too).
   bool asserted(llvm::Argument *argument) const {
     for (Instruction &inst : fn_.getEntryBlock()) {
-      llvm::ICmpInst::Predicate predicate;
-      auto *assume = llvm::dyn_cast<llvm::AssumeInst>(&inst);
-      if (assume && ((pm::match(assume->getArgOperand(0),
-                                pm::m_ICmp(predicate, pm::m_Specific(argument), pm::m_Zero())) &&
-                      predicate == llvm::ICmpInst::ICMP_SGE) ||
-                     (pm::match(assume->getArgOperand(0),
-                                pm::m_ICmp(predicate, pm::m_Specific(argument), pm::m_AllOnes())) &&
-                      predicate == llvm::ICmpInst::ICMP_SGT)))
-        return true;
+      if (assumed_non_negative(inst) == argument) return true;
       if (!llvm::isGuaranteedToTransferExecutionToSuccessor(&inst)) return false;
     }
     return false;
@@ -295,15 +304,8 @@ void assume_signs_in_callees(llvm::Module &mod) {
     // The assumes of the entry block, and where they are: a call after them in that
     // block, or in any other block, runs only once they have held.
     std::map<Value *, Instruction *> non_negative;
-    for (Instruction &inst : caller.getEntryBlock()) {
-      auto *assume = llvm::dyn_cast<llvm::AssumeInst>(&inst);
-      llvm::ICmpInst::Predicate predicate;
-      Value *x = nullptr;
-      if (assume && pm::match(assume->getArgOperand(0),
-                              pm::m_ICmp(predicate, pm::m_Value(x), pm::m_Zero())) &&
-          predicate == llvm::ICmpInst::ICMP_SGE)
-        non_negative.emplace(x, assume);
-    }
+    for (Instruction &inst : caller.getEntryBlock())
+      if (Value *x = assumed_non_negative(inst)) non_negative.emplace(x, &inst);
     if (non_negative.empty()) continue;
     for (BasicBlock &block : caller) {
       for (Instruction &inst : block) {
