@@ -65,6 +65,41 @@ std::string find_indirect_call(LLVMValueRef fn) {
   return "";
 }
 
+// The shadows to zero, in the derivative's parameter positions: Enzyme's combined
+// reverse derivative takes each parameter, then the shadow of a Duplicated one.
+std::vector<ZeroedShadow> zeroed_in_derivative(const DerivativeRequest &req) {
+  if (req.zeroed.empty()) return {};
+  if (req.forward || req.split || req.width != 1 || req.primal_only || req.atomic_add) {
+    throw std::invalid_argument(
+        "only a combined reverse derivative of width 1 zeroes its shadows itself");
+  }
+  constexpr unsigned kNone = ~0u;
+  std::vector<unsigned> at(req.args.size()), shadow_at(req.args.size(), kNone);
+  unsigned position = 0;
+  for (size_t k = 0; k < req.args.size(); ++k) {
+    at[k] = position++;
+    if (req.args[k] == capi::DFT_DUP_ARG || req.args[k] == capi::DFT_DUP_NONEED) {
+      shadow_at[k] = position++;
+    }
+  }
+  std::vector<ZeroedShadow> out;
+  for (const ZeroedShadow &z : req.zeroed) {
+    if (z.shadow >= req.args.size() || shadow_at[z.shadow] == kNone) {
+      throw std::invalid_argument("parameter " + std::to_string(z.shadow) +
+                                  " to zero the shadow of has none");
+    }
+    ZeroedShadow mapped{shadow_at[z.shadow], {}, z.itemsize};
+    for (unsigned d : z.dims) {
+      if (d >= req.args.size()) {
+        throw std::invalid_argument("no parameter " + std::to_string(d) + " sizes a shadow");
+      }
+      mapped.dims.push_back(at[d]);
+    }
+    out.push_back(std::move(mapped));
+  }
+  return out;
+}
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -122,6 +157,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                                 std::to_string(req.args.size()) +
                                 " activities were given");
   }
+  const std::vector<ZeroedShadow> zeroed = zeroed_in_derivative(req);
   strip_memory_attributes_of_declarations(mod);
   strip_scoped_noalias(mod);
   compare_without_fabs(mod);
@@ -231,6 +267,9 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);
   out.derivative_module = print_module(mod);
+  // After the module kept for differentiating again, which keeps Enzyme's
+  // convention (adjoints added into the shadows).
+  zero_shadows_on_entry(derivative, zeroed);
   // Also for primal-only requests: a kernel's range driver calls a derivative made
   // earlier (its tape allocations still marked) once per index.
   // The augmented forward pass of split mode: every allocation it keeps must

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "enzyme_capi.h"
+#include "shadow_zeroing.h"
 #include "jit.h"
 #include "source_module.h"
 
@@ -64,6 +65,10 @@ struct DerivativeRequest {
   // Active parameters. Both halves are built from the same augmentation (Enzyme
   // makes it alike each time), so one's tape fits the other.
   int split = 0;
+  // Combined reverse mode, width 1: shadows the derivative zeroes itself, the caller
+  // passing them uninitialised (src/shadow_zeroing.h). Positions are the function's
+  // parameters: each names a Duplicated pointer and the parameters sizing it.
+  std::vector<ZeroedShadow> zeroed;
 };
 
 // What building one derivative produces: object code with one visible

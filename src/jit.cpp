@@ -5,6 +5,7 @@
 #include "jit_memory.h"
 #include "llvm_options.h"
 #include "scatter_adds.h"
+#include "shadow_zeroing.h"
 
 #include <dlfcn.h>
 
@@ -221,6 +222,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
          llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
         if (name == kSplitScatterAdds) {
           passes.addPass(SplitScatterAdds());
+          return true;
+        }
+        if (name == kSinkShadowZeroing) {
+          passes.addPass(SinkShadowZeroing());
           return true;
         }
         if (name == kFoldIndexSigns) {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine.h"
@@ -84,7 +85,9 @@ void register_request(py::module_ &m) {
                        const std::vector<int> &args, int ret, bool return_primal, unsigned width,
                        const std::vector<int> &pointee, bool runtime_activity, bool strong_zero,
                        const std::string &passes, bool mincut, bool atomic_add,
-                       bool primal_only, int split) {
+                       bool primal_only, int split,
+                       const std::vector<std::tuple<unsigned, std::vector<unsigned>, unsigned>>
+                           &zeroed_shadows) {
              auto r = std::make_unique<R>();
              r->function = function;
              r->entry_name = entry_name;
@@ -101,6 +104,9 @@ void register_request(py::module_ &m) {
              r->atomic_add = atomic_add;
              r->primal_only = primal_only;
              r->split = split;
+             for (const auto &[shadow, dims, itemsize] : zeroed_shadows) {
+               r->zeroed.push_back({shadow, dims, itemsize});
+             }
              return r;
            }),
            py::kw_only(), py::arg("function"), py::arg("entry_name"), py::arg("forward") = false,
@@ -109,7 +115,9 @@ void register_request(py::module_ &m) {
            py::arg("width") = 1u, py::arg("pointee") = std::vector<int>{},
            py::arg("runtime_activity") = false, py::arg("strong_zero") = false,
            py::arg("passes") = std::string("default<O2>"), py::arg("mincut") = false,
-           py::arg("atomic_add") = false, py::arg("primal_only") = false, py::arg("split") = 0)
+           py::arg("atomic_add") = false, py::arg("primal_only") = false, py::arg("split") = 0,
+           py::arg("zeroed_shadows") =
+               std::vector<std::tuple<unsigned, std::vector<unsigned>, unsigned>>{})
       .def_readwrite("function", &R::function, "The function's name in the module.")
       .def_readwrite("entry_name", &R::entry_name, "The entry point's symbol.")
       .def_readwrite("forward", &R::forward, "Forward mode; else reverse.")

@@ -2,7 +2,6 @@
 checks it against the built module: the same names, the same parameter names in order."""
 
 import ast
-import re
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +52,17 @@ def _pybind_params(obj: object) -> list[str]:
     """Parameter names from the signature line pybind11 writes first in a docstring."""
     first = (obj.__doc__ or "").strip().splitlines()[0]
     inside = first[first.index("(") + 1 : first.rindex(")")]
-    return [p.split(":")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", inside) if p]
+    # Split at the commas outside brackets (types nest: list[tuple[int, list[int]]]).
+    parts, depth, current = [], 0, ""
+    for char in inside:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.split(":")[0].strip() for p in parts if p.strip()]
 
 
 def test_the_stub_names_what_the_module_has():

@@ -27,6 +27,7 @@ from enzyme_py.core import (
     checked_flag,
     checked_width,
 )
+from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
 from enzyme_py.offload import Kernel
 
@@ -172,6 +173,30 @@ def autodiff(
     fn = resolve_function(f)
     params, ret = check_activities(fn, mode, activities)
     return Derivative(fn, mode, params, ret, options)
+
+
+def zeroing_reverse(f: Any, *activities: Activity) -> Any:
+    """``autodiff(f, Reverse, *activities)`` of a Numba dispatcher or a function whose
+    array parameters come with their shapes (Cython memoryviews), whose derivatives
+    zero the shadows they can themselves (``Options.zeroes_shadows``; ``zeroed_params``
+    names them: per call, ``zeroed_params(args)``, for a dispatcher): for the helpers,
+    whose shadows are fresh. Not for users' calls, whose shadows accumulate."""
+    options = Options(1, False, False, zeroes_shadows=True)
+    if numba_frontend.is_dispatcher(f):
+        return NumbaDerivative(f, Reverse, tuple(activities), options)
+    fn = resolve_function(f)
+    params, ret = check_activities(fn, Reverse, activities)
+    return Derivative(fn, Reverse, params, ret, options)
+
+
+def takes_shapes(f: Any) -> bool:
+    """Whether ``f`` is a Numba dispatcher or a function given its arrays' shapes:
+    one whose derivatives can zero their shadows themselves (``zeroing_reverse``)."""
+    if numba_frontend.is_dispatcher(f):
+        return True
+    return isinstance(f, IRFunction) and any(
+        p.hidden is not None and p.hidden[0] == "shape" for p in f.params
+    )
 
 
 class _LateDerivative:

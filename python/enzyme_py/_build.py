@@ -57,6 +57,10 @@ class Request:
     # Split reverse mode: 1 the augmented forward pass (returns its tape, then the
     # primal), 2 its reverse pass (the combined one's inputs, then the tape).
     split: int = 0
+    # Combined reverse mode, width 1: per shadow the derivative zeroes itself (the
+    # caller passes it uninitialised), the parameter it shadows, the parameters whose
+    # product is its element count, and its element size (src/shadow_zeroing.h).
+    zeroed_shadows: tuple[tuple[int, tuple[int, ...], int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,7 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> B
             atomic_add=request.atomic_add,
             primal_only=request.primal_only,
             split=request.split,
+            zeroed_shadows=[(p, list(dims), size) for p, dims, size in request.zeroed_shadows],
         ),
         isolate=isolated(),
     )

@@ -69,6 +69,11 @@ class Options:
     primal_only: bool = False  # no differentiation: the function itself
     # Reverse mode in halves (_split.py): 1 the augmented forward pass, 2 its reverse.
     split: int = 0
+    # Combined reverse mode, width 1: the derivative zeroes the shadows of C-contiguous
+    # float arrays whose shapes it takes itself (``zeroed_params``), and writes them
+    # where it can rather than adding into them (src/shadow_zeroing.h); the helpers'
+    # fresh shadows of those parameters are then passed uninitialised.
+    zeroes_shadows: bool = False
 
 
 def resolve_function(f: Any) -> IRFunction:
@@ -109,6 +114,34 @@ def _split_plan(plan: _convention.CallPlan, split: int) -> _convention.CallPlan:
     return replace(plan, result=out)
 
 
+def _zeroed_shadows(
+    fn: IRFunction, mode: Mode, params: tuple[Activity, ...], options: Options
+) -> tuple[tuple[int, tuple[int, ...], int], ...]:
+    """The shadows a derivative with ``options.zeroes_shadows`` zeroes itself (the
+    Request's ``zeroed_shadows``): those of Duplicated C-contiguous float arrays whose
+    shapes are hidden parameters (their byte size is known to the derivative)."""
+    if not options.zeroes_shadows or mode is not Reverse or options.width != 1:
+        return ()
+    if options.split or options.atomic_add or options.primal_only:
+        return ()
+    dims: dict[int, list[int]] = {}
+    for i, p in enumerate(fn.params):
+        if p.hidden is not None and p.hidden[0] == "shape":
+            dims.setdefault(p.hidden[1], []).append(i)
+    return tuple(
+        (i, tuple(dims[i]), p.dtype.itemsize)
+        for i, (p, act) in enumerate(zip(fn.params, params, strict=True))
+        if act in (Duplicated, DuplicatedOnly)
+        and p.kind == "pointer"
+        and p.hidden is None
+        and not p.strided
+        and p.layout_of is None
+        and p.dtype is not None
+        and p.dtype.kind == "f"
+        and i in dims
+    )
+
+
 class Derivative:
     """A compiled derivative; call it with the arguments of ``autodiff``'s convention."""
 
@@ -144,6 +177,11 @@ class Derivative:
                 f"width={options.width} is refused; call the width=1 derivative once per "
                 "direction instead"
             )
+        zeroed = _zeroed_shadows(fn, mode, params, options)
+        # Positions among the visible parameters (the call's arguments, shadows left
+        # out) of the arrays whose shadows this derivative zeroes itself.
+        visible = {i: v for v, (i, _) in enumerate(fn.visible_params)}
+        self.zeroed_params = frozenset(visible[p] for p, _, _ in zeroed)
         # Custom rules apply to every derivative, made here (a function itself needs none).
         self._built_function = fn if options.primal_only else rules.with_rules(fn)
         self._compiled = _build.derivative(
@@ -159,6 +197,7 @@ class Derivative:
                 atomic_add=options.atomic_add,
                 primal_only=options.primal_only,
                 split=options.split,
+                zeroed_shadows=zeroed,
             ),
             f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}",
         )
@@ -462,6 +501,12 @@ class Derivative:
         to call from inside other Numba code. Made once and kept."""
         if self.serial_twin is not None:
             return self.serial_twin().njit()
+        if self.zeroed_params:
+            # Called from Numba code with the caller's shadows, it would overwrite them.
+            raise EnzymeError(
+                "this derivative zeroes its shadows itself (a helper's); this is a bug in "
+                "enzyme_py: njit() is for derivatives made by ez.autodiff"
+            )
         if self._njit is None:
             self._pin_code()
             safe = self.alias_safe_twin().entry if self.may_overlap else None

@@ -98,6 +98,9 @@ class BuildRequest:
         atomic_add: bool = False,
         primal_only: bool = False,
         split: int = 0,
+        # (shadowed parameter, parameters sizing it, element size): zeroed by the
+        # derivative itself (src/shadow_zeroing.h)
+        zeroed_shadows: Sequence[tuple[int, Sequence[int], int]] = ...,
     ) -> None: ...
 
 class BuildArtifact:

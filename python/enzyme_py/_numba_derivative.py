@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -244,6 +244,10 @@ class NumbaDerivative:
         passed = tuple(a for i, a in enumerate(parameters) if i not in spec.functions)
         params, ret = check_activities(spec.wrapper, self.mode, (*passed, *returned))
         wrapper, mode, options = spec.wrapper, self.mode, self.options
+        if spec.results is not None or spec.functions:
+            # Output arrays' shadows are seeds, and functions shift the positions that
+            # zeroed_params reports: the caller zeroes the shadows.
+            options = replace(options, zeroes_shadows=False)
         serial = functools.cache(lambda: Derivative(wrapper, mode, params, ret, options))
         try:
             derivative = None
@@ -261,7 +265,7 @@ class NumbaDerivative:
             spec = numba_frontend.specialize(
                 self.dispatcher, signature, numba_optimized=True, strided=True
             )
-            derivative = Derivative(spec.wrapper, self.mode, params, ret, self.options)
+            derivative = Derivative(spec.wrapper, self.mode, params, ret, options)
         results = None
         if spec.results is not None:
             positions, at = [], 0
@@ -303,7 +307,10 @@ class NumbaDerivative:
                 parallel = numba_frontend.specialize(
                     self.dispatcher, signature, strided=True, threads=self.threads
                 )
-                return Derivative(parallel.wrapper, self.mode, params, ret, self.options)
+                # Its shadows are zeroed by the caller, each thread's share on its thread
+                # (_transforms.shadow_like).
+                caller_zeroes = replace(self.options, zeroes_shadows=False)
+                return Derivative(parallel.wrapper, self.mode, params, ret, caller_zeroes)
             except Exception as exc:  # any refusal falls back, and says so
                 text = str(exc).strip()
                 reason = text.splitlines()[0] if text else type(exc).__name__
@@ -327,6 +334,11 @@ class NumbaDerivative:
     def for_arguments(self, args: tuple[Any, ...]) -> Derivative:
         """The derivative for the types of these call arguments."""
         return self._bound_for(args).derivative
+
+    def zeroed_params(self, args: tuple[Any, ...]) -> frozenset[int]:
+        """The parameters whose shadows the derivative a call with these arguments
+        runs zeroes itself (``Options.zeroes_shadows``)."""
+        return self._bound_for(args).derivative.zeroed_params
 
     def _bound_for(self, args: tuple[Any, ...]) -> _Bound:
         if self._single is not None:

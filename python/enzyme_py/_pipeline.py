@@ -120,6 +120,12 @@ _SECOND = (
 # loops it takes (in the second pipeline), before the SLP vectoriser pairs their adds.
 SPLIT_SCATTER_ADDS = "enzyme-py-split-scatter-adds"
 
+# src/shadow_zeroing.h: a shadow the derivative zeroes itself (a helper's fresh one)
+# zeroed only where its loops do not write it, its loads of those zeros folded. Right
+# after the scatter pass, whose fused loop it then finds as written, before the
+# second vectoriser takes that loop.
+SINK_SHADOW_ZEROING = "enzyme-py-sink-shadow-zeroing"
+
 # src/index_signs.h: Numba's negative-index tests of indices proven non-negative,
 # folded. It runs before Enzyme, in the simplification of Numba's code (kSimplifyPasses
 # in src/numba_rewrites.cpp); named here for tests that run it alone.
@@ -127,7 +133,9 @@ FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
 
 PASSES = (
     _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
-    .replace(",loop-load-elim,", f",{SPLIT_SCATTER_ADDS},loop-load-elim,gvn<>,")
+    .replace(
+        ",loop-load-elim,", f",{SPLIT_SCATTER_ADDS},{SINK_SHADOW_ZEROING},loop-load-elim,gvn<>,"
+    )
     .replace(",loop-unroll<O2>,", ",loop-unroll<O2;no-runtime>,")
     + "|"
     + _SECOND

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _state
-from enzyme_py._api import autodiff
+from enzyme_py._api import autodiff, takes_shapes, zeroing_reverse
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
@@ -184,12 +184,24 @@ class Derivatives:
         return found
 
     def get(
-        self, mode: Mode, acts: Sequence[Activity], ret: Activity | None, width: int = 1
+        self,
+        mode: Mode,
+        acts: Sequence[Activity],
+        ret: Activity | None,
+        width: int = 1,
+        zeroing: bool = False,
     ) -> Any:
-        key = (mode, tuple(acts), ret, width)
+        """The derivative; ``zeroing``: for calls with fresh shadows, one that zeroes
+        those it can itself (``new_shadows``), where f takes its arrays' shapes."""
+        zeroing = zeroing and mode is Reverse and width == 1 and takes_shapes(self.f)
+        key = (mode, tuple(acts), ret, width, zeroing)
         df = self._made.get(key)
         if df is None:
-            df = autodiff(self.f, mode, *acts, *([] if ret is None else [ret]), width=width)
+            returned = [] if ret is None else [ret]
+            if zeroing:
+                df = zeroing_reverse(self.f, *acts, *returned)
+            else:
+                df = autodiff(self.f, mode, *acts, *returned, width=width)
             self._made[key] = df
         return df
 
@@ -366,6 +378,26 @@ def interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, A
     return call
 
 
+def new_shadows(
+    df: Any, args: Sequence[Any], acts: Sequence[Activity], tail: Sequence[Any] = ()
+) -> dict[int, np.ndarray]:
+    """Fresh shadows for a call of reverse derivative ``df`` with ``args`` (then
+    ``tail``, the seed): zeros, except uninitialised arrays for the parameters whose
+    shadows ``df`` zeroes itself (a derivative made with ``zeroing``)."""
+    threads = getattr(df, "threads", 1)
+    zeroed_params = getattr(df, "zeroed_params", None)
+    if zeroed_params is None or not any(act.shadow for act in acts):
+        return zero_shadows(args, acts, threads=threads)
+    if callable(zeroed_params):  # a NumbaDerivative: per the call's argument types
+        standing_in = {i: a for i, a in enumerate(args) if acts[i].shadow}
+        zeroed_params = zeroed_params((*interleave(args, acts, standing_in), *tail))
+    return {
+        i: np.empty(a.shape, dtype=a.dtype) if i in zeroed_params else shadow_like(a, 1, threads)
+        for i, (a, act) in enumerate(zip(args, acts, strict=True))
+        if act.shadow and isinstance(a, np.ndarray)
+    }
+
+
 def reverse_call(
     derivatives: Derivatives,
     args: Sequence[Any],
@@ -375,8 +407,8 @@ def reverse_call(
 ) -> tuple[Any, tuple[Any, ...]]:
     """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
     acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
-    df = derivatives.get(Reverse, acts, ret)
-    shadows = zero_shadows(args, acts, threads=getattr(df, "threads", 1))
+    df = derivatives.get(Reverse, acts, ret, zeroing=True)
+    shadows = new_shadows(df, args, acts, (seed,))
     primal, *adjoints = df(*interleave(args, acts, shadows), seed)
     active = iter(adjoints)
     grads = {i: next(active) for i, act in enumerate(acts) if act is Active}

@@ -1,0 +1,275 @@
+"""Shadows a helper's reverse derivative zeroes itself (src/shadow_zeroing.h).
+
+ez.grad and the other helpers pass fresh shadows: for C-contiguous Numba arrays the
+derivative zeroes them itself, and the pass ``enzyme-py-sink-shadow-zeroing`` moves
+that zeroing to where nothing writes the shadow, folding the loads of its zeros. These
+tests check gradients made so against exact references (analytic gradients, float64
+central differences) where the pass applies and where it must not; on loops written in
+LLVM IR, what the pass alone does, run on shadows filled with NaN (what the memset
+zeroes: anything it failed to zero shows); and which shadows the caller still zeroes.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from benchmarks import kernels
+from enzyme_py._api import zeroing_reverse
+from enzyme_py._pipeline import SINK_SHADOW_ZEROING
+from enzyme_py.frontends.ir import parse_module
+from tests.reference import fd_gradient, fd_partial
+
+pytestmark = pytest.mark.needs_enzyme
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 10, 17, 100, 1001])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rosenbrock_gradient_from_a_derivative_that_zeroes_its_shadow(n, dtype):
+    x = np.random.default_rng(n).uniform(-1.0, 2.0, n).astype(dtype)
+    got = ez.grad(kernels.rosenbrock)(x)
+    assert got.dtype == dtype
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    ref = kernels.rosenbrock_gradient(x.astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+
+
+def test_the_rosenbrock_reverse_loop_writes_the_gradient_without_reading_it():
+    n = 1000
+    x = np.random.default_rng(0).uniform(size=n)
+    df = zeroing_reverse(kernels.rosenbrock, ez.Duplicated, ez.ActiveOnly)
+    assert df.zeroed_params((x, x, 1.0)) == frozenset({0})
+    ir = df.for_arguments((x, x, 1.0)).inspect_llvm(optimized=True)
+    # The marked memset of the whole shadow is gone (zeroed only where no loop
+    # writes), and the fused loop's vector body stores the shadow without loading it.
+    assert "!enzyme_py.zeroed_shadow" not in ir
+    body = ir[ir.index("\nvector.body") :]
+    body = body[: body.index("\nmiddle.block")]
+    stores = [line for line in body.splitlines() if line.strip().startswith("store <")]
+    assert len(stores) == 1
+    shadow_scope = stores[0].split("!alias.scope ")[1].split(",")[0]
+    loads = [line for line in body.splitlines() if "= load <" in line]
+    assert loads and all(f"!alias.scope {shadow_scope}," not in line for line in loads)
+
+
+def test_a_users_derivative_still_adds_into_its_shadow():
+    n = 50
+    x = np.random.default_rng(1).uniform(size=n)
+    df = ez.autodiff(kernels.rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly)
+    dx = np.full(n, 3.0)
+    df(x, dx, 1.0)
+    np.testing.assert_allclose(dx, 3.0 + kernels.rosenbrock_gradient(x), rtol=1e-13)
+    assert df.for_arguments((x, dx, 1.0)).zeroed_params == frozenset()
+
+
+@numba.njit(cache=False)
+def _reads_its_gradient_early(x, w):
+    # The reverse pass reads w's shadow (w is written and read back), and x is read
+    # through a strided view.
+    s = 0.0
+    for i in range(x.shape[0]):
+        w[i] = x[i] * x[i]
+    for i in range(x.shape[0] - 1, -1, -1):
+        s += w[i] * x[i] + np.sin(w[i])
+    return s
+
+
+def test_written_and_read_arrays_and_views_against_central_differences():
+    rng = np.random.default_rng(2)
+    base = rng.uniform(size=40)
+    for x in (base[:20].copy(), base[::2]):  # C-contiguous, then a strided view
+        w = np.zeros(20)
+        got = ez.grad(_reads_its_gradient_early)(x, w)
+        ref = fd_gradient(lambda v: _reads_its_gradient_early(v, np.zeros(20)), x)
+        np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-9)
+
+
+def test_the_gmm_gradient_against_central_differences():
+    args = list(kernels.gmm_inputs(3, 4, 12))
+    grads = ez.grad(kernels.gmm_objective, argnums=(0, 1, 2))(*args)
+    for k in range(3):
+        ref = fd_partial(kernels.gmm_objective, args, k)
+        np.testing.assert_allclose(grads[k], ref, rtol=1e-6, atol=1e-7)
+
+
+def test_value_and_grad_and_vjp_take_the_same_path():
+    x = np.random.default_rng(4).uniform(-1.0, 2.0, 33)
+    value, g = ez.value_and_grad(kernels.rosenbrock)(x)
+    assert value == pytest.approx(kernels.rosenbrock(x), rel=1e-14)
+    np.testing.assert_allclose(g, kernels.rosenbrock_gradient(x), rtol=1e-12)
+    _, pullback = ez.vjp(kernels.rosenbrock, x)
+    (h,) = pullback(2.0)
+    np.testing.assert_allclose(h, 2.0 * kernels.rosenbrock_gradient(x), rtol=1e-12)
+
+
+# --- the pass alone, on loops written in LLVM IR -------------------------------------
+
+# g is zeroed (a marked memset, as zero_shadows_on_entry makes it), then BEFORE runs,
+# then a loop over i in [0, n) adds x[i]^2 into g[i] reading g[READ] (where
+# x[i] > guard, if one is given), then AFTER runs.
+ZEROED_IR = r"""
+declare void @llvm.memset.p0i8.i64(i8* nocapture writeonly, i8, i64, i1 immarg)
+
+define void @touch(double* %g) noinline {
+  store double 7.0, double* %g
+  ret void
+}
+
+define void @accumulate(double* noalias %x, double* noalias %g, i64 %n) {
+entry:
+  %bytes = shl i64 %n, 3
+  %raw = bitcast double* %g to i8*
+  call void @llvm.memset.p0i8.i64(i8* %raw, i8 0, i64 %bytes, i1 false), !enzyme_py.zeroed_shadow !0
+  BEFORE
+  %any = icmp sgt i64 %n, 0
+  br i1 %any, label %loop, label %done
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %latch ]
+  %xp = getelementptr double, double* %x, i64 %i
+  %xv = load double, double* %xp
+  %sq = fmul double %xv, %xv
+  BRANCH
+add:
+  %last = add i64 %n, -1
+  %mirror = sub i64 %last, %i
+  %rp = getelementptr double, double* %g, i64 READ
+  %old = load double, double* %rp
+  %new = fadd double %old, %sq
+  %wp = getelementptr double, double* %g, i64 %i
+  store double %new, double* %wp
+  br label %latch
+latch:
+  %next = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  AFTER
+  ret void
+}
+
+!0 = !{}
+"""
+
+_FIRST_PLUS_ONE = """
+  %f = load double, double* %g
+  %f1 = fadd double %f, 1.0
+  store double %f1, double* %g"""
+
+
+def zeroed_ir(
+    before: str = "",
+    read: str = "%i",
+    guard: str | None = None,
+    after: str = "",
+) -> str:
+    return (
+        ZEROED_IR.replace("BEFORE", before)
+        .replace("READ", read)
+        .replace(
+            "BRANCH",
+            "br label %add"
+            if guard is None
+            else f"%big = fcmp ogt double %xv, {guard}\n  br i1 %big, label %add, label %latch",
+        )
+        .replace("AFTER", after)
+    )
+
+
+def sunk_by_the_pass_alone(text: str) -> str:
+    module = parse_module(text)
+    module.native.optimize(f"function({SINK_SHADOW_ZEROING})")
+    return module.native.ir()
+
+
+def run(text: str, x: np.ndarray) -> np.ndarray:
+    g = np.full(x.shape[0] + 2, np.nan)  # what the memset does not zero stays NaN
+    ez.llvm_ir(text, "accumulate")(x, g, x.shape[0])
+    return g[: x.shape[0]]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7])
+def test_the_pass_alone_folds_a_loop_that_adds_into_each_entry_once(n):
+    sunk = sunk_by_the_pass_alone(zeroed_ir(after=_FIRST_PLUS_ONE))
+    assert "!enzyme_py.zeroed_shadow" not in sunk
+    assert "%old = load" not in sunk  # the loop's load of g reads zeros: folded
+    assert "%f = load" in sunk  # g[0] after the loop was written by it: kept
+    x = np.random.default_rng(n).uniform(size=n)
+    expected = x * x
+    if n:
+        expected[0] += 1.0
+    np.testing.assert_array_equal(run(sunk, x), expected)
+    np.testing.assert_array_equal(run(zeroed_ir(after=_FIRST_PLUS_ONE), x), expected)
+
+
+def reference(x: np.ndarray, mirror: bool, guard: float, first: tuple[int, float] | None):
+    n = x.shape[0]
+    g = np.zeros(n)
+    if first is not None and first[0] < n:
+        g[first[0]] = first[1]
+    for i in range(n):
+        if x[i] > guard:
+            g[i] = g[n - 1 - i if mirror else i] + x[i] * x[i]
+    return g
+
+
+@pytest.mark.parametrize(
+    "case, mirror, guard, first",
+    [
+        # reads g[n - 1 - i]: half of it written by earlier iterations
+        ({"read": "%mirror"}, True, -1.0, None),
+        # writes only where x[i] > 0.5: the other entries must still be zeroed
+        ({"guard": "0.5"}, False, 0.5, None),
+        # g[1] written before the loop, which then reads it
+        ({"before": "%g1 = getelementptr double, double* %g, i64 1\n"
+                    "  store double 5.0, double* %g1"}, False, -1.0, (1, 5.0)),
+        # an opaque call that writes g[0] before the loop
+        ({"before": "call void @touch(double* %g)"}, False, -1.0, (0, 7.0)),
+    ],
+)  # fmt: skip
+def test_loops_and_writes_the_pass_must_not_fold_keep_their_zeros(case, mirror, guard, first):
+    sunk = sunk_by_the_pass_alone(zeroed_ir(**case))
+    assert "%old = load" in sunk
+    for n in (1, 2, 9, 10):
+        x = np.random.default_rng(n).uniform(size=n)
+        np.testing.assert_array_equal(run(sunk, x), reference(x, mirror, guard, first))
+
+
+def test_a_loop_running_downwards_is_folded():
+    text = (
+        zeroed_ir()
+        .replace(
+            "%i = phi i64 [ 0, %entry ], [ %next, %latch ]",
+            "%j = phi i64 [ 0, %entry ], [ %next, %latch ]\n  %down = sub i64 %n, %j\n"
+            "  %i = add i64 %down, -1",
+        )
+        .replace("%next = add nuw nsw i64 %i, 1", "%next = add nuw nsw i64 %j, 1")
+    )
+    sunk = sunk_by_the_pass_alone(text)
+    assert "%old = load" not in sunk
+    x = np.random.default_rng(5).uniform(size=13)
+    np.testing.assert_array_equal(run(sunk, x), x * x)
+
+
+@pytest.fixture(scope="module")
+def cython_kernels():
+    from benchmarks.cython_gradients import CYTHON_SOURCE
+
+    return ez.cython(CYTHON_SOURCE)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 1001])
+def test_a_cython_memoryviews_shadow_is_zeroed_by_its_derivative(cython_kernels, n):
+    # A C-contiguous memoryview comes with its shape: the derivative zeroes its shadow.
+    # A strided one (const double[:]) is zeroed by the caller, as before.
+    x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
+    for f, zeroed in (
+        (cython_kernels.rosenbrock, {0}),
+        (cython_kernels.rosenbrock_strided, set()),
+    ):
+        assert zeroing_reverse(f, ez.Duplicated, ez.ActiveOnly).zeroed_params == zeroed
+        for view in (x, np.repeat(x, 2)[::2]) if not zeroed else (x,):
+            got = ez.grad(f)(view)
+            ref = kernels.rosenbrock_gradient(x)
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
