@@ -152,7 +152,8 @@ Caller::Caller(uint64_t entry, std::string in_slots, std::string out_slots,
   disjoint_ = disjoint;
   arity_ = 0;
   for (const ArgStep &step : steps_) {
-    arity_ += step.kind != step::kShape && step.kind != step::kStride && step.kind != step::kErrors;
+    arity_ += step.kind != step::kShape && step.kind != step::kStride &&
+              step.kind != step::kErrors && step.kind != step::kBytes;
     // An array's rank is the number of its hidden dimensions (frontends pass all).
     if (step.kind == step::kShape) {
       if (ranks_.size() <= static_cast<size_t>(step.source)) ranks_.resize(step.source + 1, 0);
@@ -202,6 +203,13 @@ py::object Caller::call(py::args args) const {
       const py::ssize_t value =
           step.kind == step::kShape ? a.shape(step.lanes) : a.strides(step.lanes);
       put(slots + s++, step.code, 0, static_cast<long long>(value));
+      continue;
+    }
+    if (step.kind == step::kBytes) {
+      PyObject *source = args[step.source].ptr();
+      if (!py::isinstance<py::array>(source)) throw ArgumentsRejected();
+      const auto a = py::reinterpret_borrow<py::array>(source);
+      put(slots + s++, step.code, 0, static_cast<long long>(a.nbytes()));
       continue;
     }
     if (step.kind == step::kErrors) {

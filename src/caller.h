@@ -49,6 +49,8 @@ constexpr char kLanes = 'l';   // a tangent or seed: one scalar per lane
 constexpr char kShape = 'S';   // a dimension of an earlier array argument (hidden)
 constexpr char kStride = 'T';  // a stride (bytes) of an earlier array argument (hidden)
 constexpr char kErrors = 'E';  // the callee's errors buffer (hidden)
+constexpr char kBytes = 'B';   // the byte size of an earlier array argument (hidden): of
+                               // the shadow a derivative zeroes itself (shadow_zeroing.h)
 }  // namespace step
 
 // How the output slots become the result (_convention.py: ResultShape).
@@ -61,15 +63,15 @@ constexpr char kNothing = 'n';  // None
 }  // namespace result_shape
 
 // One parameter of the entry point, in order (the plan of
-// _convention.plan_call). Most take the next Python argument; kShape, kStride
-// and kErrors fill hidden parameters without one.
+// _convention.plan_call). Most take the next Python argument; kShape, kStride,
+// kBytes and kErrors fill hidden parameters without one.
 struct ArgStep {
   char kind;        // a step:: kind
   char code;        // slot code of the value (slot:: in entry_abi.h)
   char dtype;       // for arrays: required NumPy dtype char, or 0 for any
   int lanes;        // shadows and lanes: the width; kShape, kStride: the dimension
   bool self_shadow; // runtime activity: an array may be its own shadow
-  int source;       // kShape, kStride: index of the Python argument holding the array;
+  int source;       // kShape, kStride, kBytes: index of the Python argument holding the array;
                     // kArray: the array whose shape and strides it is indexed with
                     // (a derivative's shadow parameter, Param.layout_of), or -1
   bool strided = false;   // kArray: takes arrays of any strides (Param.strided)

@@ -269,7 +269,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.derivative_module = print_module(mod);
   // After the module kept for differentiating again, which keeps Enzyme's
   // convention (adjoints added into the shadows).
-  zero_shadows_on_entry(derivative, zeroed);
+  derivative = zero_shadows_on_entry(derivative, zeroed);
   // Also for primal-only requests: a kernel's range driver calls a derivative made
   // earlier (its tape allocations still marked) once per index.
   // The augmented forward pass of split mode: every allocation it keeps must

@@ -1,5 +1,8 @@
 #include "shadow_zeroing.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -10,7 +13,7 @@
 #include <llvm/Analysis/MemoryLocation.h>
 #include <llvm/Analysis/ScalarEvolution.h>
 #include <llvm/Analysis/ScalarEvolutionExpressions.h>
-#include <llvm/Analysis/ValueTracking.h>
+#include <llvm/IR/CFG.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/IRBuilder.h>
@@ -96,6 +99,25 @@ class Walk {
     start.pieces.push_back(
         {se_.getZero(i64_), se_.getNoopOrZeroExtend(se_.getSCEV(zeroing_.getLength()), i64_)});
     walk_block(bb, std::next(zeroing_.getIterator()), std::move(start));
+    // Joins: a block every predecessor of which the walk reached with the same
+    // pieces is walked on from (each value in them dominates every predecessor, so
+    // the block too); the pieces reaching any other are zeroed on their edges.
+    for (bool joined = true; joined;) {
+      joined = false;
+      for (auto it = arrivals_.begin(); it != arrivals_.end(); ++it) {
+        if (!all_arrived(it->first, it->second)) continue;
+        BasicBlock *block = it->first;
+        State state = it->second.front().second;
+        arrivals_.erase(it);
+        walked_.insert(block);
+        walk_block(block, block->begin(), std::move(state));
+        joined = true;
+        break;
+      }
+    }
+    for (auto &[block, reached] : arrivals_) {
+      for (auto &[from, state] : reached) emit_on_edge(from, block, state);
+    }
     return gained_;
   }
 
@@ -133,7 +155,6 @@ class Walk {
     for (; !it->isTerminator(); ++it) {
       Instruction &inst = *it;
       if (llvm::isa<llvm::PHINode>(inst) || inst.isDebugOrPseudoInst()) continue;
-      if (!llvm::isGuaranteedToTransferExecutionToSuccessor(&inst)) return emit_before(&inst, state);
       if (!inst.mayReadOrWriteMemory() || llvm::isNoModRef(aa_.getModRefInfo(&inst, where_)) ||
           writes_zeros_only(inst))
         continue;
@@ -166,7 +187,29 @@ class Walk {
       return;
     }
     if (to->getSinglePredecessor() == from) return walk_block(to, to->begin(), std::move(state));
-    emit_on_edge(from, to, state);
+    if (walked_.count(to)) return emit_on_edge(from, to, state);
+    arrivals_[to].emplace_back(from, std::move(state));
+  }
+
+  // Whether every predecessor of `block` reached it, all with the same state.
+  static bool all_arrived(BasicBlock *block,
+                          const std::vector<std::pair<BasicBlock *, State>> &reached) {
+    std::set<BasicBlock *> preds(llvm::pred_begin(block), llvm::pred_end(block));
+    std::set<BasicBlock *> from;
+    for (const auto &[pred, state] : reached) {
+      from.insert(pred);
+      if (!same(state, reached.front().second)) return false;
+    }
+    return from == preds && reached.size() == preds.size();
+  }
+
+  static bool same(const State &a, const State &b) {
+    auto equal = [](const std::vector<Span> &x, const std::vector<Span> &y) {
+      return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const Span &p, const Span &q) {
+        return p.lo == q.lo && p.hi == q.hi;
+      });
+    };
+    return equal(a.pieces, b.pieces) && equal(a.written, b.written);
   }
 
   // The loop, if it fits (see shadow_zeroing.h): its span written, its loads zeros, the
@@ -185,7 +228,6 @@ class Walk {
     std::vector<llvm::LoadInst *> loads;
     for (BasicBlock *bb : loop->blocks()) {
       for (Instruction &inst : *bb) {
-        if (!llvm::isGuaranteedToTransferExecutionToSuccessor(&inst)) return false;
         if (!inst.mayReadOrWriteMemory() || llvm::isNoModRef(aa_.getModRefInfo(&inst, where_)) ||
             writes_zeros_only(inst))
           continue;
@@ -304,6 +346,9 @@ class Walk {
   llvm::LoopInfo &loops_;
   llvm::DominatorTree &dt_;
   std::vector<Emission> emissions_;
+  // Blocks with several predecessors, as the walk reached them: edge and state.
+  std::map<BasicBlock *, std::vector<std::pair<BasicBlock *, State>>> arrivals_;
+  std::set<BasicBlock *> walked_;
   std::vector<llvm::LoadInst *> zero_loads_;
   unsigned blocks_ = 0;
   bool gained_ = false;
@@ -311,24 +356,64 @@ class Walk {
 
 }  // namespace
 
-void zero_shadows_on_entry(LLVMValueRef derivative, const std::vector<ZeroedShadow> &shadows) {
+namespace {
+
+// `old` with `count` i64 parameters more, after its own: the same body, attributes
+// and name; `old` is erased (it has no callers yet).
+llvm::Function *with_trailing_sizes(llvm::Function *old, unsigned count) {
+  if (count == 0) return old;
+  llvm::FunctionType *type = old->getFunctionType();
+  std::vector<llvm::Type *> params(type->param_begin(), type->param_end());
+  params.insert(params.end(), count, llvm::Type::getInt64Ty(old->getContext()));
+  auto *fn = llvm::Function::Create(
+      llvm::FunctionType::get(type->getReturnType(), params, type->isVarArg()),
+      old->getLinkage(), old->getAddressSpace(), "", old->getParent());
+  fn->copyAttributesFrom(old);
+  fn->getBasicBlockList().splice(fn->begin(), old->getBasicBlockList());
+  for (unsigned i = 0; i < old->arg_size(); ++i) {
+    old->getArg(i)->replaceAllUsesWith(fn->getArg(i));
+    fn->getArg(i)->takeName(old->getArg(i));
+  }
+  fn->takeName(old);
+  if (!old->use_empty()) {
+    throw std::logic_error("the derivative is called before its entry point is made");
+  }
+  old->eraseFromParent();
+  return fn;
+}
+
+}  // namespace
+
+LLVMValueRef zero_shadows_on_entry(LLVMValueRef derivative,
+                                   const std::vector<ZeroedShadow> &shadows) {
   auto *fn = llvm::unwrap<llvm::Function>(derivative);
+  unsigned sized = 0;
+  for (const ZeroedShadow &s : shadows) sized += s.dims.empty();
+  const unsigned first_size = fn->arg_size();
+  fn = with_trailing_sizes(fn, sized);
   llvm::LLVMContext &ctx = fn->getContext();
   llvm::BasicBlock &entry = fn->getEntryBlock();
   llvm::IRBuilder<> b(&entry, entry.getFirstInsertionPt());
   const unsigned mark = ctx.getMDKindID(kMark);
+  unsigned next_size = first_size;
   for (const ZeroedShadow &s : shadows) {
-    if (s.shadow >= fn->arg_size() || !fn->getArg(s.shadow)->getType()->isPointerTy()) {
+    if (s.shadow >= first_size || !fn->getArg(s.shadow)->getType()->isPointerTy()) {
       throw std::invalid_argument("no pointer parameter " + std::to_string(s.shadow) +
                                   " to zero in the derivative");
     }
-    llvm::Value *bytes = b.getInt64(s.itemsize);
-    for (unsigned d : s.dims) {
-      if (d >= fn->arg_size() || !fn->getArg(d)->getType()->isIntegerTy()) {
-        throw std::invalid_argument("no integer parameter " + std::to_string(d) +
-                                    " to size a zeroed shadow by");
+    llvm::Value *bytes = nullptr;
+    if (s.dims.empty()) {
+      bytes = fn->getArg(next_size++);  // the caller passes the byte size
+      bytes->setName("zeroed.bytes");
+    } else {
+      bytes = b.getInt64(s.itemsize);
+      for (unsigned d : s.dims) {
+        if (d >= first_size || !fn->getArg(d)->getType()->isIntegerTy()) {
+          throw std::invalid_argument("no integer parameter " + std::to_string(d) +
+                                      " to size a zeroed shadow by");
+        }
+        bytes = b.CreateMul(bytes, b.CreateZExtOrTrunc(fn->getArg(d), b.getInt64Ty()));
       }
-      bytes = b.CreateMul(bytes, b.CreateZExtOrTrunc(fn->getArg(d), b.getInt64Ty()));
     }
     llvm::Value *dest = b.CreateBitCast(fn->getArg(s.shadow), b.getInt8PtrTy());
     llvm::CallInst *zero = b.CreateMemSet(dest, b.getInt8(0), bytes, llvm::MaybeAlign(1));
@@ -336,6 +421,7 @@ void zero_shadows_on_entry(LLVMValueRef derivative, const std::vector<ZeroedShad
     // The caller's fresh array: nothing else reaches its memory during the call.
     fn->addParamAttr(s.shadow, llvm::Attribute::NoAlias);
   }
+  return llvm::wrap(fn);
 }
 
 llvm::PreservedAnalyses SinkShadowZeroing::run(llvm::Function &fn,

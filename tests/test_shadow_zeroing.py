@@ -107,8 +107,8 @@ def test_value_and_grad_and_vjp_take_the_same_path():
 # --- the pass alone, on loops written in LLVM IR -------------------------------------
 
 # g is zeroed (a marked memset, as zero_shadows_on_entry makes it), then BEFORE runs,
-# then a loop over i in [0, n) adds x[i]^2 into g[i] reading g[READ] (where
-# x[i] > guard, if one is given), then AFTER runs.
+# then LEFT where n is odd, then a loop over i in [0, n) adds x[i]^2 into g[i] reading
+# g[READ] (where x[i] > guard, if one is given), then AFTER runs.
 ZEROED_IR = r"""
 declare void @llvm.memset.p0i8.i64(i8* nocapture writeonly, i8, i64, i1 immarg)
 
@@ -123,10 +123,18 @@ entry:
   %raw = bitcast double* %g to i8*
   call void @llvm.memset.p0i8.i64(i8* %raw, i8 0, i64 %bytes, i1 false), !enzyme_py.zeroed_shadow !0
   BEFORE
+  %odd = trunc i64 %n to i1
+  br i1 %odd, label %left, label %right
+left:
+  LEFT
+  br label %join
+right:
+  br label %join
+join:
   %any = icmp sgt i64 %n, 0
   br i1 %any, label %loop, label %done
 loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %latch ]
+  %i = phi i64 [ 0, %join ], [ %next, %latch ]
   %xp = getelementptr double, double* %x, i64 %i
   %xv = load double, double* %xp
   %sq = fmul double %xv, %xv
@@ -160,12 +168,14 @@ _FIRST_PLUS_ONE = """
 
 def zeroed_ir(
     before: str = "",
+    left: str = "",
     read: str = "%i",
     guard: str | None = None,
     after: str = "",
 ) -> str:
     return (
         ZEROED_IR.replace("BEFORE", before)
+        .replace("LEFT", left)
         .replace("READ", read)
         .replace(
             "BRANCH",
@@ -203,10 +213,16 @@ def test_the_pass_alone_folds_a_loop_that_adds_into_each_entry_once(n):
     np.testing.assert_array_equal(run(zeroed_ir(after=_FIRST_PLUS_ONE), x), expected)
 
 
-def reference(x: np.ndarray, mirror: bool, guard: float, first: tuple[int, float] | None):
+def reference(
+    x: np.ndarray,
+    mirror: bool,
+    guard: float,
+    first: tuple[int, float] | None,
+    only_odd: bool = False,
+) -> np.ndarray:
     n = x.shape[0]
     g = np.zeros(n)
-    if first is not None and first[0] < n:
+    if first is not None and first[0] < n and (n % 2 or not only_odd):
         g[first[0]] = first[1]
     for i in range(n):
         if x[i] > guard:
@@ -240,8 +256,8 @@ def test_a_loop_running_downwards_is_folded():
     text = (
         zeroed_ir()
         .replace(
-            "%i = phi i64 [ 0, %entry ], [ %next, %latch ]",
-            "%j = phi i64 [ 0, %entry ], [ %next, %latch ]\n  %down = sub i64 %n, %j\n"
+            "%i = phi i64 [ 0, %join ], [ %next, %latch ]",
+            "%j = phi i64 [ 0, %join ], [ %next, %latch ]\n  %down = sub i64 %n, %j\n"
             "  %i = add i64 %down, -1",
         )
         .replace("%next = add nuw nsw i64 %i, 1", "%next = add nuw nsw i64 %j, 1")
@@ -273,3 +289,74 @@ def test_a_cython_memoryviews_shadow_is_zeroed_by_its_derivative(cython_kernels,
             got = ez.grad(f)(view)
             ref = kernels.rosenbrock_gradient(x)
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_a_branch_that_writes_nothing_of_the_shadow_is_walked_through():
+    # The walk reaches the join from both sides with the same pieces: it goes on, and
+    # the loop after it is folded.
+    sunk = sunk_by_the_pass_alone(zeroed_ir())
+    assert "%old = load" not in sunk
+    for n in range(6):
+        x = np.random.default_rng(n).uniform(size=n)
+        np.testing.assert_array_equal(run(sunk, x), x * x)
+
+
+def test_a_branch_that_writes_the_shadow_zeroes_the_rest_on_each_edge():
+    left = "%g1 = getelementptr double, double* %g, i64 1\n  store double 5.0, double* %g1"
+    sunk = sunk_by_the_pass_alone(zeroed_ir(left=left))
+    assert "%old = load" in sunk
+    for n in range(6):
+        x = np.random.default_rng(n).uniform(size=n)
+        expected = reference(x, False, -np.inf, (1, 5.0), only_odd=True)
+        np.testing.assert_array_equal(run(sunk, x), expected)
+
+
+@pytest.fixture(scope="module")
+def c_kernels():
+    from benchmarks.cython_gradients import C_SOURCE
+
+    return ez.c(C_SOURCE)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 1001])
+def test_each_frontends_derivative_overwrites_a_shadow_full_of_nan(c_kernels, cython_kernels, n):
+    # Called directly with a shadow of NaN (what np.empty may hold), a derivative that
+    # zeroes its shadow gives the exact gradient: every entry was zeroed or written.
+    # Numba and Cython size the shadow by its shapes, C by a hidden byte-size slot; the
+    # fast caller and the checked path fill that slot alike.
+    x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
+    ref = kernels.rosenbrock_gradient(x)
+    cases = [
+        (kernels.rosenbrock, (ez.Duplicated, ez.ActiveOnly), ()),
+        (cython_kernels.rosenbrock, (ez.Duplicated, ez.ActiveOnly), ()),
+        (c_kernels.rosenbrock, (ez.Duplicated, ez.Const, ez.ActiveOnly), (n,)),
+    ]
+    for f, acts, rest in cases:
+        df = zeroing_reverse(f, *acts)
+        if not hasattr(df, "plan"):  # a dispatcher's: its specialisation for x
+            df = df.for_arguments((x, x, *rest, 1.0))
+        assert df.zeroed_params == frozenset({0})
+        sized = [s for s in df.plan.steps if s.kind == "B"]
+        assert len(sized) == (1 if f is c_kernels.rosenbrock else 0)
+        for call in (df, lambda *a, df=df: df._call_checked(a)):
+            g = np.full(n, np.nan)
+            call(x, g, *rest, 1.0)
+            np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_a_c_shadow_longer_than_the_loop_is_zeroed_past_it(c_kernels):
+    # The C function reads the first m of x's n entries: the rest of its gradient is 0.
+    n, m = 50, 20
+    x = np.random.default_rng(6).uniform(-1.0, 2.0, n)
+    got = ez.grad(c_kernels.rosenbrock)(x, m)
+    expected = np.zeros(n)
+    expected[:m] = kernels.rosenbrock_gradient(x[:m])
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_zeroing_derivative_is_not_handed_to_other_callers():
+    df = zeroing_reverse(kernels.rosenbrock, ez.Duplicated, ez.ActiveOnly)
+    x = np.ones(4)
+    spec = df.for_arguments((x, x, 1.0))
+    with pytest.raises(ez.EnzymeError, match="zeroes its shadows itself"):
+        spec.njit()

@@ -176,11 +176,11 @@ def autodiff(
 
 
 def zeroing_reverse(f: Any, *activities: Activity) -> Any:
-    """``autodiff(f, Reverse, *activities)`` of a Numba dispatcher or a function whose
-    array parameters come with their shapes (Cython memoryviews), whose derivatives
-    zero the shadows they can themselves (``Options.zeroes_shadows``; ``zeroed_params``
-    names them: per call, ``zeroed_params(args)``, for a dispatcher): for the helpers,
-    whose shadows are fresh. Not for users' calls, whose shadows accumulate."""
+    """``autodiff(f, Reverse, *activities)`` of a Numba dispatcher or a function of
+    ``ez.c``, ``ez.cython``, ``ez.llvm_ir``..., whose derivatives zero the shadows they
+    can themselves (``Options.zeroes_shadows``; ``zeroed_params`` names them: per call,
+    ``zeroed_params(args)``, for a dispatcher): for the helpers, whose shadows are
+    fresh. Not for users' calls, whose shadows accumulate."""
     options = Options(1, False, False, zeroes_shadows=True)
     if numba_frontend.is_dispatcher(f):
         return NumbaDerivative(f, Reverse, tuple(activities), options)
@@ -189,14 +189,9 @@ def zeroing_reverse(f: Any, *activities: Activity) -> Any:
     return Derivative(fn, Reverse, params, ret, options)
 
 
-def takes_shapes(f: Any) -> bool:
-    """Whether ``f`` is a Numba dispatcher or a function given its arrays' shapes:
-    one whose derivatives can zero their shadows themselves (``zeroing_reverse``)."""
-    if numba_frontend.is_dispatcher(f):
-        return True
-    return isinstance(f, IRFunction) and any(
-        p.hidden is not None and p.hidden[0] == "shape" for p in f.params
-    )
+def zeroes_shadows(f: Any) -> bool:
+    """Whether ``zeroing_reverse`` takes ``f``: a Numba dispatcher or a function."""
+    return numba_frontend.is_dispatcher(f) or isinstance(f, IRFunction)
 
 
 class _LateDerivative:

@@ -574,6 +574,8 @@ def implied_slots(fn: IRFunction, request: Request) -> SlotCounts | None:
         if ret and request.ret == _DFT_OUT_DIFF:
             ins.append(ret * k)
         return _counts("".join(ins) + "p"), _counts("".join(outs))
+    # The byte sizes of shadows zeroed by the derivative that no shapes give, last.
+    ins.append("q" * sum(1 for _, dims, _ in request.zeroed_shadows if not dims))
     if request.primal_only or request.return_primal:
         outs.append(ret)
     if not request.primal_only and ret:

@@ -20,7 +20,7 @@ This module states the convention once for Python:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,9 @@ class StepKind:
     SHAPE = "S"  # a dimension of an earlier array argument (a hidden parameter)
     STRIDE = "T"  # a stride, in bytes, of an earlier array argument (hidden)
     ERRORS = "E"  # the callee's error buffer (a hidden parameter)
+    # the byte size of an earlier array argument (hidden), after all the others: of
+    # the shadow a derivative zeroes itself (src/shadow_zeroing.h)
+    BYTES = "B"
 
 
 class ResultShape:
@@ -364,6 +367,16 @@ class FilledSlots:
             shadow[...] = stand_in
 
 
+def with_byte_sizes(plan: CallPlan, params: Sequence[Param]) -> CallPlan:
+    """``plan`` with the byte size of each of ``params``' arrays in a hidden slot after
+    all others (``StepKind.BYTES``): the derivative zeroes their shadows itself."""
+    sizes = []
+    for param in params:
+        (step,) = (s for s in plan.steps if s.kind == StepKind.ARRAY and s.param is param)
+        sizes.append(InputStep(StepKind.BYTES, SlotCode.I64, "", 1, -1, step.arg))
+    return replace(plan, steps=(*plan.steps, *sizes))
+
+
 def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
     """The input slots (of slot codes ``codes``) of a call with ``args``, every argument
     checked first: a TypeError or ValueError naming the parameter for any that does not
@@ -387,6 +400,8 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
             writer.put(arrays[step.source].strides[step.dim])
         elif step.kind == StepKind.ERRORS:
             writer.put(errors.ctypes.data)
+        elif step.kind == StepKind.BYTES:  # its shadow has its shape and dtype
+            writer.put(arrays[step.source].nbytes)
         elif step.kind == StepKind.ARRAY:
             assert step.param is not None
             array = check_array(args[step.arg], step.param, step.where)

@@ -118,8 +118,9 @@ def _zeroed_shadows(
     fn: IRFunction, mode: Mode, params: tuple[Activity, ...], options: Options
 ) -> tuple[tuple[int, tuple[int, ...], int], ...]:
     """The shadows a derivative with ``options.zeroes_shadows`` zeroes itself (the
-    Request's ``zeroed_shadows``): those of Duplicated C-contiguous float arrays whose
-    shapes are hidden parameters (their byte size is known to the derivative)."""
+    Request's ``zeroed_shadows``): those of Duplicated C-contiguous float arrays, each
+    with the hidden parameters giving its shape, or none (a C pointer: its byte size
+    is then passed in a slot of its own, ``_convention.with_byte_sizes``)."""
     if not options.zeroes_shadows or mode is not Reverse or options.width != 1:
         return ()
     if options.split or options.atomic_add or options.primal_only:
@@ -129,7 +130,7 @@ def _zeroed_shadows(
         if p.hidden is not None and p.hidden[0] == "shape":
             dims.setdefault(p.hidden[1], []).append(i)
     return tuple(
-        (i, tuple(dims[i]), p.dtype.itemsize)
+        (i, tuple(dims.get(i, ())), p.dtype.itemsize)
         for i, (p, act) in enumerate(zip(fn.params, params, strict=True))
         if act in (Duplicated, DuplicatedOnly)
         and p.kind == "pointer"
@@ -138,7 +139,6 @@ def _zeroed_shadows(
         and p.layout_of is None
         and p.dtype is not None
         and p.dtype.kind == "f"
-        and i in dims
     )
 
 
@@ -206,6 +206,9 @@ class Derivative:
         )
         if options.split:
             self.plan = _split_plan(self.plan, options.split)
+        sized = [fn.params[p] for p, dims, _ in zeroed if not dims]
+        if sized:
+            self.plan = _convention.with_byte_sizes(self.plan, sized)
         self.entry = self._compiled.entry
         if (len(self.plan.in_codes) + (options.split == 2), self.plan.result.out_slots) != (
             len(self._compiled.in_slots),
@@ -501,12 +504,7 @@ class Derivative:
         to call from inside other Numba code. Made once and kept."""
         if self.serial_twin is not None:
             return self.serial_twin().njit()
-        if self.zeroed_params:
-            # Called from Numba code with the caller's shadows, it would overwrite them.
-            raise EnzymeError(
-                "this derivative zeroes its shadows itself (a helper's); this is a bug in "
-                "enzyme_py: njit() is for derivatives made by ez.autodiff"
-            )
+        self._refuse_if_zeroing("njit()")
         if self._njit is None:
             self._pin_code()
             safe = self.alias_safe_twin().entry if self.may_overlap else None
@@ -522,6 +520,7 @@ class Derivative:
         ``enzyme_py._cython_call`` for its parameters and return codes)."""
         from enzyme_py import _cython_call
 
+        self._refuse_if_zeroing("cython_declaration()")
         self._pin_code()
         return _cython_call.declaration(self, name)
 
@@ -531,6 +530,14 @@ class Derivative:
         _build.pin(self._compiled)
         if self.may_overlap:
             _build.pin(self.alias_safe_twin()._compiled)
+
+    def _refuse_if_zeroing(self, what: str) -> None:
+        # Called by other code with its own shadows, it would overwrite them.
+        if self.zeroed_params:
+            raise EnzymeError(
+                f"this derivative zeroes its shadows itself (a helper's); this is a bug in "
+                f"enzyme_py: {what} is for derivatives made by ez.autodiff"
+            )
 
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from enzyme_py import _state
-from enzyme_py._api import autodiff, takes_shapes, zeroing_reverse
+from enzyme_py._api import autodiff, zeroes_shadows, zeroing_reverse
 from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
@@ -192,8 +192,9 @@ class Derivatives:
         zeroing: bool = False,
     ) -> Any:
         """The derivative; ``zeroing``: for calls with fresh shadows, one that zeroes
-        those it can itself (``new_shadows``), where f takes its arrays' shapes."""
-        zeroing = zeroing and mode is Reverse and width == 1 and takes_shapes(self.f)
+        those it can itself (``new_shadows``), where f is a Numba dispatcher or a
+        function (not a derivative, a helper's result or a kernel)."""
+        zeroing = zeroing and mode is Reverse and width == 1 and zeroes_shadows(self.f)
         key = (mode, tuple(acts), ret, width, zeroing)
         df = self._made.get(key)
         if df is None:
