@@ -17,6 +17,7 @@ import pytest
 
 import enzyme_py as ez
 from benchmarks import kernels
+from enzyme_py import _shadow_pool
 from enzyme_py._api import zeroing_reverse
 from enzyme_py._pipeline import SINK_SHADOW_ZEROING
 from enzyme_py.frontends.ir import parse_module
@@ -25,7 +26,11 @@ from tests.reference import fd_gradient, fd_partial
 pytestmark = pytest.mark.needs_enzyme
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 9, 10, 17, 100, 1001])
+# From 2^15 doubles (LARGE_SHADOW_BYTES) ez.grad passes uninitialised shadows.
+LARGE = 40_000
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 10, 17, 100, 1001, LARGE])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_rosenbrock_gradient_from_a_derivative_that_zeroes_its_shadow(n, dtype):
     x = np.random.default_rng(n).uniform(-1.0, 2.0, n).astype(dtype)
@@ -275,7 +280,7 @@ def cython_kernels():
     return ez.cython(CYTHON_SOURCE)
 
 
-@pytest.mark.parametrize("n", [1, 2, 9, 1001])
+@pytest.mark.parametrize("n", [1, 2, 9, 1001, LARGE])
 def test_a_cython_memoryviews_shadow_is_zeroed_by_its_derivative(cython_kernels, n):
     # A C-contiguous memoryview comes with its shape: the derivative zeroes its shadow.
     # A strided one (const double[:]) is zeroed by the caller, as before.
@@ -344,9 +349,9 @@ def test_each_frontends_derivative_overwrites_a_shadow_full_of_nan(c_kernels, cy
             np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-12)
 
 
-def test_a_c_shadow_longer_than_the_loop_is_zeroed_past_it(c_kernels):
+@pytest.mark.parametrize("n, m", [(50, 20), (LARGE, LARGE // 2)])
+def test_a_c_shadow_longer_than_the_loop_is_zeroed_past_it(c_kernels, n, m):
     # The C function reads the first m of x's n entries: the rest of its gradient is 0.
-    n, m = 50, 20
     x = np.random.default_rng(6).uniform(-1.0, 2.0, n)
     got = ez.grad(c_kernels.rosenbrock)(x, m)
     expected = np.zeros(n)
@@ -360,3 +365,30 @@ def test_a_zeroing_derivative_is_not_handed_to_other_callers():
     spec = df.for_arguments((x, x, 1.0))
     with pytest.raises(ez.EnzymeError, match="zeroes its shadows itself"):
         spec.njit()
+
+
+def test_the_pool_hands_out_a_buffer_again_only_once_no_array_uses_it():
+    _shadow_pool.clear()
+    shape = (LARGE,)
+    first = _shadow_pool.uninitialised(shape, np.dtype(np.float64))
+    second = _shadow_pool.uninitialised(shape, np.dtype(np.float64))
+    assert first.base is not second.base  # both in use
+    first[:] = 1.0
+    reused = id(first.base)
+    del first
+    third = _shadow_pool.uninitialised(shape, np.dtype(np.float64))
+    assert id(third.base) == reused and third.flags.c_contiguous and third.flags.writeable
+    assert np.all(third == 1.0)  # uninitialised: what the memory held
+    assert _shadow_pool.uninitialised((10,), np.dtype(np.float64)).base is None  # small
+    _shadow_pool.clear()
+
+
+def test_gradients_on_several_threads_at_once_each_get_their_own_memory():
+    import concurrent.futures
+
+    g = ez.grad(kernels.rosenbrock)
+    inputs = [np.random.default_rng(k).uniform(-1.0, 2.0, LARGE) for k in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(g, inputs * 3))
+    for x, gradient in zip(inputs * 3, got, strict=True):
+        np.testing.assert_allclose(gradient, kernels.rosenbrock_gradient(x), rtol=1e-12, atol=1e-10)

@@ -35,6 +35,7 @@ from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
 from enzyme_py._read_only import read_only_params
+from enzyme_py._shadow_pool import LARGE_SHADOW_BYTES, uninitialised
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
     Active,
@@ -383,17 +384,22 @@ def new_shadows(
     df: Any, args: Sequence[Any], acts: Sequence[Activity], tail: Sequence[Any] = ()
 ) -> dict[int, np.ndarray]:
     """Fresh shadows for a call of reverse derivative ``df`` with ``args`` (then
-    ``tail``, the seed): zeros, except uninitialised arrays for the parameters whose
-    shadows ``df`` zeroes itself (a derivative made with ``zeroing``)."""
+    ``tail``, the seed): zeros, except uninitialised arrays (``_shadow_pool``) for the
+    parameters whose shadows ``df`` zeroes itself (a derivative made with ``zeroing``),
+    where one of them is large (for small ones, finding out costs more than zeroing:
+    zeros, which the derivative zeroes again)."""
     threads = getattr(df, "threads", 1)
     zeroed_params = getattr(df, "zeroed_params", None)
-    if zeroed_params is None or not any(act.shadow for act in acts):
+    if zeroed_params is None or not any(
+        act.shadow and isinstance(a, np.ndarray) and a.nbytes >= LARGE_SHADOW_BYTES
+        for a, act in zip(args, acts, strict=True)
+    ):
         return zero_shadows(args, acts, threads=threads)
     if callable(zeroed_params):  # a NumbaDerivative: per the call's argument types
         standing_in = {i: a for i, a in enumerate(args) if acts[i].shadow}
         zeroed_params = zeroed_params((*interleave(args, acts, standing_in), *tail))
     return {
-        i: np.empty(a.shape, dtype=a.dtype) if i in zeroed_params else shadow_like(a, 1, threads)
+        i: uninitialised(a.shape, a.dtype) if i in zeroed_params else shadow_like(a, 1, threads)
         for i, (a, act) in enumerate(zip(args, acts, strict=True))
         if act.shadow and isinstance(a, np.ndarray)
     }
