@@ -392,3 +392,48 @@ def test_gradients_on_several_threads_at_once_each_get_their_own_memory():
         got = list(pool.map(g, inputs * 3))
     for x, gradient in zip(inputs * 3, got, strict=True):
         np.testing.assert_allclose(gradient, kernels.rosenbrock_gradient(x), rtol=1e-12, atol=1e-10)
+
+
+@pytest.fixture
+def poisoned_shadows(monkeypatch):
+    """Helpers whose shadows the derivative zeroes get them full of NaN, whatever their
+    size: any byte the derivative neither zeroes nor writes shows in the gradient."""
+    from enzyme_py import _transforms
+
+    monkeypatch.setattr(_transforms, "LARGE_SHADOW_BYTES", 0)
+    monkeypatch.setattr(
+        _transforms, "uninitialised", lambda shape, dtype: np.full(shape, np.nan, dtype=dtype)
+    )
+
+
+def _corpus_entries() -> list:
+    from corpus.functions import ENTRIES
+
+    return [e for e in ENTRIES if e.expect is None]
+
+
+@pytest.mark.parametrize("entry", _corpus_entries(), ids=lambda e: e.name)
+def test_the_corpus_through_the_helpers_with_shadows_full_of_nan(poisoned_shadows, entry):
+    # tests/test_corpus.py's functions (loops, branches, views, reductions, ...), their
+    # reverse helpers given NaN where the derivative zeroes the shadow itself.
+    from corpus.harness import CORRECT, run
+
+    result = run(entry)
+    bad = [(o.mode, o.status, o.detail) for o in result.outcomes if o.status != CORRECT]
+    assert not bad, bad
+
+
+def test_overlapping_arguments_take_a_twin_that_zeroes_the_same_shadows(
+    poisoned_shadows, cython_kernels
+):
+    # One array passed as two arguments: the call goes to the derivative built without
+    # the promise that arrays do not overlap, which zeroes the same shadows itself.
+    u = np.random.default_rng(7).uniform(size=33)
+    for f in (kernels.heat_loss, cython_kernels.heat_loss):
+        got = ez.grad(f, argnums=(0, 1))(u, u, 3)
+        df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Const, ez.ActiveOnly)
+        du, dt = np.zeros_like(u), np.zeros_like(u)
+        df(u, du, u, dt, 3, 1.0)
+        np.testing.assert_allclose(got[0], du, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got[1], dt, rtol=1e-12, atol=1e-14)
+        assert np.isfinite(got[0]).all() and np.isfinite(got[1]).all()

@@ -70,9 +70,9 @@ class Options:
     # Reverse mode in halves (_split.py): 1 the augmented forward pass, 2 its reverse.
     split: int = 0
     # Combined reverse mode, width 1: the derivative zeroes the shadows of C-contiguous
-    # float arrays whose shapes it takes itself (``zeroed_params``), and writes them
-    # where it can rather than adding into them (src/shadow_zeroing.h); the helpers'
-    # fresh shadows of those parameters are then passed uninitialised.
+    # float arrays itself (``zeroed_params``; each sized by its array's shapes, or by a
+    # hidden byte-size slot), and writes them where it can rather than adding into
+    # them (src/shadow_zeroing.h); the helpers pass those shadows uninitialised.
     zeroes_shadows: bool = False
 
 
