@@ -218,11 +218,10 @@ class SignProver {
                    pm::m_c_ICmp(predicate, pm::m_Specific(next), pm::m_Value(end))))
       return {};
     const bool leaves_on_true = !loop->contains(branch->getSuccessor(0));
-    const bool stays_on_false = loop->contains(branch->getSuccessor(1));
     const bool leaves_on_false = !loop->contains(branch->getSuccessor(1));
-    const bool stays_on_true = loop->contains(branch->getSuccessor(0));
-    const bool exact = (predicate == llvm::ICmpInst::ICMP_EQ && leaves_on_true && stays_on_false) ||
-                       (predicate == llvm::ICmpInst::ICMP_NE && stays_on_true && leaves_on_false);
+    const bool exact =
+        (predicate == llvm::ICmpInst::ICMP_EQ && leaves_on_true && !leaves_on_false) ||
+        (predicate == llvm::ICmpInst::ICMP_NE && !leaves_on_true && leaves_on_false);
     if (!exact || !loop->isLoopInvariant(end) || !entered_below(preheader, start, end)) return {};
     return {start, end};
   }

@@ -435,6 +435,10 @@ llvm::PreservedAnalyses SinkShadowZeroing::run(llvm::Function &fn,
     }
   }
   if (marked.empty()) return llvm::PreservedAnalyses::all();
+  // Edges split where pieces are zeroed keep the dominator tree and loops up to date.
+  llvm::PreservedAnalyses kept;
+  kept.preserve<llvm::DominatorTreeAnalysis>();
+  kept.preserve<llvm::LoopAnalysis>();
   bool changed = false;
   for (llvm::MemSetInst *zeroing : marked) {
     auto &aa = analyses.getResult<llvm::AAManager>(fn);
@@ -446,16 +450,9 @@ llvm::PreservedAnalyses SinkShadowZeroing::run(llvm::Function &fn,
     walk.apply();
     changed = true;
     // What the next memset's walk asks is asked of the IR as it is now.
-    llvm::PreservedAnalyses kept;
-    kept.preserve<llvm::DominatorTreeAnalysis>();
-    kept.preserve<llvm::LoopAnalysis>();
     analyses.invalidate(fn, kept);
   }
-  if (!changed) return llvm::PreservedAnalyses::all();
-  llvm::PreservedAnalyses kept;
-  kept.preserve<llvm::DominatorTreeAnalysis>();
-  kept.preserve<llvm::LoopAnalysis>();
-  return kept;
+  return changed ? kept : llvm::PreservedAnalyses::all();
 }
 
 }  // namespace enzyme_py
