@@ -36,6 +36,8 @@ KERNELS = {
     "rosenbrock_prange": GRADIENT | {"enzyme_py_threads"},
     "gmm_prange": GRADIENT | {"enzyme_py_threads"},
     "heat_prange": GRADIENT | {"enzyme_py_threads"},
+    # Rosenbrock on 10 doubles: the cost of a call where the array is small.
+    "rosenbrock_small": GRADIENT,
     "nbody": {
         "numba_primal",
         "enzyme_py_forward",

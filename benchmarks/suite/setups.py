@@ -60,6 +60,7 @@ FUNCTION_NAMES = {
     "nbody": "nbody_energy",
     "scalar": "scalar_f",
     "rosenbrock_prange": "rosenbrock_prange",
+    "rosenbrock_small": "rosenbrock",
     "gmm_prange": "gmm_objective_prange",
     "heat_prange": "heat_loss_prange",
 }

@@ -126,13 +126,31 @@ def _prange_twin(base: Kernel) -> Kernel:
     )
 
 
-# A prange row's kernel is its serial row's for inputs, JAX and PyTorch.
-SERIAL_ROW = {f"{k.name}_prange": k.name for k in _GRADIENT_KERNELS}
+# Rosenbrock on 10 doubles: what a gradient costs per call where the array is small
+# (an optimiser's loop over a few parameters): the helpers' own overhead, JAX's and
+# PyTorch's dispatch.
+_SMALL_ROSENBROCK = Kernel(
+    "rosenbrock_small",
+    "gradient w.r.t. x, per call",
+    {"n": 10},
+    {"n": 10},
+    GRADIENT_CONTENDERS,
+    "enzyme_py_reverse",
+    lambda s: f"Rosenbrock, n={s['n']}, per call",
+    lambda s: 2 * s["n"],
+)
+
+# A prange row's kernel is its serial row's for inputs, JAX and PyTorch; so is the
+# small Rosenbrock's.
+SERIAL_ROW = {f"{k.name}_prange": k.name for k in _GRADIENT_KERNELS} | {
+    _SMALL_ROSENBROCK.name: "rosenbrock"
+}
 
 KERNELS: dict[str, Kernel] = {
     k.name: k
     for k in (
         *(row for base in _GRADIENT_KERNELS for row in (base, _prange_twin(base))),
+        _SMALL_ROSENBROCK,
         Kernel(
             "nbody",
             "JVP along a random direction in (pos, vel)",

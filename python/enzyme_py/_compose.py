@@ -148,6 +148,7 @@ class Gradient:
     def __init__(self, f: Any, argnums: Argnums, with_value: bool, how: str | None = None):
         self.f, self.argnums, self.with_value, self.how = f, argnums, with_value, how
         self._derivatives = tf.Derivatives(f)
+        self._positions: dict[int, tuple[int, ...]] = {}  # argnums by argument count
         outer = how or ("value_and_grad" if with_value else "grad")
         self.__name__ = f"{outer}({tf.name_of(f)})"
 
@@ -163,7 +164,9 @@ class Gradient:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = tf.bind(self.f, args, kwargs, self.__name__)
-        nums = tf.positions(self.argnums, len(args))
+        nums = self._positions.get(len(args))
+        if nums is None:
+            nums = self._positions[len(args)] = tf.positions(self.argnums, len(args))
         ret = Active if self.with_value else ActiveOnly
         value, grads = tf.reverse_call(self._derivatives, args, nums, ret)
         found = grads[0] if tf.single(self.argnums) else grads

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -334,6 +335,11 @@ class NumbaDerivative:
     def for_arguments(self, args: tuple[Any, ...]) -> Derivative:
         """The derivative for the types of these call arguments."""
         return self._bound_for(args).derivative
+
+    def call_for(self, args: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], Any]:
+        """What a call with these arguments runs, taking them as one tuple: the same
+        for any arguments of the same kinds (``argument_kind``)."""
+        return self._bound_for(args)
 
     def zeroed_params(self, args: tuple[Any, ...]) -> frozenset[int]:
         """The parameters whose shadows the derivative a call with these arguments

@@ -35,6 +35,7 @@ from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
 from enzyme_py._read_only import read_only_params
+from enzyme_py._reverse_plan import ReversePlan, plan_key
 from enzyme_py._shadow_pool import LARGE_SHADOW_BYTES, uninitialised
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
@@ -175,6 +176,8 @@ class Derivatives:
         self.f = f
         self._made: dict[tuple[Any, ...], Any] = {}
         self._writes: dict[tuple[Any, ...], tuple[bool, ...]] = {}
+        # reverse_call's plans, by argnums, return activity and kinds of the arguments.
+        self.plans: dict[tuple[Any, ...], ReversePlan] = {}
 
     def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
         """Per argument, whether f may write it (see may_write), once per kinds."""
@@ -413,13 +416,38 @@ def reverse_call(
     seed: float = 1.0,
 ) -> tuple[Any, tuple[Any, ...]]:
     """The primal (or None) and the gradient (times ``seed``) with respect to each of nums."""
+    key = plan_key(args, seed)
+    if key is not None:
+        plan = derivatives.plans.get((nums, ret, key))
+        if plan is not None:
+            return plan(args, nums, seed)
     acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
     df = derivatives.get(Reverse, acts, ret, zeroing=True)
     shadows = new_shadows(df, args, acts, (seed,))
-    primal, *adjoints = df(*interleave(args, acts, shadows), seed)
+    flat = (*interleave(args, acts, shadows), seed)
+    primal, *adjoints = df(*flat)
     active = iter(adjoints)
     grads = {i: next(active) for i, act in enumerate(acts) if act is Active}
+    if key is not None and all(i in shadows for i, act in enumerate(acts) if act.shadow):
+        derivatives.plans[(nums, ret, key)] = _plan(df, flat, acts)
     return primal, tuple(shadows[i] if i in shadows else grads[i] for i in nums)
+
+
+def _plan(df: Any, flat: tuple[Any, ...], acts: Sequence[Activity]) -> ReversePlan:
+    """``reverse_call``'s plan for arguments of the kinds of this call (``flat``: the
+    derivative's arguments, the seed last)."""
+    call_for = getattr(df, "call_for", None)
+    zeroed = getattr(df, "zeroed_params", None)
+    if callable(zeroed):  # a NumbaDerivative: per the call's argument types
+        zeroed = zeroed(flat)
+    threads = getattr(df, "threads", 1)
+    return ReversePlan(
+        run=call_for(flat) if call_for is not None else lambda given: df(*given),
+        shadowed=tuple(i for i, act in enumerate(acts) if act.shadow),
+        zeroed=frozenset(zeroed or ()),
+        zeros=lambda a: shadow_like(a, 1, threads),
+        actives=tuple(i for i, act in enumerate(acts) if act is Active),
+    )
 
 
 def as_tangent(t: Any, p: Any, i: int) -> Any:
