@@ -24,6 +24,9 @@ Kernels (``benchmarks/kernels.py``; JAX and PyTorch twins in ``benchmarks/conten
    serial twin, prange as range: heat's, inside its time loop), ``enzyme_py_threads``
    runs every prange loop on every core (``ez.autodiff(..., threads=os.cpu_count())``,
    its shadows zeroed by the caller with ``np.zeros_like``).
+7. ``rosenbrock_small``: kernel 1 on 10 doubles (the same at ``--quick``): what a
+   gradient costs per call where the array is small (``ez.grad``'s own overhead, JAX's
+   and PyTorch's dispatch), as in an optimiser's loop over a few parameters.
 
 ``--quick`` runs tiny sizes (Rosenbrock n = 1000, GMM d = 3 k = 4 n = 50, heat 32 cells
 x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contender.
@@ -31,7 +34,7 @@ x 20 steps, 8 bodies) with fewer repeats, and still runs every installed contend
 Contenders, each on the same inputs (built from the same seeds), all in float64:
 
 - ``numba_primal``: the Numba ``@njit`` function itself: the reference (1.0);
-- ``enzyme_py_reverse``: ``ez.grad`` (kernels 1-3) or
+- ``enzyme_py_reverse``: ``ez.grad`` (kernels 1-3, 6, 7) or
   ``ez.autodiff(f, ez.Reverse, ez.Active, ez.Active)`` (kernel 5);
 - ``enzyme_py_forward``: ``ez.autodiff(f, ez.Forward, ...)`` with Dual arguments
   (kernels 4, 5); ``enzyme_py_jvp_helper``: ``ez.jvp(f, primals, tangents)`` called
