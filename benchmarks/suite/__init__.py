@@ -79,6 +79,8 @@ Method:
   the JSON file. ``ENZYME_PY_LOG=1`` in those children records where each
   derivative came from (Enzyme or the disk cache). enzyme_py's first call is timed after
   the Numba primal has been compiled (its Numba compile is the primal's first call).
+  The report also gives the filled-cache first call less the row's time per call: what
+  loading the derivative cost beyond running it once.
 - Peak memory: each child reads ``ru_maxrss`` (``getrusage(RUSAGE_SELF)``) just
   before the first call, once it has imported its libraries, built its inputs (as the
   arrays or tensors it uses) and, for the contenders that call the Numba primal
