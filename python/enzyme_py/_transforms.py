@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -325,10 +325,14 @@ def with_defaults(f: Any, args: Sequence[Any], who: str) -> tuple[Any, ...]:
 
 def returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     """Whether f returns no value (from its compiled signature)."""
-    if numba_frontend.is_dispatcher(f):
+    if not numba_frontend.is_dispatcher(f):
+        return resolve_function(f).ret is None
+
+    def compute() -> bool:
         types = tuple(f.typeof_pyval(a) for a in args)
         return not numba_frontend.returns_value(f, numba_frontend.resolve_signature(f, types))
-    return resolve_function(f).ret is None
+
+    return _by_kinds(_returns_nothing, f, args, compute)
 
 
 def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
@@ -339,24 +343,39 @@ def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
         return False
     from numba.core.errors import TypingError
 
-    # Memoised where the arguments' kinds determine their Numba types (Numba's typeof is
-    # a good part of a small Hessian's call otherwise).
+    def compute() -> bool:
+        types = tuple(f.typeof_pyval(a) for a in args)
+        try:
+            return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+        except TypingError:
+            return False
+
+    return _by_kinds(_returns_arrays, f, args, compute)
+
+
+def _by_kinds(
+    memo: weakref.WeakKeyDictionary[Any, dict[Any, bool]],
+    f: Any,
+    args: Sequence[Any],
+    compute: Callable[[], bool],
+) -> bool:
+    """``compute()``, memoised per Numba dispatcher ``f`` where the arguments' kinds
+    determine their Numba types (Numba's typeof is a good part of a small Hessian's or
+    JVP's call otherwise)."""
     plain = all(isinstance(a, (np.ndarray, float, int, np.generic)) for a in args)
     kinds = tuple(argument_kind(a) for a in args) if plain else None
-    memo = _returns_arrays.setdefault(f, {})
-    if kinds is not None and kinds in memo:
-        return memo[kinds]
-    types = tuple(f.typeof_pyval(a) for a in args)
-    try:
-        found = numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
-    except TypingError:
-        return False
+    known = memo.setdefault(f, {})
+    if kinds is not None and kinds in known:
+        return known[kinds]
+    found = compute()
     if kinds is not None:
-        memo[kinds] = found
+        known[kinds] = found
     return found
 
 
-# Per Numba dispatcher: returns_arrays by the kinds of the arguments.
+# Per Numba dispatcher, by the kinds of the arguments: whether it returns nothing, and
+# whether it returns arrays.
+_returns_nothing: weakref.WeakKeyDictionary[Any, dict[Any, bool]] = weakref.WeakKeyDictionary()
 _returns_arrays: weakref.WeakKeyDictionary[Any, dict[Any, bool]] = weakref.WeakKeyDictionary()
 
 
