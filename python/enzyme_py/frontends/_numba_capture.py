@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["KEEP_BYTES", "install", "install_when_imported", "module_defining"]
+__all__ = ["KEEP_BYTES", "install", "install_when_imported", "kept_modules", "module_defining"]
 
 KEEP_BYTES = 64 << 20  # compressed IR text; a module is typically 2-20 KB compressed
 
@@ -141,3 +141,12 @@ def module_defining(library: Any, name: str) -> str | None:
     pattern = re.compile(r"^define [^\n]*@\"?" + re.escape(name) + r"\"?\(", re.MULTILINE)
     found = [t for t in (zlib.decompress(b).decode() for b in texts) if pattern.search(t)]
     return found[0] if len(found) == 1 else None
+
+
+def kept_modules(library: Any) -> list[str]:
+    """Every kept module of ``library`` (IR texts after Numba's function-level passes,
+    in the order Numba added them); empty if none was kept."""
+    with _lock:
+        entry = _kept.get(id(library))
+        texts = list(entry[1]) if entry is not None and entry[0]() is library else []
+    return [zlib.decompress(b).decode() for b in texts]
