@@ -84,17 +84,17 @@ def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | Non
         return None
     with global_compiler_lock:
         module = ll.parse_assembly(text)
-        return IRCompile(_linked_first_stage(module, cres.library, kept=True), cres.fndesc)
+        return IRCompile(_linked_first_stage(module, cres.library, kept_callees=True), cres.fndesc)
 
 
-def _linked_first_stage(module: Any, library: Any, kept: bool = False) -> str:
+def _linked_first_stage(module: Any, library: Any, kept_callees: bool = False) -> str:
     """What CPUCodeLibrary.finalize does before handing a module to Numba's JIT, up to
     its first module stage: ``library``'s callees linked into ``module`` (Numba's fully
-    optimised modules; ``kept``: as ``_link_callees`` links them), then that stage only
+    optimised modules; ``kept_callees``: as ``_link_callees`` links them), then that stage only
     (opt=0: inlining, as in _ad_compile_full); the IR text. Hold Numba's compiler
     lock."""
     seen: set[int] = set()
-    if kept:
+    if kept_callees:
         _link_callees(module, library, seen)
     for callee in library._linking_libraries:
         if id(callee) not in seen:
@@ -111,12 +111,12 @@ def _link_callees(module: Any, library: Any, seen: set[int]) -> None:
     """Link ``library``'s callees into ``module``: each as the modules of its compile
     that ``_numba_capture`` kept (before Numba's module optimisation), then its own
     callees so; a callee with none kept as Numba's fully optimised module (which holds
-    its callees). For the serial functions whose own module was kept (``_from_primal``)
-    Enzyme differentiates such callees better: GMM's ``_logsumexp`` unrolled by 8 had
-    it keep eight caches and copy their remainder each sample (the serial GMM
-    gradient's build 400 -> 240 ms, the gradient 5-7% faster), and for their serial
-    clones (``ad_compile``: the same IR). Not for a parallel compile's
-    (``_numba_parfor``): GMM's prange body so took 15 -> 21 ms on two threads."""
+    its callees). Serial compiles link them so (``_from_primal`` and the clones of
+    ``ad_compile``, which must give the same IR): Enzyme differentiates such callees
+    better, where GMM's ``_logsumexp`` unrolled by 8 had it keep eight caches and copy
+    their remainder each sample (the serial GMM gradient's build 400 -> 240 ms, the
+    gradient 5-7% faster). A parallel compile (``_numba_parfor``) does not: GMM's
+    prange body so took 15 -> 21 ms on two threads."""
     from llvmlite import binding as ll
 
     for callee in library._linking_libraries:
