@@ -398,11 +398,11 @@ def test_gradients_on_several_threads_at_once_each_get_their_own_memory():
 def poisoned_shadows(monkeypatch):
     """Helpers whose shadows the derivative zeroes get them full of NaN, whatever their
     size: any byte the derivative neither zeroes nor writes shows in the gradient."""
-    from enzyme_py import _transforms
+    from enzyme_py import _reverse_plan
 
-    monkeypatch.setattr(_transforms, "LARGE_SHADOW_BYTES", 0)
+    monkeypatch.setattr(_reverse_plan, "LARGE_SHADOW_BYTES", 0)
     monkeypatch.setattr(
-        _transforms, "uninitialised", lambda shape, dtype: np.full(shape, np.nan, dtype=dtype)
+        _reverse_plan, "uninitialised", lambda shape, dtype: np.full(shape, np.nan, dtype=dtype)
     )
 
 

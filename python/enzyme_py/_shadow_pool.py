@@ -23,7 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 # Smaller arrays are plain np.empty (the system's allocator reuses them); the helpers
-# zero small shadows themselves (_transforms.new_shadows).
+# zero small shadows themselves (_reverse_plan.ReversePlan.shadows).
 LARGE_SHADOW_BYTES = 1 << 18
 # Buffers kept per size, and sizes kept (the least recently used dropped first).
 BUFFERS_PER_SIZE = 4

@@ -36,7 +36,6 @@ from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
 from enzyme_py._read_only import read_only_params
 from enzyme_py._reverse_plan import ReversePlan, plan_key
-from enzyme_py._shadow_pool import LARGE_SHADOW_BYTES, uninitialised
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
     Active,
@@ -196,7 +195,7 @@ class Derivatives:
         zeroing: bool = False,
     ) -> Any:
         """The derivative; ``zeroing``: for calls with fresh shadows, one that zeroes
-        those it can itself (``new_shadows``), where f is a Numba dispatcher or a
+        those it can itself (``_reverse_plan``), where f is a Numba dispatcher or a
         function (not a derivative, a helper's result or a kernel)."""
         zeroing = zeroing and mode is Reverse and width == 1 and zeroes_shadows(self.f)
         key = (mode, tuple(acts), ret, width, zeroing)
@@ -402,31 +401,6 @@ def interleave(args: Sequence[Any], acts: Sequence[Activity], extra: dict[int, A
     return call
 
 
-def new_shadows(
-    df: Any, args: Sequence[Any], acts: Sequence[Activity], tail: Sequence[Any] = ()
-) -> dict[int, np.ndarray]:
-    """Fresh shadows for a call of reverse derivative ``df`` with ``args`` (then
-    ``tail``, the seed): zeros, except uninitialised arrays (``_shadow_pool``) for the
-    parameters whose shadows ``df`` zeroes itself (a derivative made with ``zeroing``),
-    where one of them is large (for small ones, finding out costs more than zeroing:
-    zeros, which the derivative zeroes again)."""
-    threads = getattr(df, "threads", 1)
-    zeroed_params = getattr(df, "zeroed_params", None)
-    if zeroed_params is None or not any(
-        act.shadow and isinstance(a, np.ndarray) and a.nbytes >= LARGE_SHADOW_BYTES
-        for a, act in zip(args, acts, strict=True)
-    ):
-        return zero_shadows(args, acts, threads=threads)
-    if callable(zeroed_params):  # a NumbaDerivative: per the call's argument types
-        standing_in = {i: a for i, a in enumerate(args) if acts[i].shadow}
-        zeroed_params = zeroed_params((*interleave(args, acts, standing_in), *tail))
-    return {
-        i: uninitialised(a.shape, a.dtype) if i in zeroed_params else shadow_like(a, 1, threads)
-        for i, (a, act) in enumerate(zip(args, acts, strict=True))
-        if act.shadow and isinstance(a, np.ndarray)
-    }
-
-
 def reverse_call(
     derivatives: Derivatives,
     args: Sequence[Any],
@@ -441,28 +415,26 @@ def reverse_call(
         if plan is not None:
             return plan(args, nums, seed)
     acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
-    df = derivatives.get(Reverse, acts, ret, zeroing=True)
-    shadows = new_shadows(df, args, acts, (seed,))
-    flat = (*interleave(args, acts, shadows), seed)
-    primal, *adjoints = df(*flat)
-    active = iter(adjoints)
-    grads = {i: next(active) for i, act in enumerate(acts) if act is Active}
-    if key is not None and all(i in shadows for i, act in enumerate(acts) if act.shadow):
-        derivatives.plans[(nums, ret, key)] = _plan(df, flat, acts)
-    return primal, tuple(shadows[i] if i in shadows else grads[i] for i in nums)
+    plan = _plan(derivatives.get(Reverse, acts, ret, zeroing=True), args, acts, seed)
+    if key is not None:
+        derivatives.plans[(nums, ret, key)] = plan
+    return plan(args, nums, seed)
 
 
-def _plan(df: Any, flat: tuple[Any, ...], acts: Sequence[Activity]) -> ReversePlan:
-    """``reverse_call``'s plan for arguments of the kinds of this call (``flat``: the
-    derivative's arguments, the seed last)."""
+def _plan(df: Any, args: Sequence[Any], acts: Sequence[Activity], seed: Any) -> ReversePlan:
+    """``reverse_call``'s plan for arguments of the kinds of ``args`` (and of ``seed``),
+    worked out on zeros of its shadows' shapes and types (what it will pass: the same
+    kinds, so the same Numba specialisation)."""
+    threads = getattr(df, "threads", 1)
+    standing_in = zero_shadows(args, acts, threads=threads)
+    flat = (*interleave(args, acts, standing_in), seed)
     call_for = getattr(df, "call_for", None)
     zeroed = getattr(df, "zeroed_params", None)
     if callable(zeroed):  # a NumbaDerivative: per the call's argument types
         zeroed = zeroed(flat)
-    threads = getattr(df, "threads", 1)
     return ReversePlan(
         run=call_for(flat) if call_for is not None else lambda given: df(*given),
-        shadowed=tuple(i for i, act in enumerate(acts) if act.shadow),
+        shadowed=tuple(standing_in),
         zeroed=frozenset(zeroed or ()),
         zeros=lambda a: shadow_like(a, 1, threads),
         actives=tuple(i for i, act in enumerate(acts) if act is Active),
