@@ -1,7 +1,6 @@
 #include "arena.h"
 
 #include <setjmp.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,6 +141,7 @@ struct TapeChunk {
   char *base;  // kMaxTapeAlign-aligned, so offsets align as addresses do
   size_t capacity;
   size_t top = 0;  // first free byte: the end of the top block's payload (0: none)
+  size_t reached = 0;  // the most `top` has been: bytes written, so faulted in
   size_t last = kNone;  // offset of the top block
   bool holds(const void *p) const {
     auto *c = static_cast<const char *>(p);
@@ -169,22 +169,15 @@ size_t header_at(size_t top, size_t align) {
   return (top + sizeof(TapeBlock) + align - 1) / align * align - sizeof(TapeBlock);
 }
 
-// Chunks this large are placed on huge-page boundaries and marked for transparent
-// huge pages (where the kernel offers them on request, Debian's default): the first
-// call of a derivative with a large tape faults its tape in 2 MiB pages instead of
-// 4 KiB ones (the GMM gradient's 79 MiB: 20,000 faults, about 38 ms of its first
-// call), and later calls stream through it with fewer TLB misses.
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kHugeChunk = 2 * kHugePage;
-
+// Chunks are plain 4 KiB pages, faulted in as the tape first reaches them. Advised
+// for transparent huge pages (as they were), a first call's fresh 2 MiB pages came
+// from the large blocks the kernel had freed, which a VM with free page reporting
+// (virtio balloon: the benchmark VM's, many clouds') hands back to its host, so that
+// touching them again faults on the host too. The GMM gradient (24 ms a call once
+// warm), first call in new processes 3 s apart on the 2-core AMD EPYC VM: 47-228 ms
+// with huge pages, 58-66 ms without; later calls the same either way.
 char *allocate_chunk(size_t capacity) {
   void *p = nullptr;
-  if (capacity >= kHugeChunk) {
-    const size_t rounded = (capacity + kHugePage - 1) / kHugePage * kHugePage;
-    if (posix_memalign(&p, kHugePage, rounded) != 0) return nullptr;
-    ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: refused, the chunk is as before
-    return static_cast<char *>(p);
-  }
   return posix_memalign(&p, kMaxTapeAlign, capacity) == 0 ? static_cast<char *>(p) : nullptr;
 }
 
@@ -201,13 +194,14 @@ class Tape {
     while (header_at(chunks_[current_].top, align) + sizeof(TapeBlock) + payload >
            chunks_[current_].capacity) {
       TapeChunk &c = chunks_[current_];
-      if (c.top == 0) {  // empty but too small: replace it
+      if (c.top == 0 && current_ + 1 == chunks_.size()) {  // the last, empty, too small
         size_t grown = std::max(need, 2 * c.capacity);
         char *base = allocate_chunk(grown);
         if (!base) return nullptr;
         std::free(c.base);
         c.base = base;
         c.capacity = grown;
+        c.reached = 0;
         break;
       }
       if (current_ + 1 == chunks_.size() && !add_chunk(std::max(need, 2 * c.capacity))) {
@@ -224,6 +218,7 @@ class Tape {
     const size_t top = at + sizeof(TapeBlock) + payload;
     grew(top - c.top);
     c.top = top;
+    c.reached = std::max(c.reached, top);
     return block + 1;
   }
 
@@ -263,6 +258,7 @@ class Tape {
         used_ -= c.top - top;
       }
       c.top = top;
+      c.reached = std::max(c.reached, top);
       return p;
     }
     void *moved = allocate(bytes);
@@ -272,14 +268,15 @@ class Tape {
     return moved;
   }
 
-  // After a call: everything is free again. Several chunks become one as large
-  // as the most this call held (so that the next call of the same size neither
-  // grows nor faults pages in), up to keep_bytes().
+  // After a call: everything is free again. The chunks stay, pages faulted in
+  // included, so that the next call of the same size neither grows nor faults (made
+  // one chunk as large as the call's peak, they were faulted in again by the second
+  // call: the GMM gradient's 79 MiB, 20,000 faults), up to keep_bytes(): chunks
+  // beyond it, the last first, go back to the system.
   void reset() {
-    const size_t want = (high_ + kFirstChunk - 1) / kFirstChunk * kFirstChunk;
-    if (chunks_.size() > 1 || reserved() > keep_bytes()) {
-      drop_chunks();
-      if (want <= keep_bytes()) add_chunk(want);
+    while (!chunks_.empty() && reserved() > keep_bytes()) {
+      std::free(chunks_.back().base);
+      chunks_.pop_back();
     }
     last_high_ = high_;
     used_ = high_ = 0;
@@ -290,11 +287,16 @@ class Tape {
     current_ = 0;
   }
 
+  // Between calls: every chunk back to the system.
+  void give_back() { drop_chunks(); }
+
   size_t in_use() const { return used_; }
 
+  // Bytes of the chunks that calls have reached: what the tape keeps faulted in.
+  // (The rest of a chunk is address space only.)
   size_t reserved() const {
     size_t n = 0;
-    for (const TapeChunk &c : chunks_) n += c.capacity;
+    for (const TapeChunk &c : chunks_) n += c.reached;
     return n;
   }
 
@@ -427,6 +429,11 @@ const char *const kTapeRealloc = "__enzyme_py_tape_realloc";
 size_t tape_bytes_in_use() { return tape.in_use(); }
 size_t tape_bytes_reserved() { return tape.reserved(); }
 size_t tape_bytes_last_call() { return tape.last_call_peak(); }
+
+void tape_give_back() {
+  tape.reset();
+  tape.give_back();
+}
 
 void arena_release() {
   for (void *block : blocks) std::free(block);

@@ -100,11 +100,14 @@ extern const char *const kTapeAlloc;
 extern const char *const kTapeFree;
 extern const char *const kTapeRealloc;
 
-// Bytes this thread's tape holds now, keeps between calls, and held at most
-// during the last derivative call.
+// Bytes this thread's tape holds now, keeps faulted in between calls (what its
+// chunks were written up to), and held at most during the last derivative call.
 size_t tape_bytes_in_use();
 size_t tape_bytes_reserved();
 size_t tape_bytes_last_call();
+// Between calls: this thread's tape chunks back to the system (the next call faults
+// its tape in anew).
+void tape_give_back();
 
 // Names Numba's IR uses (and kArenaKeep) -> addresses of the arena's functions.
 std::map<std::string, uint64_t> arena_symbols();

@@ -44,8 +44,10 @@ void register_calls(py::module_ &m) {
         return py::make_tuple(tape_bytes_in_use(), tape_bytes_reserved(),
                               tape_bytes_last_call());
       },
-      "(in use, reserved, most in use during the last call) bytes of this thread's\n"
-      "stack for Enzyme's tapes.");
+      "(in use, reserved: kept faulted in between calls, most in use during the last\n"
+      "call) bytes of this thread's stack for Enzyme's tapes.");
+  m.def("give_back_tape", &tape_give_back,
+        "Between calls: this thread's tape chunks back to the system.");
   m.def("release_arena", &arena_release,
         "Free this thread's temporaries and reset its tape (as after each derivative call).");
   m.def("nrt_data_offset", &nrt_data_offset, py::arg("align"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import resource
 
 import numpy as np
 import pytest
@@ -57,8 +58,10 @@ class Tape:
 @pytest.fixture
 def tape():
     native().release_arena()
+    native().give_back_tape()  # a new thread's tape: no chunks
     yield Tape()
     native().release_arena()
+    native().give_back_tape()
 
 
 def fill(address: int, n: int, value: int) -> None:
@@ -142,22 +145,32 @@ def test_pointers_from_malloc_go_back_to_libc(tape):
     assert tape.in_use() == 0
 
 
-def test_large_tapes_span_chunks_and_become_one_chunk_after_the_call(tape):
-    blocks = [tape.alloc(3 << 20) for _ in range(5)]  # more than the first chunk
-    for i, b in enumerate(blocks):
-        fill(b, 3 << 20, i)
-    for i, b in enumerate(blocks):
-        assert holds(b, 3 << 20, i)
-    most = tape.in_use()
-    for b in reversed(blocks):
-        tape.free(b)
-    native().release_arena()
+def test_large_tapes_span_chunks_that_stay_for_the_next_call(tape):
+    def one_call() -> tuple[list[int], int]:
+        nonlocal faults
+        blocks = [tape.alloc(3 << 20) for _ in range(5)]  # more than the first chunk
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for i, b in enumerate(blocks):
+            fill(b, 3 << 20, i)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        for i, b in enumerate(blocks):
+            assert holds(b, 3 << 20, i)
+        most = tape.in_use()
+        for b in reversed(blocks):
+            tape.free(b)
+        native().release_arena()
+        return blocks, most
+
+    faults = 0
+    first, most = one_call()
     assert tape.last_call() == most
     assert most <= tape.reserved() < most + (2 << 20)
-    again = [tape.alloc(3 << 20) for _ in range(5)]
-    assert tape.reserved() < most + (2 << 20), "the same tape fits without growing"
-    for b in reversed(again):
-        tape.free(b)
+    again, _ = one_call()
+    # The same chunks, whose pages are in already: made one chunk after the first
+    # call, the tape was faulted in again by the second (15 MiB: 3840 pages).
+    assert again == first
+    assert faults < 200
+    assert most <= tape.reserved() < most + (2 << 20)
 
 
 def _vm_flags_at(address: int) -> list[str]:
@@ -174,20 +187,16 @@ def _vm_flags_at(address: int) -> list[str]:
     raise AssertionError(f"no mapping holds {address:#x}")
 
 
-def test_large_tape_chunks_ask_for_huge_pages(tape):
-    # A first call faulted a 79 MiB tape (the GMM gradient's) in 4 KiB pages: about
-    # 38 ms. Chunks of 4 MiB and more lie on 2 MiB boundaries, advised for huge pages.
-    # (A kernel without transparent huge pages refuses the advice; nothing to see.)
-    advised = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+def test_large_tape_chunks_are_not_advised_for_huge_pages(tape):
+    # Advised, a first call's fresh 2 MiB pages were, on a VM whose balloon reports
+    # free memory to its host, faulted in by the host as well: the GMM gradient's
+    # 79 MiB tape took 130-170 ms of its first call instead of 30-40 ms (arena.cpp).
     block = tape.alloc(5 << 20)
     fill(block, 5 << 20, 7)
-    assert holds(block, 5 << 20, 7)
     small = tape.alloc(1024)  # in the same chunk: the stack goes on
     fill(small, 1024, 9)
     assert holds(block, 5 << 20, 7) and holds(small, 1024, 9)
-    if advised:
-        assert "hg" in _vm_flags_at(block)
-        assert "hg" in _vm_flags_at(small)
+    assert "hg" not in _vm_flags_at(block)
     tape.free(small)
     tape.free(block)
 
@@ -368,8 +377,8 @@ def test_a_failed_allocation_in_a_derivative_called_from_njit_code_raises_memory
 def test_a_tape_is_kept_between_calls_up_to_1_gib_or_a_sixteenth_of_memory(tape):
     # Kept, the next call of the same size neither maps nor faults its tape in again
     # (the GMM benchmark with prange: a 271 MiB tape, 175 -> 106 ms a call); beyond
-    # the limit it goes back to the system. The blocks are never written: their pages
-    # are address space only.
+    # the limit its last chunks go back to the system. The blocks are never written:
+    # their pages are address space only, counted as the tape reached them.
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     keep = min(1 << 30, memory // 16)
     size = 300 << 20  # above the 256 MiB that was kept before
@@ -377,12 +386,12 @@ def test_a_tape_is_kept_between_calls_up_to_1_gib_or_a_sixteenth_of_memory(tape)
     for b in reversed(blocks):
         tape.free(b)
     native().release_arena()
+    assert tape.reserved() <= keep
     if size + (1 << 20) <= keep:
         assert size <= tape.reserved() <= size + (2 << 20)
-    else:
-        assert tape.reserved() == 0
     beyond = [tape.alloc(keep // 2 + (8 << 20)) for _ in range(2)]
+    assert tape.reserved() > keep
     for b in reversed(beyond):
         tape.free(b)
     native().release_arena()
-    assert tape.reserved() == 0
+    assert 0 < tape.reserved() <= keep

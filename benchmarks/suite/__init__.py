@@ -104,8 +104,9 @@ Method:
   between calls (inputs, compiled code, pools a library keeps outside malloc). For
   enzyme_py the most its tape held during the call is added (``tape_mib``, from
   ``_native.tape_bytes()``): Enzyme's tape lives on a stack of enzyme_py's own that
-  stays reserved, and resident, between calls (up to 256 MiB; a larger one is given
-  back after each call, faulted in anew, and already in the new pages).
+  stays resident between calls (up to 1 GiB or a sixteenth of the machine's memory;
+  chunks beyond it are given back after each call, faulted in anew, and already in
+  the new pages).
 - Checks: every derivative is compared with another contender's: enzyme_py with JAX,
   else PyTorch, else finite differences (full, or at 3 sampled coordinates per input
   array when a full one is not feasible); every other derivative with enzyme_py.

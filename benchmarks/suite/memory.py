@@ -65,8 +65,8 @@ def one_call_mib(call: Callable[[], Any]) -> float | None:
 def enzyme_tape_mib() -> tuple[float, bool] | None:
     """The most Enzyme's tape held during this thread's last derivative call, MiB, and
     whether enzyme_py kept its stack for the next call (``_native.tape_bytes``: a
-    stack of its own, not malloc's, whose memory stays reserved between calls up to
-    256 MiB)."""
+    stack of its own, not malloc's, whose memory stays resident between calls up to
+    1 GiB or a sixteenth of the machine's memory)."""
     try:
         from enzyme_py import _state
 
