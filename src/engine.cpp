@@ -16,6 +16,7 @@
 #include "entry_abi.h"
 #include "enzyme_hooks.h"
 #include "enzyme_plugin.h"
+#include "fused_threads.h"
 #include "isolation.h"
 #include "llvm_util.h"
 #include "rewrites.h"
@@ -305,6 +306,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
     LLVMDisposeModule(work.mod);
     work.mod = mod = reparsed;
   }
+  if (req.fused_workers > 0) set_fused_workers(mod, req.fused_workers);
   jit_->optimize(mod, req.passes);
   const int dropped = drop_unread_launches(mod);
   if (log && dropped) {

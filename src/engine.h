@@ -54,6 +54,9 @@ struct DerivativeRequest {
   // Reverse mode: accumulate into shadows with atomic adds (kernels run the
   // derivative of one index on many threads at once).
   bool atomic_add = false;
+  // The most threads a fused reverse stencil loop runs on (fused_threads.h); 0: one
+  // per core.
+  int64_t fused_workers = 0;
   // No differentiation: compile the function itself (kernel launchers).
   bool primal_only = false;
   // Enzyme's min-cut caching (smaller tapes). Only honoured by build_isolated:

@@ -4,6 +4,7 @@
 #include "index_signs.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
+#include "fused_threads.h"
 #include "scatter_adds.h"
 #include "shadow_zeroing.h"
 
@@ -226,6 +227,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
         }
         if (name == kSinkShadowZeroing) {
           passes.addPass(SinkShadowZeroing());
+          return true;
+        }
+        if (name == kThreadFusedLoops) {
+          passes.addPass(ThreadFusedLoops());
           return true;
         }
         if (name == kFoldIndexSigns) {

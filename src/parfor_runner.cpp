@@ -22,6 +22,17 @@ std::atomic<int64_t> grain_limit{INT64_MAX};
 // it. On the caller's thread (task 0, and every task when the pool is busy) it belongs
 // to the derivative call, freed with the call's other temporaries.
 thread_local bool on_worker = false;
+// True while this thread runs a task of a launch (the caller's task 0 included): a
+// fused loop there runs on it alone (the launch holds the pool).
+thread_local bool in_task = false;
+
+// A task run with in_task set.
+void as_task(const std::function<void(int64_t)> &task, int64_t t) {
+  const bool outer = in_task;
+  in_task = true;
+  task(t);
+  in_task = outer;
+}
 
 // Workers that run task 1..n-1 of a launch while the caller runs task 0. One launch
 // at a time: a launch that finds the pool busy (another Python thread's derivative)
@@ -40,7 +51,7 @@ class Pool {
   void run(int64_t tasks, const std::function<void(int64_t)> &task) {
     std::unique_lock<std::mutex> launch(launch_, std::try_to_lock);
     if (tasks <= 1 || !launch.owns_lock()) {
-      for (int64_t t = 0; t < tasks; ++t) task(t);
+      for (int64_t t = 0; t < tasks; ++t) as_task(task, t);
       return;
     }
     {
@@ -56,7 +67,7 @@ class Pool {
       generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
-    task(0);
+    as_task(task, 0);
     for (int spin = 0; spin < kSpins && pending_.load(std::memory_order_acquire) != 0; ++spin) {
       relax();
     }
@@ -98,7 +109,7 @@ class Pool {
         tasks = tasks_;
       }
       if (index >= tasks) continue;
-      (*task)(index);
+      as_task(*task, index);
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         { std::lock_guard<std::mutex> lock(mutex_); }
         done_.notify_one();
@@ -272,6 +283,8 @@ std::map<std::string, uint64_t> parfor_symbols() {
       {"__enzyme_py_parfor_reverse", reinterpret_cast<uint64_t>(&enzyme_py_parfor_reverse)},
       {"__enzyme_py_parfor_snapshot", reinterpret_cast<uint64_t>(&enzyme_py_parfor_snapshot)},
       {"__enzyme_py_parfor_check", reinterpret_cast<uint64_t>(&enzyme_py_parfor_check)},
+      {"__enzyme_py_fused_run", reinterpret_cast<uint64_t>(&enzyme_py_fused_run)},
+      {"__enzyme_py_fused_threshold", reinterpret_cast<uint64_t>(&enzyme_py_fused_threshold)},
   };
 }
 
@@ -280,6 +293,28 @@ std::map<std::string, uint64_t> parfor_symbols() {
 using enzyme_py::Chunks;
 
 extern "C" int64_t enzyme_py_parfor_thread() { return enzyme_py::chunk_index; }
+
+extern "C" int64_t enzyme_py_fused_threshold() {
+  return 2 * std::min(enzyme_py::kFusedGrain,
+                      enzyme_py::grain_limit.load(std::memory_order_relaxed));
+}
+
+extern "C" void enzyme_py_fused_run(ParforChunk chunk, int64_t *slots, int64_t count,
+                                    int64_t workers) {
+  // (hardware_concurrency reads /sys on each call: once per step of heat's time loop
+  // was most of its gradient.)
+  static const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (workers <= 0) workers = cores;
+  const int64_t grain = std::min(enzyme_py::kFusedGrain,
+                                 enzyme_py::grain_limit.load(std::memory_order_relaxed));
+  // Nested in a launch, or too short for two threads: all on this thread.
+  if (workers == 1 || enzyme_py::in_task || count < 2 * grain) {
+    void *exception = nullptr;
+    chunk(slots, 0, count - 1, &exception);
+    return;
+  }
+  enzyme_py_parfor_run(chunk, slots, 0, count - 1, workers, workers, grain);
+}
 
 extern "C" void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first,
                                      int64_t last, int64_t parts, int64_t workers,

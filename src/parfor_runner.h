@@ -35,6 +35,11 @@ void zero_in_shares(const std::vector<std::pair<uint64_t, uint64_t>> &spans, int
 // short ranges on several threads); returns the previous limit.
 int64_t set_parfor_grain_limit(int64_t limit);
 
+// The fewest iterations of a fused loop (fused_threads.h) a thread takes: a pass over
+// 32768 doubles of a shadow is about 10 us on one core, several times what waking a
+// spinning worker costs.
+inline constexpr int64_t kFusedGrain = int64_t{1} << 15;
+
 }  // namespace enzyme_py
 
 extern "C" {
@@ -59,6 +64,16 @@ int64_t enzyme_py_parfor_thread();
 // exception.
 void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first, int64_t last,
                           int64_t parts, int64_t workers, int64_t grain);
+
+// A fused loop's iterations [0, count) (chunk over [first, last] as ParforChunk, its
+// status ignored: the loop cannot fail) in contiguous shares on up to `workers`
+// threads (0: one per core), at least kFusedGrain each; on the calling thread alone
+// where that makes one share, or where the caller is itself a task of a launch.
+void enzyme_py_fused_run(ParforChunk chunk, int64_t *slots, int64_t count, int64_t workers);
+
+// The count from which a fused loop calls enzyme_py_fused_run (two shares), shorter
+// ones running in place.
+int64_t enzyme_py_fused_threshold();
 
 // How the threads of a reverse pass use a shadow (the `kind` of a `privates` entry;
 // python/enzyme_py/frontends/_numba_parfor_ir.py writes the same numbers).

@@ -87,7 +87,8 @@ void register_request(py::module_ &m) {
                        const std::string &passes, bool mincut, bool atomic_add,
                        bool primal_only, int split,
                        const std::vector<std::tuple<unsigned, std::vector<unsigned>, unsigned>>
-                           &zeroed_shadows) {
+                           &zeroed_shadows,
+                       int64_t fused_workers) {
              auto r = std::make_unique<R>();
              r->function = function;
              r->entry_name = entry_name;
@@ -104,6 +105,7 @@ void register_request(py::module_ &m) {
              r->atomic_add = atomic_add;
              r->primal_only = primal_only;
              r->split = split;
+             r->fused_workers = fused_workers;
              for (const auto &[shadow, dims, itemsize] : zeroed_shadows) {
                r->zeroed.push_back({shadow, dims, itemsize});
              }
@@ -117,7 +119,8 @@ void register_request(py::module_ &m) {
            py::arg("passes") = std::string("default<O2>"), py::arg("mincut") = false,
            py::arg("atomic_add") = false, py::arg("primal_only") = false, py::arg("split") = 0,
            py::arg("zeroed_shadows") =
-               std::vector<std::tuple<unsigned, std::vector<unsigned>, unsigned>>{})
+               std::vector<std::tuple<unsigned, std::vector<unsigned>, unsigned>>{},
+           py::arg("fused_workers") = int64_t{0})
       .def_readwrite("function", &R::function, "The function's name in the module.")
       .def_readwrite("entry_name", &R::entry_name, "The entry point's symbol.")
       .def_readwrite("forward", &R::forward, "Forward mode; else reverse.")
@@ -140,6 +143,8 @@ void register_request(py::module_ &m) {
       .def_readwrite("passes", &R::passes, "The LLVM pipeline run on the derivative.")
       .def_readwrite("mincut", &R::mincut,
                      "Enzyme's min-cut caching; honoured by isolated builds only.")
+      .def_readwrite("fused_workers", &R::fused_workers,
+                     "The most threads a fused reverse stencil loop runs on; 0: one per core.")
       .def_readwrite("atomic_add", &R::atomic_add,
                      "Reverse mode: shadows accumulated with atomic adds (kernels).")
       .def_readwrite("primal_only", &R::primal_only,

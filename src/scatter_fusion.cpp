@@ -1,5 +1,7 @@
 #include "scatter_fusion.h"
 
+#include "fused_threads.h"
+
 #include <algorithm>
 #include <set>
 
@@ -341,7 +343,9 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
   AtIteration::write(b, reference, entry, sum);
   llvm::Value *next = b.CreateAdd(w, b.getInt64(1), "scatter.w.next");
   w->addIncoming(next, loop);
-  b.CreateCondBr(b.CreateICmpEQ(next, count), high, loop);
+  llvm::BranchInst *latch = b.CreateCondBr(b.CreateICmpEQ(next, count), high, loop);
+  // For fused_threads.h, which may run the loop's iterations on several threads.
+  latch->setMetadata(kFusedLoopMark, llvm::MDNode::get(context, {}));
   carry_loads(s, f, at, loads, direction, low, loop);
 
   // The last iterations of each term whose entry the fused loop does not reach (a

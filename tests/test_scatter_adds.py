@@ -461,11 +461,10 @@ def test_the_serial_numba_rosenbrock_reverse_loop_is_fused_and_exact(n):
 
 
 def fused_vector_loop(ir: str) -> str:
-    """The block of ``ir`` that the fused loop's preheader (``.scatter.fused.low``)
-    enters: the fused loop, vectorised."""
-    blocks = re.split(r"\n(?=[\w.]+:)", ir)
-    (block,) = [b for b in blocks if re.match(r"[\w.]+:\s*; preds = [^\n]*scatter\.fused\.low", b)]
-    return block
+    """The fused loop, vectorised: the vector body of the function it was moved into
+    (``<function>.fused``, src/fused_threads.h)."""
+    (chunk,) = re.findall(r"^define [^\n]*\.fused\(.*?^}", ir, re.MULTILINE | re.DOTALL)
+    return str(chunk.split("\nvector.body:", 1)[1].split("\n\n", 1)[0])
 
 
 def reversing_shuffles(ir: str) -> list[str]:

@@ -99,7 +99,10 @@ def autodiff(
             where the primal is computed too (not ActiveOnly) and no prange loop is
             inside another loop; else one thread; without a warning where threads
             cannot be used. Arrays passed to it that overlap, differentiating it again
-            and ``njit()`` take the serial derivative (the same numbers).
+            and ``njit()`` take the serial derivative (the same numbers). For any Numba
+            dispatcher, also the most threads a fused reverse stencil loop runs on
+            (long ones run on one thread per core by default, the same numbers on
+            any number: docs/design.md §3); 1 keeps them on the calling thread.
 
     Split mode: ``ez.ReverseSplit`` gives Reverse mode in two halves (Enzyme's
     augmented forward pass and its reverse pass): ``df.forward(*args)`` takes the

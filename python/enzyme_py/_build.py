@@ -61,6 +61,9 @@ class Request:
     # caller passes it uninitialised), the parameter it shadows, the parameters whose
     # product is its element count, and its element size (src/shadow_zeroing.h).
     zeroed_shadows: tuple[tuple[int, tuple[int, ...], int], ...] = ()
+    # The most threads a fused reverse stencil loop runs on (src/fused_threads.h); 0:
+    # one per core.
+    fused_workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> B
             primal_only=request.primal_only,
             split=request.split,
             zeroed_shadows=[(p, list(dims), size) for p, dims, size in request.zeroed_shadows],
+            fused_workers=request.fused_workers,
         ),
         isolate=isolated(),
     )

@@ -74,6 +74,9 @@ class Options:
     # hidden byte-size slot), and writes them where it can rather than adding into
     # them (src/shadow_zeroing.h); the helpers pass those shadows uninitialised.
     zeroes_shadows: bool = False
+    # Reverse mode: the most threads a fused reverse stencil loop runs on (the pass
+    # src/fused_threads.h; the same numbers on any number); 0: one per core.
+    fused_workers: int = 0
 
 
 def resolve_function(f: Any) -> IRFunction:
@@ -198,6 +201,7 @@ class Derivative:
                 primal_only=options.primal_only,
                 split=options.split,
                 zeroed_shadows=zeroed,
+                fused_workers=options.fused_workers,
             ),
             f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}",
         )

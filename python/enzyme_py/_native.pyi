@@ -81,6 +81,7 @@ class BuildRequest:
     atomic_add: bool
     primal_only: bool
     split: int  # 0 combined; 1 the augmented forward half, 2 its reverse half
+    fused_workers: int  # most threads of a fused stencil loop (src/fused_threads.h); 0 all
     def __init__(
         self,
         *,
@@ -102,6 +103,7 @@ class BuildRequest:
         # (shadowed parameter, parameters sizing it, element size): zeroed by the
         # derivative itself (src/shadow_zeroing.h)
         zeroed_shadows: Sequence[tuple[int, Sequence[int], int]] = ...,
+        fused_workers: int = 0,
     ) -> None: ...
 
 class BuildArtifact:

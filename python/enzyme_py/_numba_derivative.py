@@ -144,6 +144,8 @@ class NumbaDerivative:
         # (left out): default_threads decides, and a threaded derivative that cannot
         # be built falls back to the serial one without a warning.
         self._threads_asked = threads
+        if threads is not None:  # also the most threads of its fused stencil loops
+            options = replace(options, fused_workers=threads)
         if threads is None:
             threads = default_threads(dispatcher)
         self.threads = threads

@@ -126,6 +126,12 @@ SPLIT_SCATTER_ADDS = "enzyme-py-split-scatter-adds"
 # second vectoriser takes that loop.
 SINK_SHADOW_ZEROING = "enzyme-py-sink-shadow-zeroing"
 
+# src/fused_threads.h: each fused loop (src/scatter_fusion.h) in a function of its own,
+# called through the CPU thread pool, which runs its iterations on every core where
+# there are enough of them. After the shadow-zeroing pass, which finds the fused loop
+# as written; the new function gets the function passes after it, vectorisers included.
+THREAD_FUSED_LOOPS = "enzyme-py-thread-fused-loops"
+
 # src/index_signs.h: Numba's negative-index tests of indices proven non-negative,
 # folded. It runs before Enzyme, in the simplification of Numba's code (kSimplifyPasses
 # in src/numba_rewrites.cpp); named here for tests that run it alone.
@@ -134,7 +140,8 @@ FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
 PASSES = (
     _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
     .replace(
-        ",loop-load-elim,", f",{SPLIT_SCATTER_ADDS},{SINK_SHADOW_ZEROING},loop-load-elim,gvn<>,"
+        ",loop-load-elim,",
+        f",{SPLIT_SCATTER_ADDS},{SINK_SHADOW_ZEROING},{THREAD_FUSED_LOOPS},loop-load-elim,gvn<>,",
     )
     .replace(",loop-unroll<O2>,", ",loop-unroll<O2;no-runtime>,")
     + "|"
