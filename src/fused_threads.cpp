@@ -1,5 +1,7 @@
 #include "fused_threads.h"
 
+#include "parfor_runner.h"
+
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -233,8 +235,8 @@ int64_t workers_of(const llvm::Module &module) {
   return n ? n->getSExtValue() : 0;
 }
 
-// Where the loop is long enough (kFusedThreshold), a call of kFusedRun with its own
-// function instead; false where it does not fit (left as it is).
+// Where the loop has two shares of kFusedGrain iterations or more, a call of kFusedRun
+// with its own function instead; false where it does not fit (left as it is).
 bool thread_loop(const FusedLoop &l) {
   std::vector<std::vector<Instruction *>> sources;
   for (PHINode *phi : l.carried) {
@@ -271,9 +273,7 @@ bool thread_loop(const FusedLoop &l) {
       BasicBlock::Create(context, l.body->getName() + ".threaded", &fn, l.exit);
   l.preheader->getTerminator()->eraseFromParent();
   llvm::IRBuilder<> b(l.preheader);
-  llvm::FunctionCallee threshold =
-      module.getOrInsertFunction(kFusedThreshold, llvm::FunctionType::get(i64, false));
-  b.CreateCondBr(b.CreateICmpSGE(l.count, b.CreateCall(threshold)), threaded, l.body);
+  b.CreateCondBr(b.CreateICmpSGE(l.count, b.getInt64(2 * kFusedGrain)), threaded, l.body);
   b.SetInsertPoint(threaded);
   for (size_t k = 0; k < captures.size(); ++k) {
     b.CreateStore(to_slot(b, captures[k]), b.CreateConstInBoundsGEP1_64(i64, slots, k));

@@ -10,8 +10,8 @@
 //
 // The pass copies each fused loop into a function of its own that runs the iterations
 // [first, last] it is given (the carried loads of the first one computed again
-// there); where the loop's count reaches __enzyme_py_fused_threshold() (two shares of
-// kFusedGrain, parfor_runner.h), a call of
+// there); where the loop's count reaches two shares of kFusedGrain (parfor_runner.h), a
+// call of
 // __enzyme_py_fused_run(chunk, slots, count, workers) runs them instead: contiguous
 // shares on up to `workers` threads of the pool; shorter loops (heat's 1000 cells,
 // once per time step) run in place as before. `workers` is what set_fused_workers put
@@ -43,8 +43,7 @@ inline constexpr const char *kFusedWorkers = "enzyme_py.fused_workers";
 
 // The most threads the fused loops of `mod` may run on, for the pass to find.
 void set_fused_workers(LLVMModuleRef mod, int64_t workers);
-// The runtime functions a threaded fused loop calls (parfor_runner.h).
+// The runtime function a threaded fused loop calls (parfor_runner.h).
 inline constexpr const char *kFusedRun = "__enzyme_py_fused_run";
-inline constexpr const char *kFusedThreshold = "__enzyme_py_fused_threshold";
 
 }  // namespace enzyme_py

@@ -284,7 +284,6 @@ std::map<std::string, uint64_t> parfor_symbols() {
       {"__enzyme_py_parfor_snapshot", reinterpret_cast<uint64_t>(&enzyme_py_parfor_snapshot)},
       {"__enzyme_py_parfor_check", reinterpret_cast<uint64_t>(&enzyme_py_parfor_check)},
       {"__enzyme_py_fused_run", reinterpret_cast<uint64_t>(&enzyme_py_fused_run)},
-      {"__enzyme_py_fused_threshold", reinterpret_cast<uint64_t>(&enzyme_py_fused_threshold)},
   };
 }
 
@@ -293,11 +292,6 @@ std::map<std::string, uint64_t> parfor_symbols() {
 using enzyme_py::Chunks;
 
 extern "C" int64_t enzyme_py_parfor_thread() { return enzyme_py::chunk_index; }
-
-extern "C" int64_t enzyme_py_fused_threshold() {
-  return 2 * std::min(enzyme_py::kFusedGrain,
-                      enzyme_py::grain_limit.load(std::memory_order_relaxed));
-}
 
 extern "C" void enzyme_py_fused_run(ParforChunk chunk, int64_t *slots, int64_t count,
                                     int64_t workers) {

@@ -71,10 +71,6 @@ void enzyme_py_parfor_run(ParforChunk chunk, int64_t *slots, int64_t first, int6
 // where that makes one share, or where the caller is itself a task of a launch.
 void enzyme_py_fused_run(ParforChunk chunk, int64_t *slots, int64_t count, int64_t workers);
 
-// The count from which a fused loop calls enzyme_py_fused_run (two shares), shorter
-// ones running in place.
-int64_t enzyme_py_fused_threshold();
-
 // How the threads of a reverse pass use a shadow (the `kind` of a `privates` entry;
 // python/enzyme_py/frontends/_numba_parfor_ir.py writes the same numbers).
 enum ParforShadow : int64_t {

@@ -1,18 +1,18 @@
 """Fused reverse stencil loops on the CPU thread pool (src/fused_threads.h).
 
 A fused loop writes each entry of a shadow at one iteration, from memory the loop does
-not write, so its iterations run in contiguous shares on the pool's threads, each entry
-computed as on one thread: the same bits. These tests check that against the gradient
-the same derivative computes on one thread (and, in every case, an analytic gradient or
-float64 central differences), at lengths around the shares' ends; that threads=1 leaves
-the loop as it was; and that a fused loop inside a prange chunk (a task of the pool
-already) runs on that chunk's thread.
+not write, so its iterations run in contiguous shares on the pool's threads (loops of
+65,536 iterations or more; shorter ones in place), each entry computed as on one
+thread: the same bits. These tests check that against the gradient the derivative
+built with threads=1 computes (and, in every case, an analytic gradient or float64
+central differences), on both sides of that length; that threads=1 leaves the loop as
+it was; and that a fused loop inside a prange chunk (a task of the pool already) runs
+on that chunk's thread.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -25,26 +25,13 @@ from benchmarks.cython_gradients import C_SOURCE
 pytestmark = pytest.mark.needs_enzyme
 
 
-@pytest.fixture
-def short_shares() -> Iterator[None]:
-    """Fused loops of any length on several threads (the pool's shares at least 1
-    iteration long instead of 32768)."""
-    from enzyme_py import _state
-
-    before = _state.native.set_parfor_grain_limit(1)
-    try:
-        yield
-    finally:
-        _state.native.set_parfor_grain_limit(before)
-
-
 def fused_workers(ir: str) -> list[int]:
     """The `workers` argument of each call of the fused loops' runtime in ``ir``."""
     return [int(w) for w in re.findall(r"call void @__enzyme_py_fused_run\(.*, i64 (\d+)\)", ir)]
 
 
-@pytest.mark.parametrize("n", [10, 11, 100, 1001, 4099])
-def test_threaded_rosenbrock_gradients_have_the_bits_of_one_thread(n, short_shares):
+@pytest.mark.parametrize("n", [10, 1001, 65_537, 65_540, 70_001, 131_075])
+def test_threaded_rosenbrock_gradients_have_the_bits_of_one_thread(n):
     x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
     one = ez.autodiff(kernels.rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=1)
     dx_one = np.zeros(n)
@@ -71,11 +58,11 @@ def test_a_long_loop_takes_the_pool_by_default_and_one_thread_when_asked():
     np.testing.assert_allclose(dx, 2.0 * kernels.rosenbrock_gradient(x), rtol=1e-13, atol=1e-11)
 
 
-@pytest.mark.parametrize("cells", [5, 64, 257])
-def test_threaded_heat_gradients_have_the_bits_of_one_thread(cells, short_shares):
+@pytest.mark.parametrize("cells", [257, 70_003])
+def test_threaded_heat_gradients_have_the_bits_of_one_thread(cells):
     # Heat's reverse time loop runs its fused stencil loop once per step.
     u0, target = kernels.heat_inputs(cells, seed=cells)
-    steps = 7
+    steps = 5
     one = ez.autodiff(
         kernels.heat_loss,
         ez.Reverse,
@@ -97,8 +84,8 @@ def test_threaded_heat_gradients_have_the_bits_of_one_thread(cells, short_shares
         assert threaded[i] == pytest.approx(fd / (2 * h), rel=1e-6, abs=1e-9)
 
 
-@pytest.mark.parametrize("n", [9, 100, 5003])
-def test_the_c_rosenbrock_gradient_on_threads_is_exact(n, short_shares):
+@pytest.mark.parametrize("n", [9, 100, 70_001])
+def test_the_c_rosenbrock_gradient_on_threads_is_exact(n):
     f = ez.c(C_SOURCE).rosenbrock  # the benchmark suite's C kernel
     df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
     x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
@@ -118,10 +105,10 @@ def rows_rosenbrock(a):
     return s
 
 
-def test_a_fused_loop_inside_a_prange_chunk_runs_on_its_thread(short_shares):
-    # Each row's reverse loop is fused; the rows run on the pool, whose tasks run their
-    # fused loops themselves (the pool is taken by the launch).
-    a = np.random.default_rng(1).uniform(-1.0, 2.0, (6, 300))
+def test_a_fused_loop_inside_a_prange_chunk_runs_on_its_thread():
+    # Each row's reverse loop is fused, and long enough for the pool; the rows run on
+    # the pool, whose tasks run their fused loops themselves (the launch holds it).
+    a = np.random.default_rng(1).uniform(-1.0, 2.0, (4, 70_000))
     df = ez.autodiff(rows_rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)
     da = np.zeros_like(a)
     df(a, da, 1.0)
