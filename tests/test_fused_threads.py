@@ -20,7 +20,6 @@ from numba import njit, prange
 
 import enzyme_py as ez
 from benchmarks import kernels
-from benchmarks.cython_gradients import C_SOURCE
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -82,17 +81,6 @@ def test_threaded_heat_gradients_have_the_bits_of_one_thread(cells):
         e[i] = h
         fd = kernels.heat_loss(u0 + e, target, steps) - kernels.heat_loss(u0 - e, target, steps)
         assert threaded[i] == pytest.approx(fd / (2 * h), rel=1e-6, abs=1e-9)
-
-
-@pytest.mark.parametrize("n", [9, 100, 70_001])
-def test_the_c_rosenbrock_gradient_on_threads_is_exact(n):
-    f = ez.c(C_SOURCE).rosenbrock  # the benchmark suite's C kernel
-    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
-    x = np.random.default_rng(n).uniform(-1.0, 2.0, n)
-    dx = np.zeros(n)
-    df(x, dx, n, 1.0)
-    np.testing.assert_allclose(dx, kernels.rosenbrock_gradient(x), rtol=1e-13, atol=1e-12)
-    assert fused_workers(df.inspect_llvm(optimized=True)) == [0]
 
 
 @njit(parallel=True)
