@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -43,8 +44,15 @@ void as_task(const std::function<void(int64_t)> &task, int64_t t) {
 class Pool {
  public:
   static Pool &get() {
-    static Pool *pool = new Pool;  // never destroyed: workers outlive static teardown
-    return *pool;
+    static const bool once = [] {
+      // A child made by fork has none of the workers, and may have a copy of a lock a
+      // parent's thread held: it starts a pool of its own (multiprocessing's workers
+      // calling a gradient their parent called hung waiting for workers).
+      pthread_atfork(nullptr, nullptr, [] { instance() = new Pool; });
+      return true;
+    }();
+    (void)once;
+    return *instance();
   }
 
   // task(t) for t in [0, tasks); task 0 on this thread.
@@ -79,6 +87,13 @@ class Pool {
 
  private:
   static constexpr int kSpins = 4000;
+
+  // Never destroyed: workers outlive static teardown (and a forked child leaves its
+  // parent's pool alone, locks and all).
+  static Pool *&instance() {
+    static Pool *pool = new Pool;
+    return pool;
+  }
 
   static void relax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -102,3 +102,21 @@ def test_a_fused_loop_inside_a_prange_chunk_runs_on_its_thread():
     df(a, da, 1.0)
     expected = np.stack([kernels.rosenbrock_gradient(row) for row in a])
     np.testing.assert_allclose(da, expected, rtol=1e-13, atol=1e-12)
+
+
+def _gradient_in_child(x: np.ndarray) -> np.ndarray:
+    return np.asarray(ez.grad(kernels.rosenbrock)(x))
+
+
+def test_a_forked_child_runs_threaded_loops_too():
+    # A child made by fork has none of its parent's workers: it starts a pool of its
+    # own (before, a multiprocessing worker calling a gradient its parent had called on
+    # the pool waited for workers that were not there).
+    import multiprocessing
+
+    x = np.random.default_rng(3).uniform(-1.0, 2.0, 200_001)
+    expected = ez.grad(kernels.rosenbrock)(x)  # the pool's workers started here
+    with multiprocessing.get_context("fork").Pool(1) as children:
+        got = children.apply_async(_gradient_in_child, (x,)).get(timeout=120)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(got, kernels.rosenbrock_gradient(x), rtol=1e-13, atol=1e-12)
