@@ -1,10 +1,10 @@
 #include "jit.h"
 
 #include "crash_report.h"
+#include "fused_threads.h"
 #include "index_signs.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
-#include "fused_threads.h"
 #include "scatter_adds.h"
 #include "shadow_zeroing.h"
 
