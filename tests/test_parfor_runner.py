@@ -6,6 +6,7 @@ Derivatives that use it: tests/test_prange.py."""
 import ctypes
 import itertools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -61,6 +62,9 @@ def test_chunks_cover_the_range_once_with_one_index_per_chunk(runner, threads, p
     def chunk(slots, lo, hi, raised):
         with lock:
             seen.append((lo, hi, thread(), threading.get_ident()))
+        # Long enough for every worker to wake and take its task: the caller, its own
+        # done, runs any task no worker has taken yet.
+        time.sleep(0.02)
         return 0
 
     run(chunk, None, first, last, parts, threads, 1)
