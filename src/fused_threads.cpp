@@ -190,10 +190,11 @@ llvm::Function *chunk_function(const FusedLoop &l, const std::vector<Value *> &c
   }
   // Each carried load at iteration `first`: its source computed at first - 1.
   std::vector<Value *> initial;
+  Value *before = b.CreateSub(first, b.getInt64(1));
   for (size_t q = 0; q < l.carried.size(); ++q) {
     llvm::ValueToValueMapTy at_before;
     for (const auto &[from, to] : map) at_before[from] = to;
-    at_before[l.w] = b.CreateSub(first, b.getInt64(1));
+    at_before[l.w] = before;
     clone_into(b, sources[q], at_before);
     initial.push_back(at_before[l.carried[q]->getIncomingValueForBlock(l.body)]);
   }

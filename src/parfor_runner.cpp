@@ -47,17 +47,7 @@ void as_task(const std::function<void(int64_t)> &task, int64_t t) {
 // pool, 36 us on one thread (Rosenbrock, 2 x 10^5, each call a fused loop's launch).
 class Pool {
  public:
-  static Pool &get() {
-    static const bool once = [] {
-      // A child made by fork has none of the workers, and may have a copy of a lock a
-      // parent's thread held: it starts a pool of its own (multiprocessing's workers
-      // calling a gradient their parent called hung waiting for workers).
-      pthread_atfork(nullptr, nullptr, [] { instance() = new Pool; });
-      return true;
-    }();
-    (void)once;
-    return *instance();
-  }
+  static Pool &get() { return *instance(); }
 
   // task(t) for t in [0, tasks), each once; task 0, and any no worker has taken when
   // it ends, on this thread.
@@ -113,10 +103,15 @@ class Pool {
     return open_[t].compare_exchange_strong(open, open | 1, std::memory_order_acq_rel);
   }
 
-  // Never destroyed: workers outlive static teardown (and a forked child leaves its
-  // parent's pool alone, locks and all).
+  // Never destroyed: workers outlive static teardown. A child made by fork has none
+  // of the workers, and may have a copy of a lock a parent's thread held: it leaves
+  // its parent's pool alone and starts one of its own (multiprocessing's workers
+  // calling a gradient their parent had called hung waiting for workers).
   static Pool *&instance() {
-    static Pool *pool = new Pool;
+    static Pool *pool = [] {
+      pthread_atfork(nullptr, nullptr, [] { instance() = new Pool; });
+      return new Pool;
+    }();
     return pool;
   }
 

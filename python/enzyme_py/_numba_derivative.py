@@ -144,10 +144,10 @@ class NumbaDerivative:
         # (left out): default_threads decides, and a threaded derivative that cannot
         # be built falls back to the serial one without a warning.
         self._threads_asked = threads
-        if threads is not None:  # also the most threads of its fused stencil loops
-            options = replace(options, fused_workers=threads)
         if threads is None:
             threads = default_threads(dispatcher)
+        else:  # also the most threads of its fused stencil loops
+            options = replace(options, fused_workers=threads)
         self.threads = threads
         self.mode = mode
         self.activities = activities
