@@ -6,6 +6,7 @@
 #include "jit_memory.h"
 #include "llvm_options.h"
 #include "scatter_adds.h"
+#include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
 
 #include <dlfcn.h>
@@ -231,6 +232,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
         }
         if (name == kThreadFusedLoops) {
           passes.addPass(ThreadFusedLoops());
+          return true;
+        }
+        if (name == kForwardScratchStores) {
+          passes.addPass(ForwardScratchStores());
           return true;
         }
         if (name == kFoldIndexSigns) {

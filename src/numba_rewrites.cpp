@@ -1,5 +1,7 @@
 #include "numba_rewrites.h"
 
+#include "scratch_forwarding.h"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -395,6 +397,7 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   jit.prepare(mod);
   jit.optimize(mod, kSimplifyPasses);
   drop_releases_of_temporaries(mod);
+  jit.optimize(mod, std::string("function(loop-simplify,") + kForwardScratchStores + ")");
 }
 
 }  // namespace enzyme_py

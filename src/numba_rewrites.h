@@ -52,7 +52,9 @@ extern const char *const kSimplifyPasses;
 //   once per loop instead of once per iteration) and loop exits made
 //   computable (Enzyme sizes its caches once instead of growing them);
 // - then the calls of an emptied NRT_decref on those temporaries are erased:
-//   Enzyme assumed they write the temporary and cached every value read from it.
+//   Enzyme assumed they write the temporary and cached every value read from it;
+// - last, reads of a temporary that an earlier loop filled are computed again from
+//   what it stored (scratch_forwarding.h), after LLVM's loop-simplify.
 void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit);
 
 }  // namespace enzyme_py

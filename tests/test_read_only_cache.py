@@ -28,11 +28,12 @@ import numba
 @numba.njit
 def f(x, scratch, w):
     # scratch is written (it needs a shadow: what flows through it is differentiated);
-    # w is only read.
+    # w is only read. Read downwards: read upwards, src/scratch_forwarding.h would
+    # compute scratch[i] from x again, and no gradient would flow through scratch.
     for i in range(x.shape[0]):
         scratch[i] = {c} * x[i] * x[i]
     s = 0.0
-    for i in range(x.shape[0]):
+    for i in range(x.shape[0] - 1, -1, -1):
         s += w[i] * scratch[i]
     return s
 """
@@ -117,7 +118,7 @@ def test_a_cached_answer_that_was_wrong_would_show(tmp_path, monkeypatch):
         for i in range(x.shape[0]):
             scratch[i] = x[i] * x[i]
         s = 0.0
-        for i in range(x.shape[0]):
+        for i in range(x.shape[0] - 1, -1, -1):  # downwards, as KERNEL
             s += scratch[i]
         return s
 
