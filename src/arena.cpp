@@ -1,5 +1,7 @@
 #include "arena.h"
 
+#include "tape_prefault.h"
+
 #include <setjmp.h>
 #include <unistd.h>
 
@@ -198,7 +200,7 @@ class Tape {
         size_t grown = std::max(need, 2 * c.capacity);
         char *base = allocate_chunk(grown);
         if (!base) return nullptr;
-        std::free(c.base);
+        free_chunk(c);
         c.base = base;
         c.capacity = grown;
         c.reached = 0;
@@ -218,6 +220,7 @@ class Tape {
     const size_t top = at + sizeof(TapeBlock) + payload;
     grew(top - c.top);
     c.top = top;
+    prefault_fresh(c, top);
     c.reached = std::max(c.reached, top);
     return block + 1;
   }
@@ -275,11 +278,11 @@ class Tape {
   // beyond it, the last first, go back to the system.
   void reset() {
     while (!chunks_.empty() && reserved() > keep_bytes()) {
-      std::free(chunks_.back().base);
+      free_chunk(chunks_.back());
       chunks_.pop_back();
     }
     last_high_ = high_;
-    used_ = high_ = 0;
+    used_ = high_ = prefaulted_ = 0;
     for (TapeChunk &c : chunks_) {
       c.top = 0;
       c.last = kNone;
@@ -319,8 +322,27 @@ class Tape {
     if (used_ > high_) high_ = used_;
   }
 
+  // A new block's pages past what calls reached are fresh: the helper of
+  // tape_prefault.h faults in a long stretch of them while the call fills it. Only
+  // blocks allocated whole (Enzyme sizes a cache by its loop's count before the loop),
+  // not those grown by realloc (a loop of unknown count: the last doubling is half
+  // written at most), and up to kPrefaultPerCall bytes a call: a block allocated and
+  // not written would otherwise be made resident.
+  void prefault_fresh(const TapeChunk &c, size_t top) {
+    if (top < c.reached + kPrefaultLeast) return;
+    const size_t fresh = std::min(top - c.reached, kPrefaultPerCall - prefaulted_);
+    if (fresh < kPrefaultLeast) return;
+    prefault_tape(c.base + c.reached, fresh);
+    prefaulted_ += fresh;
+  }
+
+  static void free_chunk(const TapeChunk &c) {
+    forget_prefault(c.base, c.capacity);
+    std::free(c.base);
+  }
+
   void drop_chunks() {
-    for (TapeChunk &c : chunks_) std::free(c.base);
+    for (TapeChunk &c : chunks_) free_chunk(c);
     chunks_.clear();
     current_ = 0;
   }
@@ -357,6 +379,7 @@ class Tape {
   size_t used_ = 0;  // bytes of blocks (headers included) not popped
   size_t high_ = 0;  // the most used_ has been since the last reset
   size_t last_high_ = 0;  // high_ at the last reset
+  size_t prefaulted_ = 0;  // bytes handed to the prefault helper since the last reset
 
  public:
   size_t last_call_peak() const { return last_high_; }

@@ -11,6 +11,7 @@
 #include "crash_report.h"
 #include "parfor_runner.h"
 #include "register.h"
+#include "tape_prefault.h"
 
 namespace py = pybind11;
 
@@ -46,6 +47,14 @@ void register_calls(py::module_ &m) {
       },
       "(in use, reserved: kept faulted in between calls, most in use during the last\n"
       "call) bytes of this thread's stack for Enzyme's tapes.");
+  m.def(
+      "tape_prefault_counts",
+      []() {
+        const PrefaultCounts c = prefault_counts();
+        return py::make_tuple(c.asked, c.done, c.refused);
+      },
+      "(bytes asked for, bytes faulted in, refused by the kernel) by the helper thread\n"
+      "that faults fresh tape pages in while a call fills them, in this process.");
   m.def("give_back_tape", &tape_give_back,
         "Between calls: this thread's tape chunks back to the system.");
   m.def("release_arena", &arena_release,

@@ -8,6 +8,7 @@ import ctypes
 import math
 import os
 import resource
+import time
 
 import numpy as np
 import pytest
@@ -395,3 +396,90 @@ def test_a_tape_is_kept_between_calls_up_to_1_gib_or_a_sixteenth_of_memory(tape)
         tape.free(b)
     native().release_arena()
     assert 0 < tape.reserved() <= keep
+
+
+@njit
+def _running_sine(x):
+    # Each step's input is needed by the reverse pass: one double of tape per element.
+    y = 0.5
+    for i in range(x.shape[0]):
+        y = math.sin(y + x[i])
+    return y
+
+
+@njit
+def _running_sine_gradient(x):
+    # By hand: y_i = sin(y_{i-1} + x_i); dy_n/dx_i = cos(a_i) * prod_{j > i} cos(a_j).
+    n = x.shape[0]
+    arguments = np.empty(n)
+    y = 0.5
+    for i in range(n):
+        arguments[i] = y + x[i]
+        y = math.sin(arguments[i])
+    grad = np.empty(n)
+    carried = 1.0
+    for i in range(n - 1, -1, -1):
+        carried *= math.cos(arguments[i])
+        grad[i] = carried
+    return grad
+
+
+def _prefault_counts() -> tuple[int, int, bool]:
+    asked, done, refused = native().tape_prefault_counts()
+    return int(asked), int(done), bool(refused)
+
+
+def test_fresh_tape_pages_are_faulted_in_by_a_helper_thread(tape):
+    # A first call's tape is fresh memory: a helper faults it in on another core while
+    # the call fills it (src/tape_prefault.h). The gradient is the same; later calls of
+    # the same size, their pages already there, ask for nothing.
+    n = 400_000  # a 3 MiB cache
+    x = np.random.default_rng(5).uniform(-1.0, 1.0, n)
+    expected = _running_sine_gradient(x)
+    grad = ez.grad(_running_sine)
+    asked_before, done_before, _ = _prefault_counts()
+    for _ in range(4):
+        native().give_back_tape()  # fresh chunks, and a helper perhaps still at work
+        np.testing.assert_allclose(grad(x), expected, rtol=1e-12, atol=1e-300)
+    asked, done, refused = _prefault_counts()
+    assert not refused, "this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)"
+    assert asked - asked_before >= 4 * (n * 8 - (64 << 10)), (asked, asked_before)
+    # What the last call asked for is faulted in, sooner or later (the helper goes on
+    # after the call; what earlier calls' chunks still waited for went with them).
+    deadline = time.monotonic() + 10.0
+    while done - done_before < n * 8 - (64 << 10) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        asked, done, _ = _prefault_counts()
+    assert done - done_before >= n * 8 - (64 << 10), (done, done_before)
+    np.testing.assert_allclose(grad(x), expected, rtol=1e-12, atol=1e-300)
+    assert _prefault_counts()[0] == asked  # the same size again: nothing fresh
+
+
+def _fresh_tape_gradient_in_child(x):
+    native().give_back_tape()
+    asked_before, done_before, _ = _prefault_counts()
+    grad = ez.grad(_running_sine)(x)
+    deadline = time.monotonic() + 10.0
+    asked, done, refused = _prefault_counts()
+    while done - done_before < asked - asked_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+        asked, done, refused = _prefault_counts()
+    return grad, (asked - asked_before, done - done_before, refused)
+
+
+def test_a_forked_child_faults_its_fresh_tape_in_with_a_helper_of_its_own(tape):
+    # The parent's helper thread is not in a child made by fork: the child starts its
+    # own, and does not wait for the parent's.
+    import multiprocessing
+
+    x = np.random.default_rng(6).uniform(-1.0, 1.0, 300_000)
+    native().give_back_tape()
+    expected = ez.grad(_running_sine)(x)  # the parent's helper started here
+    with multiprocessing.get_context("fork").Pool(1) as children:
+        got, (asked, done, refused) = children.apply_async(_fresh_tape_gradient_in_child, (x,)).get(
+            timeout=120
+        )
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(got, _running_sine_gradient(x), rtol=1e-12, atol=1e-300)
+    assert not refused and asked >= x.size * 8 - (64 << 10)
+    assert done == asked  # by the child's helper
