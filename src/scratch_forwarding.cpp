@@ -202,8 +202,7 @@ bool reads_fill(llvm::LoadInst *load, const CountedLoop &b, const Fill &fill, Wr
   const Loop *parent = fill.a.loop->getParentLoop();
   if (b.loop == fill.a.loop || b.loop->getParentLoop() != parent ||
       load->getType() != fill.store->getValueOperand()->getType() ||
-      b.iv->getType() != fill.a.iv->getType() ||
-      !always_passes(fill.a.loop->getExitBlock(), load->getParent(), parent, fn, a.loops)) {
+      b.iv->getType() != fill.a.iv->getType()) {
     return false;
   }
   const auto *walk = element_walk(load->getPointerOperand(), load->getType(), b.loop, a);
@@ -213,7 +212,9 @@ bool reads_fill(llvm::LoadInst *load, const CountedLoop &b, const Fill &fill, Wr
        !a.scev.isKnownPredicate(llvm::ICmpInst::ICMP_ULE, b.backedges, fill.a.backedges))) {
     return false;
   }
-  return unwritten(writers.in(parent), fill.store, fill.store->getPointerOperand(), a.aa);
+  // The path walk last: it is the costly check.
+  return always_passes(fill.a.loop->getExitBlock(), load->getParent(), parent, fn, a.loops) &&
+         unwritten(writers.in(parent), fill.store, fill.store->getPointerOperand(), a.aa);
 }
 
 bool recomputable(const Instruction &inst) {
