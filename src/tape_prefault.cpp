@@ -57,6 +57,11 @@ class Prefaulter {
     idle_.wait(hold, [&] { return !(busy_begin_ < end && begin < busy_end_); });
   }
 
+  PrefaultCounts counts() {
+    std::lock_guard<std::mutex> hold(lock_);
+    return counts_;
+  }
+
  private:
   void run() {
     std::unique_lock<std::mutex> hold(lock_);
@@ -91,12 +96,6 @@ class Prefaulter {
   char *busy_begin_ = nullptr, *busy_end_ = nullptr;
   bool started_ = false;
   PrefaultCounts counts_;
-
- public:
-  PrefaultCounts counts() {
-    std::lock_guard<std::mutex> hold(lock_);
-    return counts_;
-  }
 };
 
 Prefaulter *&instance() {
