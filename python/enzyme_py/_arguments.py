@@ -5,7 +5,8 @@ split calls (``_split``), the helpers and the Numba results all check and conver
 arguments here, so that each rule is stated once:
 
 - scalars and lanes: ``real_number``, ``scalar``, ``lanes``;
-- arrays and shadows: ``check_array``, ``check_shadow``, ``check_shadows_apart``;
+- arrays and shadows: ``check_array``, ``check_shadow``, ``check_shadows_apart``,
+  ``check_written_consts_apart``;
 - memory: ``byte_span``, ``overlapping``, ``laid_out_like``.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,30 @@ def check_shadows_apart(
                     f"{shadow_where} overlaps {other_where}, and their arrays do not overlap "
                     "alike: the adjoints of the two would mix; give each shadow memory of its "
                     "own (an array passed twice may take the same shadow twice)"
+                )
+
+
+def check_written_consts_apart(
+    consts: Sequence[tuple[str, str, np.ndarray, int]],
+    shadowed: Sequence[tuple[str, np.ndarray]],
+    written: Callable[[int], bool],
+    function: str,
+) -> None:
+    """No Const array (``(where, name, array, parameter index)``) that the function
+    writes may share memory with an array that has a shadow (``(name, array)``): the
+    derivative takes a Const argument's memory for constant, so what flows through the
+    memory they share would be lost, a zero gradient and no error. ``written(index)`` is
+    asked only where memory is shared: one array passed twice, one of them Const, that
+    the function only reads is a partial derivative, and stays allowed."""
+    for where, name, array, index in consts:
+        for other, other_array in shadowed:
+            if _share_memory(array, other_array) and written(index):
+                raise ValueError(
+                    f"{where} is Const and shares memory with '{other}', which has a "
+                    f"shadow, and '{function}' writes '{name}': the derivative takes a Const "
+                    "argument's memory for constant, so what flows through the memory they "
+                    f"share would be lost; pass '{name}' as Duplicated (with a shadow of its "
+                    "own), or give it memory of its own (a copy)"
                 )
 
 

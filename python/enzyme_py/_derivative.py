@@ -13,8 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
+import numpy as np
+
 from enzyme_py import _arguments, _build, _convention, _njit_call, _state, frontends, rules
 from enzyme_py._activities import RecursionBatchRefused, check_activities
+from enzyme_py._read_only import read_only_params
 from enzyme_py._signature import Param
 from enzyme_py.core import (
     Active,
@@ -356,12 +359,42 @@ class Derivative:
                 f"({', '.join(self.plan.argument_names)}); got {len(args)}"
             )
         filled = _convention.fill_slots(self.plan, args, self._compiled.in_slots)
-        if self.may_overlap and _arguments.overlapping(filled.arrays):
-            return self.alias_safe_twin()._call_checked(args)
+        if _arguments.overlapping(filled.arrays):
+            self._refuse_written_consts_sharing_memory(args)
+            if self.may_overlap:
+                return self.alias_safe_twin()._call_checked(args)
         reader = self._run(
             filled, len(self.plan.in_codes), lambda: _state.native.invoke(self.entry, filled.slots)
         )
         return _convention.read_results(self.plan.result, reader)
+
+    def _refuse_written_consts_sharing_memory(self, args: tuple[Any, ...]) -> None:
+        """A Const array the function writes, sharing memory with an array that has a
+        shadow, is refused (``_arguments.check_written_consts_apart``)."""
+        activity_of = {  # activities are per LLVM parameter, hidden ones included
+            id(param): (index, self.activities[index])
+            for index, param in self.function.visible_params
+        }
+        consts: list[tuple[str, str, np.ndarray, int]] = []
+        shadowed: list[tuple[str, np.ndarray]] = []
+        for step in self.plan.steps:
+            array = args[step.arg] if step.kind == _convention.StepKind.ARRAY else None
+            found = activity_of.get(id(step.param))
+            if not isinstance(array, np.ndarray) or found is None:
+                continue
+            index, act = found
+            if act is Const:
+                consts.append((step.where, step.name, array, index))
+            elif act.shadow:
+                shadowed.append((step.name, array))
+        flags: list[bool] = []
+
+        def written(index: int) -> bool:
+            if not flags:
+                flags.extend(read_only_params(self.function))
+            return not flags[index]
+
+        _arguments.check_written_consts_apart(consts, shadowed, written, self.function.display_name)
 
     def _run(
         self, filled: _convention.FilledSlots, inputs: int, invoke: Callable[[], None]
