@@ -391,7 +391,10 @@ class Derivative:
 
         def written(index: int) -> bool:
             if not flags:
-                flags.extend(read_only_params(self.function))
+                try:
+                    flags.extend(read_only_params(self.function))
+                except Exception:  # not known: taken as written (a refusal, not a 0)
+                    flags.extend([False] * len(self.function.params))
             return not flags[index]
 
         _arguments.check_written_consts_apart(consts, shadowed, written, self.function.display_name)
