@@ -13,8 +13,8 @@
 #include <llvm/Analysis/ScalarEvolution.h>
 #include <llvm/Analysis/ScalarEvolutionExpressions.h>
 #include <llvm/Analysis/ValueTracking.h>
-#include <llvm/IR/DataLayout.h>
 #include <llvm/IR/CFG.h>
+#include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
@@ -238,11 +238,10 @@ class Slice {
   bool take(Value *value) {
     auto *inst = llvm::dyn_cast<Instruction>(value);
     if (!inst || inst == fill_.a.iv) return true;
-    // What A's preheader computed ran before A, in the same iteration.
-    if (!fill_.a.loop->contains(inst) &&
-        (inst->getParent() != fill_.a.loop->getLoopPreheader() ||
-         a_.dominators.dominates(inst, at_))) {
-      return a_.dominators.dominates(inst, at_);
+    if (!fill_.a.loop->contains(inst)) {
+      if (a_.dominators.dominates(inst, at_)) return true;
+      // What A's preheader computed ran before A, in the same iteration: computed again.
+      if (inst->getParent() != fill_.a.loop->getLoopPreheader()) return false;
     }
     if (seen_.count(inst)) return true;
     if (llvm::isa<llvm::PHINode>(inst) || !recomputable(*inst)) return false;
