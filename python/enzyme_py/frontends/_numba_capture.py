@@ -30,10 +30,17 @@ import sys
 import threading
 import weakref
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["KEEP_BYTES", "install", "install_when_imported", "kept_modules", "module_defining"]
+__all__ = [
+    "KEEP_BYTES",
+    "after_import",
+    "install",
+    "install_when_imported",
+    "kept_modules",
+    "module_defining",
+]
 
 KEEP_BYTES = 64 << 20  # compressed IR text; a module is typically 2-20 KB compressed
 
@@ -101,11 +108,14 @@ def install() -> bool:
     return True
 
 
-class _AfterCodegen(importlib.abc.MetaPathFinder):
-    """Runs ``install`` once ``numba.core.codegen`` has been imported."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then`` once module ``name`` has been imported."""
+
+    def __init__(self, name: str, then: Callable[[], object]) -> None:
+        self.name, self.then = name, then
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname != "numba.core.codegen":
+        if fullname != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -118,18 +128,24 @@ class _AfterCodegen(importlib.abc.MetaPathFinder):
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
             with contextlib.suppress(Exception):
-                install()
+                self.then()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
+def after_import(name: str, then: Callable[[], object]) -> None:
+    """``then()`` now if module ``name`` is imported, else once it is (failures of
+    ``then`` are ignored there: keeping IR is an optimisation)."""
+    if name in sys.modules:
+        then()
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 def install_when_imported() -> None:
     """``install`` now if Numba's code generation is imported, else when it is."""
-    if "numba.core.codegen" in sys.modules:
-        install()
-    elif not any(isinstance(f, _AfterCodegen) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterCodegen())
+    after_import("numba.core.codegen", install)
 
 
 def module_defining(library: Any, name: str) -> str | None:

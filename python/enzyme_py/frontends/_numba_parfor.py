@@ -39,12 +39,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from enzyme_py.frontends import _numba_parfor_capture
 from enzyme_py.frontends._numba_parfor_ir import threaded_ir
 from enzyme_py.frontends._numba_parfor_launch import (
     LAUNCH_PREFIX,
-    Group,
     Launch,
     ParforUnsupported,
+    emit_launch,
+    launch_groups,
     split_types,
 )
 
@@ -59,34 +61,6 @@ __all__ = [
     "threaded_module",
     "with_launch_rules",
 ]
-
-
-def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
-    from numba.core import types
-
-    groups, at = [], 2  # after first and last
-    for index, ty in enumerate(argtypes):
-        if index == 0:  # the schedule: the launch's first and last instead
-            continue
-        count = len(context.get_arg_packer([ty])._be_args)
-        reduction = index >= len(argtypes) - reductions
-        array: str | None = None
-        if isinstance(ty, types.Array):
-            if ty.layout != "C":
-                raise ParforUnsupported(f"a prange loop reads a {ty.layout}-layout array")
-            if reduction and ty.ndim != 1:
-                raise ParforUnsupported("a prange loop reduces into an array")
-            if isinstance(ty.dtype, types.Float):
-                array = str(ty.dtype)
-            elif isinstance(ty.dtype, (types.Integer, types.Boolean)):
-                array = "const"
-            else:
-                raise ParforUnsupported(f"a prange loop reads an array of {ty.dtype}")
-        elif not isinstance(ty, (types.Integer, types.Boolean, types.NoneType)):
-            raise ParforUnsupported(f"a prange loop takes a {ty} that is not an array")
-        groups.append(Group(at, count, array, reduction))
-        at += count
-    return tuple(groups)
 
 
 def _prange_loops(py_func: Any) -> tuple[list[Any], list[Any]]:
@@ -146,7 +120,7 @@ def typed_launches() -> Iterator[list[Launch]]:
     typed call of ``__enzyme_py_parfor_K`` instead of its parallel launch; the list
     collects them in order."""
     import llvmlite.ir as lir
-    from numba.core import cgutils, ir
+    from numba.core import cgutils
     from numba.parfors import parfor_lowering
 
     launches: list[Launch] = []
@@ -167,56 +141,27 @@ def typed_launches() -> Iterator[list[Launch]]:
         races: Any,
         exp_name_to_tuple_var: Any,
     ) -> None:
-        context, builder = lowerer.context, lowerer.builder
-        if len(loop_ranges) != 1:
-            raise ParforUnsupported("nested prange loops")
-        fndesc = cres.fndesc
-        groups = _groups(context, fndesc.argtypes, len(redvars))
-        i64 = lir.IntType(64)
-
-        def bound(v: Any) -> Any:
-            value = lowerer.loadvar(v.name) if isinstance(v, ir.Var) else i64(v)
-            return builder.sext(value, i64) if value.type != i64 else value
-
-        start, stop, _ = loop_ranges[0]
-        first, last = bound(start), builder.sub(bound(stop), i64(1))
-
-        def load(name: str) -> Any:
-            if name in exp_name_to_tuple_var:
-                whole, offset = exp_name_to_tuple_var[name]
-                return builder.extract_value(lowerer.loadvar(whole), offset)
-            return lowerer.loadvar(name)
-
-        inouts = len(expr_args) - len(redvars)
-        args = [first, last]
-        args += [load(x) for x in expr_args[1:inouts]]
-        args += [lowerer.loadvar(redarrdict[x].name) for x in redvars]
+        groups = launch_groups(lowerer, cres, loop_ranges, redvars)
         name = f"{LAUNCH_PREFIX}{len(launches)}"
-        # The schedule is the launch's [first, last], not memory: an array the caller
-        # fills would be memory Enzyme asks the activity of. Nor does the launch take
-        # Numba's return and exception slots, or return a status (Enzyme v0.0.289
-        # cannot type an integer a rule returns): a body that raises ends the
-        # derivative call, whose caller raises the body's exception.
-        flat = list(context.get_arg_packer(fndesc.argtypes[1:]).as_arguments(builder, args[2:]))
-        # An array's owner and parent objects are not the body's business in a
-        # derivative (reference counting is off there): null, so that no pointer
-        # Enzyme would give a shadow of is passed but the data.
-        for g in groups:
-            if g.array is not None:
-                for j in (g.start - 2, g.start - 1):
-                    flat[j] = lir.Constant(flat[j].type, None)
-        fnty = lir.FunctionType(lir.VoidType(), [i64, i64, *[a.type for a in flat]])
-        launch = cgutils.get_or_insert_function(builder.module, fnty, name)
-        builder.call(launch, [first, last, *flat])
+        emit_launch(
+            lowerer,
+            cres,
+            name,
+            groups,
+            expr_args,
+            loop_ranges,
+            redvars,
+            redarrdict,
+            exp_name_to_tuple_var,
+        )
         # The body's module is linked in; a global naming it keeps it there.
         lowerer.library.add_linking_library(cres.library)
-        body_type = context.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
-        body = cgutils.get_or_insert_function(builder.module, body_type, fndesc.llvm_func_name)
         keep = cgutils.add_global_variable(
-            builder.module, lir.IntType(8).as_pointer(), name + ".keep"
+            lowerer.builder.module, lir.IntType(8).as_pointer(), name + ".keep"
         )
+        body = lowerer.builder.module.get_global(cres.fndesc.llvm_func_name)
         keep.initializer = body.bitcast(lir.IntType(8).as_pointer())
-        launches.append(Launch(name, fndesc.llvm_func_name, groups))
+        launches.append(Launch(name, cres.fndesc.llvm_func_name, groups))
 
     original = parfor_lowering.call_parallel_gufunc
     parfor_lowering.call_parallel_gufunc = typed_launch
@@ -229,12 +174,24 @@ def typed_launches() -> Iterator[list[Launch]]:
 def parfor_compile(dispatcher: Any, signature: tuple[Any, ...]) -> tuple[Any, tuple[Launch, ...]]:
     """A ``parallel=True`` compile of ``dispatcher``'s function (LLVM IR, Numba's first
     module stage) with its prange loops as typed launches: the IRCompile and the
-    launches. Raises ParforUnsupported (or Numba's error) where it cannot."""
+    launches. Raises ParforUnsupported (or Numba's error) where it cannot.
+
+    Where the dispatcher's own compile of ``signature`` was marked and kept
+    (``_numba_parfor_capture``), its module, without compiling again."""
     import numba
     from numba.core.compiler_lock import global_compiler_lock
 
     from enzyme_py.frontends import _numba_compile
 
+    try:
+        captured = _numba_parfor_capture.from_primal(dispatcher, signature)
+    except ParforUnsupported:
+        raise
+    except Exception:  # not as marked: compiled again below
+        captured = None
+    if captured is not None:
+        ir, fndesc, launches = captured
+        return _numba_compile.IRCompile(ir, fndesc), launches
     options = dict(_numba_compile.serial_options(dispatcher), parallel=True)
     clone = numba.njit(**options)(dispatcher.py_func)
     with global_compiler_lock, _numba_compile.first_stage_only(), typed_launches() as found:

@@ -7,6 +7,7 @@ schedule, then the launch's arguments after first and last)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ARRAY_DATA",
@@ -21,6 +22,8 @@ __all__ = [
     "Group",
     "Launch",
     "ParforUnsupported",
+    "emit_launch",
+    "launch_groups",
     "schedule_args",
     "split_types",
 ]
@@ -48,6 +51,102 @@ class Launch:
     name: str  # __enzyme_py_parfor_K
     body: str  # the outlined body's LLVM name
     groups: tuple[Group, ...]  # the body's arguments after its schedule
+
+
+def _groups(context: Any, argtypes: Any, reductions: int) -> tuple[Group, ...]:
+    from numba.core import types
+
+    groups, at = [], 2  # after first and last
+    for index, ty in enumerate(argtypes):
+        if index == 0:  # the schedule: the launch's first and last instead
+            continue
+        count = len(context.get_arg_packer([ty])._be_args)
+        reduction = index >= len(argtypes) - reductions
+        array: str | None = None
+        if isinstance(ty, types.Array):
+            if ty.layout != "C":
+                raise ParforUnsupported(f"a prange loop reads a {ty.layout}-layout array")
+            if reduction and ty.ndim != 1:
+                raise ParforUnsupported("a prange loop reduces into an array")
+            if isinstance(ty.dtype, types.Float):
+                array = str(ty.dtype)
+            elif isinstance(ty.dtype, (types.Integer, types.Boolean)):
+                array = "const"
+            else:
+                raise ParforUnsupported(f"a prange loop reads an array of {ty.dtype}")
+        elif not isinstance(ty, (types.Integer, types.Boolean, types.NoneType)):
+            raise ParforUnsupported(f"a prange loop takes a {ty} that is not an array")
+        groups.append(Group(at, count, array, reduction))
+        at += count
+    return tuple(groups)
+
+
+def launch_groups(lowerer: Any, cres: Any, loop_ranges: Any, redvars: Any) -> tuple[Group, ...]:
+    """The argument groups of the launch of body ``cres`` that ``lowerer`` is about to
+    lower (Numba's ``call_parallel_gufunc`` arguments); emits nothing. Raises
+    ParforUnsupported where a typed launch cannot express it."""
+    if len(loop_ranges) != 1:
+        raise ParforUnsupported("nested prange loops")
+    return _groups(lowerer.context, cres.fndesc.argtypes, len(redvars))
+
+
+def emit_launch(
+    lowerer: Any,
+    cres: Any,
+    name: str,
+    groups: tuple[Group, ...],
+    expr_args: Any,
+    loop_ranges: Any,
+    redvars: Any,
+    redarrdict: Any,
+    exp_name_to_tuple_var: Any,
+) -> Any:
+    """Emits, at ``lowerer``'s builder, the typed launch ``name(first, last, args...)`` of
+    body ``cres`` (Numba's ``call_parallel_gufunc`` arguments, before that function
+    changes them) and declares the body in the module; returns the launch's LLVM
+    function (declared where the module has none)."""
+    import llvmlite.ir as lir
+    from numba.core import cgutils, ir
+
+    context, builder = lowerer.context, lowerer.builder
+    fndesc = cres.fndesc
+    i64 = lir.IntType(64)
+
+    def bound(v: Any) -> Any:
+        value = lowerer.loadvar(v.name) if isinstance(v, ir.Var) else i64(v)
+        return builder.sext(value, i64) if value.type != i64 else value
+
+    start, stop, _ = loop_ranges[0]
+    first, last = bound(start), builder.sub(bound(stop), i64(1))
+
+    def load(var: str) -> Any:
+        if var in exp_name_to_tuple_var:
+            whole, offset = exp_name_to_tuple_var[var]
+            return builder.extract_value(lowerer.loadvar(whole), offset)
+        return lowerer.loadvar(var)
+
+    inouts = len(expr_args) - len(redvars)
+    args = [load(x) for x in expr_args[1:inouts]]
+    args += [lowerer.loadvar(redarrdict[x].name) for x in redvars]
+    # The schedule is the launch's [first, last], not memory: an array the caller
+    # fills would be memory Enzyme asks the activity of. Nor does the launch take
+    # Numba's return and exception slots, or return a status (Enzyme v0.0.289
+    # cannot type an integer a rule returns): a body that raises ends the
+    # derivative call, whose caller raises the body's exception.
+    flat = list(context.get_arg_packer(fndesc.argtypes[1:]).as_arguments(builder, args))
+    # An array's owner and parent objects are not the body's business in a
+    # derivative (reference counting is off there): null, so that no pointer
+    # Enzyme would give a shadow of is passed but the data.
+    for g in groups:
+        if g.array is not None:
+            for j in (g.start - 2, g.start - 1):
+                flat[j] = lir.Constant(flat[j].type, None)
+    fnty = lir.FunctionType(lir.VoidType(), [i64, i64, *[a.type for a in flat]])
+    launch = cgutils.get_or_insert_function(builder.module, fnty, name)
+    builder.call(launch, [first, last, *flat])
+    body_type = context.call_conv.get_function_type(fndesc.restype, fndesc.argtypes)
+    cgutils.get_or_insert_function(builder.module, body_type, fndesc.llvm_func_name)
+    return launch
 
 
 # The status of a derivative call whose prange loop writes an array sharing memory

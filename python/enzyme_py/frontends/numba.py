@@ -28,7 +28,7 @@ import numpy as np
 
 from enzyme_py import _state
 from enzyme_py._signature import Param
-from enzyme_py.frontends import _numba_parfor, _numba_runtime
+from enzyme_py.frontends import _numba_parfor, _numba_parfor_capture, _numba_runtime
 from enzyme_py.frontends._numba_capture import install_when_imported
 from enzyme_py.frontends._numba_compile import (
     IRCompile,
@@ -76,6 +76,7 @@ __all__ = [
 # instead of compiling the function again (_numba_capture); not in the stub build.
 if _state.native is not None:
     install_when_imported()
+    _numba_parfor_capture.install_when_imported()
 
 WRAPPER = "__enzyme_py_numba_wrapper"
 _ARRAY_FIELDS = ("meminfo", "parent", "nitems", "itemsize", "data", "shape", "strides")
