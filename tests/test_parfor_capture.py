@@ -4,6 +4,7 @@ second time (``frontends/_numba_parfor_capture``): the derivatives against finit
 differences and analytic gradients, the compiled function left Numba's own, and the
 loops a typed launch cannot express refused without compiling."""
 
+import itertools
 import math
 import warnings
 
@@ -53,14 +54,20 @@ def central(f, args, index, h=1e-6):
     return g
 
 
+_salts = itertools.count(1)
+
+
 def make_functions():
     """Fresh dispatchers (a compile of their own, marked now): a reduction, a map into
     an output array with serial code after it, and a time loop of stencils with a
-    launch per step and a reduction after."""
+    launch per step and a reduction after. Each call's are new code to enzyme_py's
+    caches too (``salt``, a closure value, is part of the code's key), so that no
+    derivative comes from a cache."""
+    salt = float(next(_salts))
 
     @numba.njit(parallel=True)
     def rosenbrock(x):
-        s = 0.0
+        s = 0.0 * salt
         for i in numba.prange(x.shape[0] - 1):
             a = x[i + 1] - x[i] * x[i]
             b = 1.0 - x[i]
@@ -71,7 +78,7 @@ def make_functions():
     def mapped(x, w, out):
         for i in numba.prange(x.shape[0]):
             out[i] = math.sin(x[i]) * w[i % w.shape[0]] ** 2
-        s = 0.0
+        s = 0.0 * salt
         for i in range(out.shape[0]):
             s += out[i] * out[i]
         return s
@@ -87,7 +94,7 @@ def make_functions():
             for i in numba.prange(1, n - 1):
                 b[i] = a[i] + 0.25 * (a[i - 1] - 2.0 * a[i] + a[i + 1])
             a, b = b, a
-        s = 0.0
+        s = 0.0 * salt
         for i in numba.prange(n):
             d = a[i] - target[i]
             s += d * d
@@ -116,6 +123,7 @@ def test_a_compiled_prange_function_is_differentiated_from_its_own_compile(
     for dtype in (np.float64, np.float32):
         x = rng.uniform(-1.5, 1.5, 203).astype(dtype)
         rosenbrock(x)
+        assert _numba_parfor_capture.from_primal(rosenbrock, (numba.typeof(x),)) is not None
         dx = np.zeros_like(x)
         df = ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=threads)
         df(x, dx, 1.0)
@@ -234,3 +242,53 @@ def test_a_function_not_compiled_yet_is_compiled_for_its_derivative():
     dx = np.zeros_like(x)
     ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)(x, dx, 1.0)
     np.testing.assert_allclose(dx, rosenbrock_gradient(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_failure_while_marking_leaves_numbas_compile_whole(monkeypatch):
+    """Marking is an optimisation: where emitting the typed launch fails half-way (a
+    call emitted, then an error), Numba's compile goes on, its function computes what
+    the serial twin does, and the derivative says why it runs on one thread."""
+    real = _numba_parfor_capture.emit_launch
+
+    def half_way(*args, **kwargs):
+        real(*args, **kwargs)
+        raise RuntimeError("emission failed")
+
+    monkeypatch.setattr(_numba_parfor_capture, "emit_launch", half_way)
+    rosenbrock, _, heat = make_functions()
+    x = rng.uniform(-1.5, 1.5, 101)
+    assert rosenbrock(x) == pytest.approx(numba.njit(rosenbrock.py_func)(x), rel=1e-13)
+    u0, target = rng.uniform(0.0, 1.0, 30), rng.uniform(0.0, 1.0, 30)
+    assert heat(u0, target, 3) == pytest.approx(numba.njit(heat.py_func)(u0, target, 3))
+    with pytest.raises(_numba_parfor.ParforUnsupported, match="not marked .emission failed"):
+        _numba_parfor_capture.from_primal(rosenbrock, (numba.typeof(x),))
+    monkeypatch.undo()
+    dx = np.zeros_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)(x, dx, 1.0)
+    assert any("emission failed" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    np.testing.assert_allclose(dx, rosenbrock_gradient(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_loop_left_unmarked_is_never_taken_for_a_typed_launch(monkeypatch):
+    """A second loop the hook could not look at (its groups failed) leaves Numba's
+    launch in the module: the kept module is not used, the function compiled again."""
+    real = _numba_parfor_capture.launch_groups
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyError("groups")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_numba_parfor_capture, "launch_groups", second_fails)
+    _, _, heat = make_functions()
+    u0, target = rng.uniform(0.0, 1.0, 30), rng.uniform(0.0, 1.0, 30)
+    heat(u0, target, 3)
+    monkeypatch.undo()
+    assert len(calls) == 2
+    signature = tuple(numba.typeof(a) for a in (u0, target, 3))
+    with pytest.raises(_numba_parfor.ParforUnsupported, match="not marked"):
+        _numba_parfor_capture.from_primal(heat, signature)

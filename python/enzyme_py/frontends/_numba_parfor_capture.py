@@ -22,6 +22,7 @@ Numba's alone, and why is kept: the derivative refuses it without compiling agai
 
 from __future__ import annotations
 
+import contextlib
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -89,18 +90,19 @@ def _marked(original: Any) -> Any:
     """Numba's ``call_parallel_gufunc`` with the typed launch beside it (module doc)."""
 
     def launch(*args: Any) -> None:
-        (lowerer, cres, _, _, expr_args, _, loop_ranges, redvars, _, redarrdict) = args[:10]
-        exp_name_to_tuple_var = args[13]
+        lowerer, cres, loop_ranges, redvars = args[0], args[1], args[6], args[7]
         try:
             record = _record_for(lowerer)
+            if record.unsupported is not None:  # not taken: nothing more to mark
+                return original(*args)
             groups = launch_groups(lowerer, cres, loop_ranges, redvars)
         except ParforUnsupported as exc:
             record.unsupported = record.unsupported or str(exc)
             return original(*args)
-        except Exception:  # marking is an optimisation: never in Numba's way
+        except Exception as exc:  # marking is an optimisation: never in Numba's way
+            with contextlib.suppress(Exception):
+                record.unsupported = record.unsupported or f"not marked ({exc})"
             return original(*args)
-        import llvmlite.ir as lir
-
         builder = lowerer.builder
         name = f"{LAUNCH_PREFIX}{len(record.launches)}"
         before = {id(lib) for lib in lowerer.library._linking_libraries}
@@ -109,25 +111,12 @@ def _marked(original: Any) -> Any:
         callees = list(cres.library._linking_libraries)
         with builder.if_else(builder.call(_select(builder.module), [])) as (typed, numba):
             with typed:
-                marker = emit_launch(
-                    lowerer,
-                    cres,
-                    name,
-                    groups,
-                    list(expr_args),
-                    list(loop_ranges),
-                    redvars,
-                    redarrdict,
-                    exp_name_to_tuple_var,
-                )
-                types = ", ".join(str(a.type) for a in marker.args)
-                declaration = f'declare void @"{name}"({types})'
-                # Nothing, inlined: the code Numba runs has no trace of it.
-                marker.linkage = "internal"
-                marker.attributes.add("alwaysinline")
-                lir.IRBuilder(marker.append_basic_block()).ret_void()
+                declaration = _emit_marker(lowerer, cres, name, groups, args)
             with numba:
                 original(*args)
+        if isinstance(declaration, Exception):
+            record.unsupported = record.unsupported or f"{name} was not marked ({declaration})"
+            return None
         body = cres.fndesc.llvm_func_name
         body_type = builder.module.globals[body].type
         record.launches.append(Launch(name, body, groups))
@@ -138,9 +127,44 @@ def _marked(original: Any) -> Any:
         record.launchers += [
             lib for lib in lowerer.library._linking_libraries if id(lib) not in before
         ]
+        return None
 
     launch.__wrapped__ = original  # type: ignore[attr-defined]
     return launch
+
+
+def _emit_marker(
+    lowerer: Any, cres: Any, name: str, groups: tuple[Any, ...], args: tuple[Any, ...]
+) -> str | Exception:
+    """The typed launch ``name`` (``emit_launch``), defined to do nothing (internal,
+    inlined: the code Numba runs has no trace of it); its declaration for the
+    derivative, or what failed (the launch is then defined all the same: the branch
+    to it is never taken, but no call is left to a function defined nowhere)."""
+    import llvmlite.ir as lir
+
+    expr_args, loop_ranges, redvars, redarrdict = args[4], args[6], args[7], args[9]
+    try:
+        marker = emit_launch(
+            lowerer,
+            cres,
+            name,
+            groups,
+            list(expr_args),  # Numba's launch changes its lists: copies
+            list(loop_ranges),
+            redvars,
+            redarrdict,
+            args[13],  # exp_name_to_tuple_var
+        )
+        types = ", ".join(str(a.type) for a in marker.args)
+        result: str | Exception = f'declare void @"{name}"({types})'
+    except Exception as exc:
+        marker = lowerer.builder.module.globals.get(name)
+        result = exc
+    if marker is not None and marker.is_declaration:
+        marker.linkage = "internal"
+        marker.attributes.add("alwaysinline")
+        lir.IRBuilder(marker.append_basic_block()).ret_void()
+    return result
 
 
 def install() -> None:
@@ -217,7 +241,8 @@ def from_primal(
         dead.add_strip_dead_prototypes_pass()
         dead.run(module)
         ir = str(module)
-    if f"@{SELECT}" in ir:
+    # Every launch marked, the branches to Numba's dropped: else compiled again.
+    if f"@{SELECT}" in ir or re.search(r"call [^\n]*@do_scheduling", ir):
         return None
     return ir, cres.fndesc, tuple(record.launches)
 
