@@ -32,6 +32,16 @@ double cube(const double *x, int n) {
 """
 
 
+@numba.njit
+def squares_then_sines(x, scratch):
+    for i in range(x.shape[0]):
+        scratch[i] = x[i] * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.sin(scratch[i])
+    return s
+
+
 @numba.njit(parallel=True, boundscheck=True)
 def shifted_product(x, k):
     s = 0.0
@@ -72,6 +82,12 @@ def call_cube(double[::1] x, double[::1] dx):
     cdef double value = 0.0
     cdef int status = dcube(&x[0], &dx[0], <int>x.shape[0], 1.0, &value)
     return status, value
+
+def call_sines(double[::1] x, double[::1] dx, double[::1] scratch):
+    cdef int status
+    with nogil:
+        status = dsines(x, dx, scratch, 1.0)
+    return status
 
 def call_at(double[::1] x, double[::1] dx, Py_ssize_t i):
     cdef int status = dat(x, dx, i, 1.0, NULL)
@@ -131,6 +147,10 @@ def built(tmp_path_factory):
         "dat": ez.autodiff(m.at, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
         # A C function through ez.c: raw pointers, no shapes.
         "dcube": ez.autodiff(ez.c(C_CUBE).cube, ez.Reverse, ez.Duplicated, ez.Const, ez.Active),
+        # A Numba function writing its Const scratch array.
+        "dsines": ez.autodiff(
+            squares_then_sines, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly
+        ).for_arguments((np.ones(4), np.zeros(4), np.zeros(4), 1.0)),
         # A Numba prange loop on two threads (tests/test_prange.py).
         "dshift": ez.autodiff(
             shifted_product, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly, threads=2
@@ -181,6 +201,20 @@ def test_shadow_unlike_its_array_is_refused(built):
     assert module.call_wsum(x, np.zeros(12)[::-2][:5], w, np.zeros(6))[0] == 1  # shape
     # A shadow that is its array's memory.
     assert module.call_wsum(np.ones(6), np.zeros(6), w, w)[0] == 1
+
+
+def test_a_written_const_array_sharing_memory_with_a_shadowed_one_is_refused(built):
+    # Enzyme takes a Const argument's memory for constant: the gradient through the
+    # memory they share would be lost (tests/test_numba.py).
+    _, _, module, _ = built
+    x = np.array([0.3, -1.2, 2.0, 0.7])
+    w, dw = x.copy(), np.zeros(4)
+    assert module.call_sines(w, dw, w) == 1
+    big = np.concatenate([x, [0.0, 0.0]])
+    assert module.call_sines(big[:4], dw, big[2:]) == 1  # partly
+    assert module.call_sines(w, dw, np.zeros(4)) == 0  # memory of its own
+    np.testing.assert_allclose(dw, np.cos(x * x) * 2.0 * x, rtol=1e-14)
+    assert w.tolist() == x.tolist()
 
 
 def test_overlapping_arrays_take_the_build_without_noalias(built):

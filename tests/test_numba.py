@@ -477,6 +477,41 @@ def test_a_const_array_the_function_only_reads_may_share_memory_with_a_shadowed_
     np.testing.assert_allclose(dx, 2.0 * x * x, rtol=1e-15)
 
 
+def test_a_written_const_array_sharing_memory_is_refused_from_njit_code_too():
+    df = ez.autodiff(squares_then_sines, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    call = df.njit()
+
+    @njit
+    def step(x, dx, scratch):
+        return call(x, dx, scratch, 1.0)
+
+    x = np.array([0.3, -1.2, 2.0, 0.7])
+    w, dw = x.copy(), np.zeros(4)
+    with pytest.raises(
+        ValueError,
+        match=r"parameter 1 \('scratch'\) of 'squares_then_sines' is Const and shares memory "
+        r"with 'x', which has a shadow.*pass 'scratch' as Duplicated",
+    ):
+        step(w, dw, w)
+    big = np.concatenate([x, [0.0, 0.0]])
+    with pytest.raises(ValueError, match="is Const and shares memory with 'x'"):
+        step(big[:4], dw, big[2:])  # partly
+    assert w.tolist() == x.tolist() and dw.tolist() == [0.0] * 4  # refused before the call
+    step(w, dw, np.zeros(4))  # memory of its own
+    np.testing.assert_allclose(dw, np.cos(x * x) * 2.0 * x, rtol=1e-14)
+    # A Const array the function only reads may share memory, from @njit code too.
+    partial = ez.autodiff(weighted_by, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+    weighted = partial.njit()
+
+    @njit
+    def weighted_step(x, dx):
+        return weighted(x, dx, x, 1.0)
+
+    dx = np.zeros(4)
+    weighted_step(x, dx)
+    np.testing.assert_allclose(dx, 2.0 * x * x, rtol=1e-15)
+
+
 def test_gmm_gradient_against_finite_differences():
     import sys
     from pathlib import Path

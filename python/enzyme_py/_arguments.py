@@ -94,13 +94,18 @@ def check_written_consts_apart(
     for where, name, array, index in consts:
         for other, other_array in shadowed:
             if _share_memory(array, other_array) and written(index):
-                raise ValueError(
-                    f"{where} is Const and shares memory with '{other}', which has a "
-                    f"shadow, and '{function}' writes '{name}': the derivative takes a Const "
-                    "argument's memory for constant, so what flows through the memory they "
-                    f"share would be lost; pass '{name}' as Duplicated (with a shadow of its "
-                    "own), or give it memory of its own (a copy)"
-                )
+                raise ValueError(written_const_message(where, name, other, function))
+
+
+def written_const_message(where: str, name: str, other: str, function: str) -> str:
+    """The refusal of ``check_written_consts_apart`` (also raised by ``njit()`` callers)."""
+    return (
+        f"{where} is Const and shares memory with '{other}', which has a "
+        f"shadow, and '{function}' writes '{name}': the derivative takes a Const "
+        "argument's memory for constant, so what flows through the memory they "
+        f"share would be lost; pass '{name}' as Duplicated (with a shadow of its "
+        "own), or give it memory of its own (a copy)"
+    )
 
 
 def real_number(value: Any, where: str, what: str) -> float:

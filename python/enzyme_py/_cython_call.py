@@ -241,6 +241,14 @@ def declaration(derivative: Any, name: str | None = None) -> str:
                     overlap.append(f"    if {meet}:\n        return {BAD_ARGUMENTS}")
                 else:
                     overlap.append(f"    if {meet}:\n        entry = {tag}_safe")
+        # A Const array the function writes, sharing memory with an array that has a
+        # shadow: refused (Derivative.written_consts_beside_shadows).
+        span_of = {arg: j for j, (arg, _, _) in enumerate(spans)}
+        for const, shadowed, _ in derivative.written_consts_beside_shadows():
+            c, w = span_of.get(names[const]), span_of.get(names[shadowed])
+            if c is not None and w is not None:
+                meet = f"low[{c}] < high[{w}] and low[{w}] < high[{c}]"
+                overlap.append(f"    if {meet}:\n        return {BAD_ARGUMENTS}")
     reads = [
         f"    if {out} != NULL:\n        memcpy({out}, &slots[{n_in + j}], sizeof({out}[0]))"
         for j, (out, _) in enumerate(outputs)
@@ -260,7 +268,8 @@ def declaration(derivative: Any, name: str | None = None) -> str:
         f"'{fn.display_name}' ({derivative._given()})",
         "# made by enzyme_py's Derivative.cython_declaration(): valid in the process that",
         "# made it, while the derivative is alive. Returns 0, 1 (a shadow unlike its array",
-        "# or overlapping an array), 2 (out of memory) or 3 (the function failed inside).",
+        "# or overlapping an array, or a Const array the function writes overlapping an",
+        "# array with a shadow), 2 (out of memory) or 3 (the function failed inside).",
         "cimport cython",
         "from libc.string cimport memcpy",
         "from cpython.ref cimport PyObject, Py_XDECREF",

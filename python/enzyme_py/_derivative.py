@@ -168,6 +168,7 @@ class Derivative:
         self._as_function: IRFunction | None = None
         self._alias_safe: Derivative | None = None
         self._njit: Any = None
+        self._read_only: list[bool] | None = None  # per parameter, once asked (_written)
         # Where this derivative runs loops on threads (a Numba prange's): the serial
         # derivative it stands for when differentiated again or called from @njit code.
         self.serial_twin: Callable[[], Derivative] | None = None
@@ -371,33 +372,72 @@ class Derivative:
     def _refuse_written_consts_sharing_memory(self, args: tuple[Any, ...]) -> None:
         """A Const array the function writes, sharing memory with an array that has a
         shadow, is refused (``_arguments.check_written_consts_apart``)."""
+        consts_steps, shadowed_steps = self._const_and_shadowed_arrays()
+        consts = [
+            (step.where, step.name, args[step.arg], index)
+            for step, index in consts_steps
+            if isinstance(args[step.arg], np.ndarray)
+        ]
+        shadowed = [
+            (step.name, args[step.arg])
+            for step in shadowed_steps
+            if isinstance(args[step.arg], np.ndarray)
+        ]
+        _arguments.check_written_consts_apart(
+            consts, shadowed, self._written, self.function.display_name
+        )
+
+    def _const_and_shadowed_arrays(
+        self,
+    ) -> tuple[list[tuple[_convention.InputStep, int]], list[_convention.InputStep]]:
+        """The array steps of the plan whose parameters are Const (with the parameter's
+        index) and those whose parameters have a shadow."""
         activity_of = {  # activities are per LLVM parameter, hidden ones included
             id(param): (index, self.activities[index])
             for index, param in self.function.visible_params
         }
-        consts: list[tuple[str, str, np.ndarray, int]] = []
-        shadowed: list[tuple[str, np.ndarray]] = []
+        consts: list[tuple[_convention.InputStep, int]] = []
+        shadowed: list[_convention.InputStep] = []
         for step in self.plan.steps:
-            array = args[step.arg] if step.kind == _convention.StepKind.ARRAY else None
             found = activity_of.get(id(step.param))
-            if not isinstance(array, np.ndarray) or found is None:
+            if step.kind != _convention.StepKind.ARRAY or found is None:
                 continue
             index, act = found
             if act is Const:
-                consts.append((step.where, step.name, array, index))
+                consts.append((step, index))
             elif act.shadow:
-                shadowed.append((step.name, array))
-        flags: list[bool] = []
+                shadowed.append(step)
+        return consts, shadowed
 
-        def written(index: int) -> bool:
-            if not flags:
-                try:
-                    flags.extend(read_only_params(self.function))
-                except Exception:  # not known: taken as written (a refusal, not a 0)
-                    flags.extend([False] * len(self.function.params))
-            return not flags[index]
+    def _written(self, index: int) -> bool:
+        """Whether the function may write parameter ``index`` (LLVM's inference, asked
+        once; where it cannot be had, every parameter is taken as written: a refusal
+        rather than a silent zero)."""
+        if self._read_only is None:
+            try:
+                self._read_only = list(read_only_params(self.function))
+            except Exception:
+                self._read_only = [False] * len(self.function.params)
+        return not self._read_only[index]
 
-        _arguments.check_written_consts_apart(consts, shadowed, written, self.function.display_name)
+    def written_consts_beside_shadows(self) -> list[tuple[int, int, str]]:
+        """For callers that check arrays themselves (``njit()``, ``cython_declaration()``):
+        each Const array the function writes and each array with a shadow, as their
+        argument positions, with the message refusing them where they share memory
+        (``_arguments.check_written_consts_apart``)."""
+        consts, shadowed = self._const_and_shadowed_arrays()
+        return [
+            (
+                const.arg,
+                other.arg,
+                _arguments.written_const_message(
+                    const.where, const.name, other.name, self.function.display_name
+                ),
+            )
+            for const, index in consts
+            if shadowed and self._written(index)
+            for other in shadowed
+        ]
 
     def _run(
         self, filled: _convention.FilledSlots, inputs: int, invoke: Callable[[], None]
@@ -549,7 +589,12 @@ class Derivative:
             self._pin_code()
             safe = self.alias_safe_twin().entry if self.may_overlap else None
             self._njit = _njit_call.compile_njit(
-                self.plan, self.entry, safe, self.out_codes, self.function.display_name
+                self.plan,
+                self.entry,
+                safe,
+                self.out_codes,
+                self.function.display_name,
+                self.written_consts_beside_shadows(),
             )
         return self._njit
 

@@ -5,7 +5,8 @@ calling convention: it packs the entry point's slots itself and calls the compil
 derivative through a ctypes function pointer, so an optimizer loop written in Numba
 never returns to Python. It checks its arrays as the Python path does: dtype, rank
 and writability when Numba types the call (a TypingError naming the parameter),
-C-contiguity, shadow shapes and a shadow overlapping its array when it runs
+C-contiguity, shadow shapes, a shadow overlapping its array, and a Const array the
+function writes sharing memory with an array that has a shadow, when it runs
 (ValueError). A Numba error inside the derivative is raised as RuntimeError (the
 exception's type does not survive); a failed allocation inside it as MemoryError.
 """
@@ -13,6 +14,7 @@ exception's type does not survive); a failed allocation inside it as MemoryError
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -111,11 +113,18 @@ def numba_dtype(dtype: np.dtype) -> Any:
 
 
 def compile_njit(
-    call_plan: CallPlan, entry: int, safe_entry: int | None, out_codes: str, display_name: str
+    call_plan: CallPlan,
+    entry: int,
+    safe_entry: int | None,
+    out_codes: str,
+    display_name: str,
+    written_consts: Sequence[tuple[int, int, str]] = (),
 ) -> Any:
     """An ``@njit`` function calling the entry point ``entry`` of a derivative of
     ``display_name`` as ``call_plan`` says (see the module docstring); ``safe_entry`` is the
-    build without the promise that arrays do not overlap (None: no such promise)."""
+    build without the promise that arrays do not overlap (None: no such promise).
+    ``written_consts``: pairs of argument positions that may not share memory, each with
+    its refusal (``Derivative.written_consts_beside_shadows``)."""
     import numba
 
     k = call_plan.width
@@ -212,6 +221,15 @@ def compile_njit(
                 f"{array}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes",
                 f"{where} overlaps {what}; give it memory of its own",
             )
+    # A Const array the function writes may not share memory with an array that has a
+    # shadow (arrays are C-contiguous here: their byte spans are their memory).
+    for const, shadowed, message in written_consts:
+        c, s = f"a{const}", f"a{shadowed}"
+        refuse_if(
+            f"{c}.nbytes and {s}.nbytes and {c}.ctypes.data < {s}.ctypes.data + {s}.nbytes "
+            f"and {s}.ctypes.data < {c}.ctypes.data + {c}.nbytes",
+            message,
+        )
     # Two shadows may share memory only as their arrays do (one array passed twice),
     # else the adjoints of different arrays would mix.
     for j, (shadow, where, own) in enumerate(shadows):
