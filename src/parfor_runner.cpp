@@ -321,6 +321,7 @@ std::map<std::string, uint64_t> parfor_symbols() {
       {"__enzyme_py_parfor_reverse", reinterpret_cast<uint64_t>(&enzyme_py_parfor_reverse)},
       {"__enzyme_py_parfor_snapshot", reinterpret_cast<uint64_t>(&enzyme_py_parfor_snapshot)},
       {"__enzyme_py_parfor_check", reinterpret_cast<uint64_t>(&enzyme_py_parfor_check)},
+      {"__enzyme_py_parfor_fail", reinterpret_cast<uint64_t>(&enzyme_py_parfor_fail)},
       {"__enzyme_py_fused_run", reinterpret_cast<uint64_t>(&enzyme_py_fused_run)},
   };
 }
@@ -330,6 +331,10 @@ std::map<std::string, uint64_t> parfor_symbols() {
 using enzyme_py::Chunks;
 
 extern "C" int64_t enzyme_py_parfor_thread() { return enzyme_py::chunk_index; }
+
+extern "C" void enzyme_py_parfor_fail(int64_t status, int64_t exception) {
+  enzyme_py::fail_from_loop(status, exception);
+}
 
 extern "C" void enzyme_py_fused_run(ParforChunk chunk, int64_t *slots, int64_t count,
                                     int64_t workers) {

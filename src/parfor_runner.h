@@ -55,6 +55,12 @@ typedef int32_t (*ParforReverseChunk)(int64_t *slots, int64_t *shadows, int64_t 
 // The index of the chunk this thread runs (0 outside a launch).
 int64_t enzyme_py_parfor_thread();
 
+// A prange body run on the calling thread (a derivative on one thread that takes a
+// parallel compile's module) failed with Numba's `status` and `exception` (its excinfo
+// pointer): the derivative call ends with them, as where a chunk fails
+// (fail_from_loop in arena.h); outside a derivative call, returns.
+void enzyme_py_parfor_fail(int64_t status, int64_t exception);
+
 // chunk over [first, last] (inclusive, as Numba's schedule) cut into `parts` chunks
 // (fewer where the range is shorter, or where chunks would have fewer than `grain`
 // indices), run on up to `workers` threads (one where first < 0: negative indices

@@ -267,7 +267,8 @@ def test_a_failure_while_marking_leaves_numbas_compile_whole(monkeypatch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2)(x, dx, 1.0)
-    assert any("emission failed" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    messages = [str(w.message) for w in caught]
+    assert any("emission failed" in message for message in messages), messages
     np.testing.assert_allclose(dx, rosenbrock_gradient(x), rtol=1e-12, atol=1e-12)
 
 
@@ -292,3 +293,91 @@ def test_a_loop_left_unmarked_is_never_taken_for_a_typed_launch(monkeypatch):
     signature = tuple(numba.typeof(a) for a in (u0, target, 3))
     with pytest.raises(_numba_parfor.ParforUnsupported, match="not marked"):
         _numba_parfor_capture.from_primal(heat, signature)
+
+
+# On one thread: the prange loops as plain calls of their bodies, from the same module
+# (frontends/_numba_parfor_serial.py), where the bodies have no loop of their own.
+
+
+@pytest.fixture
+def no_twin_compile(monkeypatch, no_second_compile):
+    """Nor a compile of the serial twin (the full form included)."""
+
+    def compiled_again(*args, **kwargs):
+        raise AssertionError("the serial twin was compiled")
+
+    monkeypatch.setattr(_numba_compile, "_ad_compile_full", compiled_again)
+
+
+def test_one_thread_runs_the_loops_of_the_own_compile_in_place(no_twin_compile):
+    rosenbrock, mapped, heat = make_functions()
+    for dtype in (np.float64, np.float32):
+        x = rng.uniform(-1.5, 1.5, 203).astype(dtype)
+        rosenbrock(x)
+        assert _numba_parfor_capture.serial_from_primal(rosenbrock, (numba.typeof(x),))
+        dx = np.zeros_like(x)
+        df = ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=1)
+        df(x, dx, 1.0)
+        assert not on_threads(df, (x, dx, 1.0))
+        tol = 1e-12 if dtype == np.float64 else 2e-5
+        expected = rosenbrock_gradient(x.astype(np.float64))
+        np.testing.assert_allclose(dx, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+    # Forward mode too (always on one thread).
+    x, w, out = rng.uniform(-2.0, 2.0, 57), rng.uniform(0.5, 1.5, 3), np.zeros(57)
+    mapped(x, w, out)
+    tx, tw = rng.normal(size=57), rng.normal(size=3)
+    df = ez.autodiff(mapped, ez.Forward, ez.Dual, ez.Dual, ez.Dual, ez.Dual)
+    y, dy = df(x, tx, w, tw, out, np.zeros(57))
+    h = 1e-6
+    ahead = mapped(x + h * tx, w + h * tw, np.zeros(57))
+    behind = mapped(x - h * tx, w - h * tw, np.zeros(57))
+    assert y == pytest.approx(mapped(x, w, np.zeros(57)), rel=1e-13)
+    assert dy == pytest.approx((ahead - behind) / (2 * h), rel=1e-6)
+
+    u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
+    heat(u0, target, 6)
+    du0 = ez.grad(heat)(u0, target, 6)  # the default: one thread (a time loop)
+    expected = central(lambda u: heat(u, target, 6), (u0,), 0)
+    np.testing.assert_allclose(du0, expected, rtol=1e-7, atol=1e-9)
+
+
+def test_one_thread_ends_the_call_with_the_bodys_exception():
+    @numba.njit(parallel=True, boundscheck=True)
+    def shifted(x, k):
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i] * x[i + k]
+        return s
+
+    x = np.arange(100) * 0.25
+    shifted(x, 0)
+    assert _numba_parfor_capture.serial_from_primal(shifted, (numba.typeof(x), numba.int64))
+    df = ez.autodiff(shifted, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly, threads=1)
+    dx = np.zeros_like(x)
+    df(x, dx, 0, 1.0)
+    np.testing.assert_allclose(dx, 2.0 * x, rtol=1e-14)
+    with pytest.raises(IndexError, match="out of bounds"):
+        df(x, np.zeros_like(x), 3, 1.0)
+    dx = np.zeros_like(x)
+    df(x, dx, 0, 1.0)  # and works again after
+    np.testing.assert_allclose(dx, 2.0 * x, rtol=1e-14)
+
+
+def test_one_thread_compiles_the_twin_for_bodies_with_loops_of_their_own():
+    @numba.njit(parallel=True)
+    def rows(a):
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            t = 0.0
+            for j in range(a.shape[1]):
+                t += a[i, j] * a[i, j]
+            s += math.sqrt(t)
+        return s
+
+    a = rng.uniform(0.5, 1.5, (9, 4))
+    rows(a)
+    assert _numba_parfor_capture.serial_from_primal(rows, (numba.typeof(a),)) is None
+    da = np.zeros_like(a)
+    ez.autodiff(rows, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=1)(a, da, 1.0)
+    np.testing.assert_allclose(da, a / np.sqrt((a * a).sum(axis=1))[:, None], rtol=1e-13)

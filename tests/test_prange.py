@@ -403,8 +403,10 @@ def test_threads_builds_from_a_parallel_compile_with_typed_launches():
     sig = (numba.typeof(x),)
     ir = numba_frontend.specialize(parallel_squares, sig, strided=True, threads=2).wrapper.ir()
     assert "@__enzyme_py_parfor_0.augment" in ir and "numba_parallel_for" not in ir
+    # On one thread: the loop a plain call of its body (frontends/_numba_parfor_serial).
     serial = numba_frontend.specialize(parallel_squares, sig, strided=True).wrapper.ir()
-    assert "__enzyme_py_parfor" not in serial
+    assert ".augment" not in serial and "@__enzyme_py_parfor_run(" not in serial
+    assert "numba_parallel_for" not in serial
 
 
 def test_performance_warning_is_public():

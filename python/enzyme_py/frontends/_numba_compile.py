@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from enzyme_py.frontends import _numba_parfor_capture
 from enzyme_py.frontends._numba_capture import kept_modules, module_defining
 from enzyme_py.frontends._numba_signatures import compile_if_missing
 from enzyme_py.frontends._numba_substitutes import uses_substitutes, with_substitutes
@@ -68,14 +69,20 @@ def ad_compile(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile:
 def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | None:
     """The IR ``ad_compile_ir`` would make, from the module of the dispatcher's own
     compile that ``_numba_capture`` kept: the callees' modules linked in, then the
-    first module stage only, as there. None where no such module was kept, and for
-    what that compile differs in: ``parallel=True`` (its prange loops are Numba's
-    parallel launches), object mode, lifted loops."""
+    first module stage only, as there. For ``parallel=True``, that compile's marked
+    module with its prange loops run on the calling thread
+    (``_numba_parfor_capture.serial_from_primal``). None where no such module was
+    kept, and for what that compile differs in: object mode, lifted loops."""
     from llvmlite import binding as ll
     from numba.core.compiler_lock import global_compiler_lock
 
     if is_parallel(dispatcher):
-        return None
+        # Its own compile's module, its prange loops on the calling thread.
+        try:
+            serial = _numba_parfor_capture.serial_from_primal(dispatcher, signature)
+        except Exception:  # not as marked: the serial twin is compiled
+            return None
+        return None if serial is None else IRCompile(*serial)
     cres = dispatcher.overloads.get(tuple(signature))
     if cres is None or cres.objectmode or cres.lifted or cres.typing_error is not None:
         return None
@@ -218,7 +225,8 @@ def is_parallel(dispatcher: Any) -> bool:
 def serial_options(dispatcher: Any) -> dict[str, Any]:
     """The dispatcher's options for a private clone: no disk cache, and serial code.
 
-    A ``parallel=True`` function is differentiated as its serial twin: without
+    A ``parallel=True`` function whose own compile cannot serve (``_from_primal``) is
+    differentiated as its serial twin: without
     ``parallel``, Numba compiles ``prange`` as ``range`` and array expressions as
     loops, the same arithmetic in one thread, which Enzyme differentiates (Numba's
     parallel runtime, a gufunc launched through ``numba_parallel_for``, it cannot).

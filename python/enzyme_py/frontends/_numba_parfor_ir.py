@@ -36,7 +36,7 @@ from enzyme_py.frontends._numba_parfor_launch import (
     split_types,
 )
 
-__all__ = ["threaded_ir"]
+__all__ = ["DECLARE", "body_ir", "first_never_negative", "threaded_ir"]
 
 
 # How the threads of a reverse pass use a shadow: src/parfor_runner.h, ParforShadow.
@@ -45,7 +45,7 @@ __all__ = ["threaded_ir"]
 _SUM_FLOAT64, _SUM_FLOAT32, _DROP, _SHARED = 0, 1, 2, 3
 
 
-_DECLARE = re.compile(r"^declare void @(__enzyme_py_parfor_\d+)\((.*)\)[^\n]*$", re.M)
+DECLARE = re.compile(r"^declare void @(__enzyme_py_parfor_\d+)\((.*)\)[^\n]*$", re.M)
 
 
 def _to_slot(b: list[str], ty: str, value: str, slot: str) -> None:
@@ -82,17 +82,19 @@ def _slot(b: list[str], slots: str, j: int, name: str) -> str:
     return name
 
 
-def _body_ir(launch: Launch, types: list[str]) -> str:
+def body_ir(launch: Launch, types: list[str], noalias: bool = True) -> str:
     """``K.body``: the body where its schedule starts at 0 or later (Numba's wraparound
-    of negative indices then folds away, and loops over the index vectorise), inlined."""
+    of negative indices then folds away, and loops over the index vectorise), inlined.
+    ``noalias``: its pointers promised apart, as Numba declares the body's."""
     k = launch.name
     body_params = [RET, EXCINFO, *SCHED_TYPES, *types[2:]]
-    # Its pointers are noalias, as Numba declares the body's: without that Enzyme would
-    # keep copies of what it reads, in case the shadows' stores overwrote it.
+    # On threads its pointers are noalias, as Numba declares the body's: without that
+    # Enzyme would keep copies of what it reads, in case the shadows' stores overwrote
+    # it.
     b = [
         f"define internal i32 @{k}.body("
         + ", ".join(
-            f"{t} noalias %b{j}" if t.endswith("*") else f"{t} %b{j}"
+            f"{t} noalias %b{j}" if noalias and t.endswith("*") else f"{t} %b{j}"
             for j, t in enumerate(body_params)
         )
         + ") alwaysinline {"
@@ -134,7 +136,7 @@ def _return_status(b: list[str]) -> None:
 _LIGHT_GRAIN = 16384
 
 
-def _first_never_negative(text: str, name: str) -> bool:
+def first_never_negative(text: str, name: str) -> bool:
     """Whether every call of launch ``name`` in ``text`` starts its range at a constant
     of 0 or more (``prange(n)``, ``prange(1, n - 1)``): its chunks then all start there
     or later, and need no copy of the body that wraps negative indices around."""
@@ -366,7 +368,7 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
     launch names (each to get its rules: ``<name>.augment``, ``<name>.gradient``)."""
     from enzyme_py import _state
 
-    declared = {m.group(1): split_types(m.group(2)) for m in _DECLARE.finditer(ir_text)}
+    declared = {m.group(1): split_types(m.group(2)) for m in DECLARE.finditer(ir_text)}
     for launch in launches:
         if launch.name not in declared:
             raise ParforUnsupported(f"the launch {launch.name} is missing from the IR")
@@ -392,7 +394,7 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
     # Numba sizes its per-thread reduction arrays by its thread count: ours here.
     text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
     text = text.replace("@get_num_threads()", "@__enzyme_py_parfor_count()")
-    bodies = [_body_ir(launch, declared[launch.name]) for launch in launches]
+    bodies = [body_ir(launch, declared[launch.name]) for launch in launches]
     analysed = body_indices(text, bodies, launches, declared)
     defined, counts = [], [threads]
     for launch in launches:
@@ -402,11 +404,11 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
             writes[launch.name],
             analysed[launch.name],
             threads,
-            _first_never_negative(text, launch.name),
+            first_never_negative(text, launch.name),
         )
         defined.append(part)
         counts.append(chunks)
     # Numba's thread count: the most chunks a launch has (its reduction arrays' length).
     count = f"define internal i64 @__enzyme_py_parfor_count() {{\n  ret i64 {max(counts)}\n}}\n"
-    text = "\n".join([_DECLARE.sub("", text), SUPPORT, count, *bodies, *defined])
+    text = "\n".join([DECLARE.sub("", text), SUPPORT, count, *bodies, *defined])
     return text, [launch.name for launch in launches]
