@@ -30,6 +30,7 @@ from enzyme_py._numba_results import ArrayResultCall, part_activity
 from enzyme_py._warnings import warn_at_user
 from enzyme_py.core import (
     Active,
+    ActiveOnly,
     Activity,
     ActivityError,
     Const,
@@ -79,20 +80,25 @@ class _Bound:
         return self.derivative(*args)
 
 
-def default_threads(dispatcher: Any) -> int:
+def default_threads(dispatcher: Any, primal_wanted: bool = True) -> int:
     """The threads of a derivative whose ``threads=`` is left out: as many as Numba
     runs this thread's prange loops on (``numba.get_num_threads()``: all cores unless
     the user set fewer) for a ``parallel=True`` function with a prange loop whose body
     has a loop of its own (``has_prange_with_inner_loop``), or whose prange loops each
-    run once per call (``prange_loops_once_per_call``); else 1 (the serial twin: a
-    prange loop inside a time loop is launched at every step). A light body's reverse
-    on two threads took 110-127 us against 171-190 us on one (Rosenbrock prange, its
-    split reverse loop fused, src/scatter_fusion.h; before, 185-197 us), and halves the
-    time where the primal is wanted (``ez.value_and_grad``; docs/design.md §8)."""
+    run once per call (``prange_loops_once_per_call``) where the primal is wanted
+    (``primal_wanted``: not ActiveOnly); else 1 (a prange loop inside a time loop is
+    launched at every step). A light body's loop on the threads shares out the primal
+    launch, the serial derivative's work too: Rosenbrock prange's
+    ``ez.value_and_grad`` 1.13-1.68 ms on two threads against 1.88-2.12 ms on one, on
+    the 2-core Xeon. Without the primal, the serial derivative's fused reverse loop
+    runs on every core already (src/fused_threads.h) and writes the fresh gradient
+    itself, where the threaded one has it zeroed first: its ``ez.grad`` 325-392 us
+    against 523-669 us on two threads (docs/design.md §8)."""
     if not numba_frontend.is_parallel(dispatcher):
         return 1
     py_func = dispatcher.py_func
-    if not has_prange_with_inner_loop(py_func) and not prange_loops_once_per_call(py_func):
+    light = not has_prange_with_inner_loop(py_func)
+    if light and not (primal_wanted and prange_loops_once_per_call(py_func)):
         return 1
     import numba
 
@@ -109,7 +115,7 @@ def read_only_question_wrapper(dispatcher: Any, signature: tuple[Any, ...]) -> A
     takes, whose module (made lazily) the derivative then reuses too (the plain form's
     was made and simplified a second time: 20-25 ms of the GMM kernel's first
     ``ez.grad`` call)."""
-    threads = default_threads(dispatcher)
+    threads = default_threads(dispatcher, primal_wanted=False)
     if threads > 1:
         with contextlib.suppress(Exception):  # refused: the serial twin answers
             return numba_frontend.specialize(
@@ -145,7 +151,9 @@ class NumbaDerivative:
         # be built falls back to the serial one without a warning.
         self._threads_asked = threads
         if threads is None:
-            threads = default_threads(dispatcher)
+            threads = default_threads(
+                dispatcher, primal_wanted=not activities or activities[-1] is not ActiveOnly
+            )
         else:  # also the most threads of its fused stencil loops
             options = replace(options, fused_workers=threads)
         self.threads = threads
