@@ -130,7 +130,9 @@ def test_the_kept_ir_is_that_of_a_second_compile():
         assert made and made == _bodies(again.ir, again.fndesc.mangled_name)
 
 
-def test_parallel_functions_are_compiled_again(second_compiles):
+def test_parallel_functions_take_their_marked_compile_or_compile_again(second_compiles):
+    # A light prange body: its own compile's module, the loop a plain call on one
+    # thread (frontends/_numba_parfor_capture.py, tests/test_parfor_capture.py).
     @numba.njit(parallel=True)
     def total(x):
         s = 0.0
@@ -140,8 +142,25 @@ def test_parallel_functions_are_compiled_again(second_compiles):
 
     x = np.arange(1.0, 6.0)
     total(x)
-    assert compile_._from_primal(total, total.signatures[0]) is None
+    assert compile_._from_primal(total, total.signatures[0]) is not None
     np.testing.assert_allclose(ez.grad(total)(x), 2 * x, rtol=1e-14)
+    assert second_compiles[0] == 0
+
+    # A prange body with a loop of its own, on one thread: its serial twin, compiled.
+    @numba.njit(parallel=True)
+    def rows(a):
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            for j in range(a.shape[1]):
+                s += a[i, j] * a[i, j]
+        return s
+
+    a = np.arange(1.0, 7.0).reshape(2, 3)
+    rows(a)
+    assert compile_._from_primal(rows, rows.signatures[0]) is None
+    da = np.zeros_like(a)
+    ez.autodiff(rows, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=1)(a, da, 1.0)
+    np.testing.assert_allclose(da, 2 * a, rtol=1e-14)
     assert second_compiles[0] == 1
 
 

@@ -3,9 +3,10 @@
 
 With ``parallel=True`` Numba outlines each prange loop into a body function that loops
 over a schedule ``[first, last]`` (its gufunc body) and launches it through its own
-threading layer, which Enzyme cannot see into. Here the function is compiled again
-with each launch replaced by a typed call ``__enzyme_py_parfor_K(first, last, args...)``
-of the body's arguments (``typed_launches``); ``_numba_parfor_ir`` defines that call and
+threading layer, which Enzyme cannot see into. Here each launch is a typed call
+``__enzyme_py_parfor_K(first, last, args...)`` of the body's arguments: in the module of
+the function's own compile, where its loops were marked (``_numba_parfor_capture``),
+else in a second compile (``typed_launches``); ``_numba_parfor_ir`` defines that call and
 Enzyme's rules for it, and ``threaded_module`` makes the module Enzyme differentiates:
 
 - the call runs the body over one chunk of the range per thread on enzyme_py's threads
