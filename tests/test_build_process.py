@@ -204,8 +204,11 @@ ez.autodiff(f, ez.Forward, ez.Dual, ez.Dual)
 def children():
     found = []
     for path in glob.glob('/proc/self/task/*/children'):
-        with open(path) as listed:
-            found += listed.read().split()
+        try:  # a thread may end between the listing and the read
+            with open(path) as listed:
+                found += listed.read().split()
+        except FileNotFoundError:
+            pass
     return found
 deadline = time.monotonic() + 10.0
 while children() and time.monotonic() < deadline:

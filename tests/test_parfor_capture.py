@@ -17,7 +17,8 @@ from enzyme_py.frontends import _numba_compile, _numba_parfor, _numba_parfor_cap
 
 pytestmark = pytest.mark.needs_enzyme
 
-ON_THREADS = "@__enzyme_py_parfor_run("
+# A launch's reverse on the threads (its primal launch is dropped where nothing reads it).
+ON_THREADS = "@__enzyme_py_parfor_reverse("
 rng = np.random.default_rng(11)
 
 

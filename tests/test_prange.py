@@ -194,7 +194,8 @@ def test_both_compiles_for_differentiation_are_serial(numba_optimized):
 
 # threads= above 1: the prange loops of a reverse derivative run on enzyme_py's threads
 # (frontends/_numba_parfor.py, src/parfor_runner.h).
-ON_THREADS = "@__enzyme_py_parfor_run("
+# A launch's reverse on the threads (its primal launch is dropped where nothing reads it).
+ON_THREADS = "@__enzyme_py_parfor_reverse("
 
 
 @pytest.fixture(autouse=True)

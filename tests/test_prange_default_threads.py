@@ -22,7 +22,8 @@ from enzyme_py.frontends._numba_parfor import (
 
 pytestmark = pytest.mark.needs_enzyme
 
-ON_THREADS = "@__enzyme_py_parfor_run("
+# A launch's reverse on the threads (its primal launch is dropped where nothing reads it).
+ON_THREADS = "@__enzyme_py_parfor_reverse("
 CORES = numba.get_num_threads()
 
 rng = np.random.default_rng(11)

@@ -52,9 +52,12 @@ def test_the_rosenbrock_reverse_loop_writes_the_gradient_without_reading_it():
     assert "!enzyme_py.zeroed_shadow" not in ir
     body = ir[ir.index("\nvector.body") :]
     body = body[: body.index("\nmiddle.block")]
+    # One store per vector of the shadow (two where LLVM interleaves the loop for this
+    # CPU, an Intel Xeon's cost model), all into the shadow.
     stores = [line for line in body.splitlines() if line.strip().startswith("store <")]
-    assert len(stores) == 1
-    shadow_scope = stores[0].split("!alias.scope ")[1].split(",")[0]
+    scopes = {line.split("!alias.scope ")[1].split(",")[0] for line in stores}
+    assert 1 <= len(stores) <= 4 and len(scopes) == 1, stores
+    (shadow_scope,) = scopes
     loads = [line for line in body.splitlines() if "= load <" in line]
     assert loads and all(f"!alias.scope {shadow_scope}," not in line for line in loads)
 
