@@ -15,6 +15,8 @@ import pytest
 import enzyme_py as ez
 from enzyme_py.frontends import _numba_compile, _numba_parfor, _numba_parfor_capture
 
+from reference import fd_partial
+
 pytestmark = pytest.mark.needs_enzyme
 
 # A launch's reverse on the threads (its primal launch is dropped where nothing reads it).
@@ -40,19 +42,6 @@ def no_second_compile(monkeypatch):
         raise AssertionError("the function was compiled a second time")
 
     monkeypatch.setattr(_numba_compile, "ad_compile_ir", compiled_again)
-
-
-def central(f, args, index, h=1e-6):
-    """Central finite differences of f with respect to args[index] (an array)."""
-    x = args[index]
-    g = np.zeros_like(x)
-    for k in np.ndindex(x.shape):
-        up = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        down = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        up[index][k] += h
-        down[index][k] -= h
-        g[k] = (f(*up) - f(*down)) / (2 * h)
-    return g
 
 
 _salts = itertools.count(1)
@@ -146,8 +135,8 @@ def test_a_compiled_prange_function_is_differentiated_from_its_own_compile(
     def value(x, w):
         return mapped(x, w, np.zeros_like(x))
 
-    np.testing.assert_allclose(dx, central(value, (x, w), 0), rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(dw, central(value, (x, w), 1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dx, fd_partial(value, (x, w), 0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dw, fd_partial(value, (x, w), 1), rtol=1e-6, atol=1e-7)
 
     u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
     heat(u0, target, 6)
@@ -158,7 +147,7 @@ def test_a_compiled_prange_function_is_differentiated_from_its_own_compile(
     df(u0, du0, target, 6, 1.0)
     assert on_threads(df, (u0, du0, target, 6, 1.0))
     # The loss is quadratic in u0: central differences are exact up to rounding.
-    expected = central(lambda u: heat(u, target, 6), (u0,), 0)
+    expected = fd_partial(lambda u: heat(u, target, 6), (u0,), 0)
     np.testing.assert_allclose(du0, expected, rtol=1e-7, atol=1e-9)
 
 
@@ -339,7 +328,7 @@ def test_one_thread_runs_the_loops_of_the_own_compile_in_place(no_twin_compile):
     u0, target = rng.uniform(0.0, 1.0, 40), rng.uniform(0.0, 1.0, 40)
     heat(u0, target, 6)
     du0 = ez.grad(heat)(u0, target, 6)  # the default: one thread (a time loop)
-    expected = central(lambda u: heat(u, target, 6), (u0,), 0)
+    expected = fd_partial(lambda u: heat(u, target, 6), (u0,), 0)
     np.testing.assert_allclose(du0, expected, rtol=1e-7, atol=1e-9)
 
 
