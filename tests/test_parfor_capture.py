@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import enzyme_py as ez
+from benchmarks.kernels import rosenbrock_gradient
 from enzyme_py.frontends import _numba_compile, _numba_parfor, _numba_parfor_capture
 
 from reference import fd_partial
@@ -91,14 +92,6 @@ def make_functions():
         return 0.5 * s
 
     return rosenbrock, mapped, heat
-
-
-def rosenbrock_gradient(x):
-    g = np.zeros_like(x)
-    a = x[1:] - x[:-1] ** 2
-    g[:-1] = -400.0 * a * x[:-1] - 2.0 * (1.0 - x[:-1])
-    g[1:] += 200.0 * a
-    return g
 
 
 def on_threads(df, call):

@@ -232,23 +232,25 @@ def declaration(derivative: Any, name: str | None = None) -> str:
             overlap.append(f"    high[{j}] = {start} + {hi} + <Py_ssize_t>sizeof({element})")
             empty = " or ".join(f"{arg}.shape[{d}] == 0" for d in range(rank))
             overlap.append(f"    if {empty}:\n        high[{j}] = low[{j}]")
+
+        def meet(a: int, b: int) -> str:  # spans a and b share a byte
+            return f"low[{a}] < high[{b}] and low[{b}] < high[{a}]"
+
         shadow_names = {s for s, _, _ in shadows}
         for a in range(len(spans)):
             for b in range(a):
-                meet = f"low[{a}] < high[{b}] and low[{b}] < high[{a}]"
                 pair = {spans[a][0], spans[b][0]}
                 if len(pair & shadow_names) == 1:  # a shadow and an array
-                    overlap.append(f"    if {meet}:\n        return {BAD_ARGUMENTS}")
+                    overlap.append(f"    if {meet(a, b)}:\n        return {BAD_ARGUMENTS}")
                 else:
-                    overlap.append(f"    if {meet}:\n        entry = {tag}_safe")
+                    overlap.append(f"    if {meet(a, b)}:\n        entry = {tag}_safe")
         # A Const array the function writes, sharing memory with an array that has a
         # shadow: refused (Derivative.written_consts_beside_shadows).
         span_of = {arg: j for j, (arg, _, _) in enumerate(spans)}
         for const, shadowed, _ in derivative.written_consts_beside_shadows():
             c, w = span_of.get(names[const]), span_of.get(names[shadowed])
             if c is not None and w is not None:
-                meet = f"low[{c}] < high[{w}] and low[{w}] < high[{c}]"
-                overlap.append(f"    if {meet}:\n        return {BAD_ARGUMENTS}")
+                overlap.append(f"    if {meet(c, w)}:\n        return {BAD_ARGUMENTS}")
     reads = [
         f"    if {out} != NULL:\n        memcpy({out}, &slots[{n_in + j}], sizeof({out}[0]))"
         for j, (out, _) in enumerate(outputs)

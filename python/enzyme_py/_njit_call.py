@@ -112,6 +112,16 @@ def numba_dtype(dtype: np.dtype) -> Any:
     return from_dtype(dtype)
 
 
+def _overlapping(a: str, b: str) -> str:
+    """The condition, in the caller's source, that arrays ``a`` and ``b`` (C-contiguous:
+    their byte spans are their memory) share memory."""
+    return (
+        f"{a}.nbytes and {b}.nbytes and "
+        f"{a}.ctypes.data < {b}.ctypes.data + {b}.nbytes and "
+        f"{b}.ctypes.data < {a}.ctypes.data + {a}.nbytes"
+    )
+
+
 def compile_njit(
     call_plan: CallPlan,
     entry: int,
@@ -216,20 +226,12 @@ def compile_njit(
                 continue
             what = "its array" if index == own else name
             refuse_if(
-                f"{shadow}.nbytes and {array}.nbytes and "
-                f"{shadow}.ctypes.data < {array}.ctypes.data + {array}.nbytes and "
-                f"{array}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes",
-                f"{where} overlaps {what}; give it memory of its own",
+                _overlapping(shadow, array), f"{where} overlaps {what}; give it memory of its own"
             )
     # A Const array the function writes may not share memory with an array that has a
-    # shadow (arrays are C-contiguous here: their byte spans are their memory).
+    # shadow.
     for const, shadowed, message in written_consts:
-        c, s = f"a{const}", f"a{shadowed}"
-        refuse_if(
-            f"{c}.nbytes and {s}.nbytes and {c}.ctypes.data < {s}.ctypes.data + {s}.nbytes "
-            f"and {s}.ctypes.data < {c}.ctypes.data + {c}.nbytes",
-            message,
-        )
+        refuse_if(_overlapping(f"a{const}", f"a{shadowed}"), message)
     # Two shadows may share memory only as their arrays do (one array passed twice),
     # else the adjoints of different arrays would mix.
     for j, (shadow, where, own) in enumerate(shadows):
@@ -241,10 +243,7 @@ def compile_njit(
             if k > 1:
                 mirrored += f" and a{own}.nbytes == a{other_own}.nbytes"
             refuse_if(
-                f"{shadow}.nbytes and {other}.nbytes and "
-                f"{shadow}.ctypes.data < {other}.ctypes.data + {other}.nbytes and "
-                f"{other}.ctypes.data < {shadow}.ctypes.data + {shadow}.nbytes and "
-                f"not ({mirrored})",
+                f"{_overlapping(shadow, other)} and not ({mirrored})",
                 f"{where} overlaps {other_where}, and their arrays do not overlap alike; "
                 "give each shadow memory of its own",
             )

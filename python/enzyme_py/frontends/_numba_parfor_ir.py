@@ -36,7 +36,13 @@ from enzyme_py.frontends._numba_parfor_launch import (
     split_types,
 )
 
-__all__ = ["DECLARE", "body_ir", "first_never_negative", "threaded_ir"]
+__all__ = [
+    "DECLARE",
+    "body_ir",
+    "first_never_negative",
+    "numba_threads_from",
+    "threaded_ir",
+]
 
 
 # How the threads of a reverse pass use a shadow: src/parfor_runner.h, ParforShadow.
@@ -361,6 +367,18 @@ def _launch_ir(
     return "\n".join(out) + "\n", parts
 
 
+def numba_threads_from(text: str, thread: str, count: str) -> str:
+    """``text`` with Numba's thread id (``get_thread_id()``, which picks a body's entry of
+    the per-thread reduction arrays) and thread count (``get_num_threads()``, which
+    sizes them) taken from functions ``thread`` and ``count``, and the globals keeping
+    the bodies (``K.keep``) gone."""
+    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", text, flags=re.M)
+    text = text.replace("@get_thread_id()", f"@{thread}()")
+    text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
+    text = text.replace("@get_num_threads()", f"@{count}()")
+    return re.sub(r"^@__enzyme_py_parfor_\d+\.keep = .*$", "", text, flags=re.M)
+
+
 def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tuple[str, list[str]]:
     """``ir_text`` (the module of ``parfor_compile``) with each launch defined, its
     rules' functions added and the bodies' thread id the runner's; Enzyme's marker pass
@@ -388,12 +406,7 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
         writes[launch.name] = [False, False, *body_writes[2 + len(SCHED_TYPES) :]]
         if len(writes[launch.name]) != len(declared[launch.name]):
             raise ParforUnsupported(f"the body of {launch.name} has an unexpected signature")
-    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", ir_text, flags=re.M)
-    text = text.replace("@get_thread_id()", f"@{THREAD_INDEX}()")
-    text = re.sub(r"^@__enzyme_py_parfor_\d+\.keep = .*$", "", text, flags=re.M)
-    # Numba sizes its per-thread reduction arrays by its thread count: ours here.
-    text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
-    text = text.replace("@get_num_threads()", "@__enzyme_py_parfor_count()")
+    text = numba_threads_from(ir_text, THREAD_INDEX, "__enzyme_py_parfor_count")
     bodies = [body_ir(launch, declared[launch.name]) for launch in launches]
     analysed = body_indices(text, bodies, launches, declared)
     defined, counts = [], [threads]

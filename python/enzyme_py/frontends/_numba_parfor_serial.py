@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import re
 
-from enzyme_py.frontends._numba_parfor_ir import DECLARE, body_ir, first_never_negative
+from enzyme_py.frontends._numba_parfor_ir import (
+    DECLARE,
+    body_ir,
+    first_never_negative,
+    numba_threads_from,
+)
 from enzyme_py.frontends._numba_parfor_launch import (
     EXCINFO,
     Launch,
@@ -59,11 +64,7 @@ def serial_ir(ir_text: str, launches: tuple[Launch, ...]) -> str:
             raise ParforUnsupported(f"the body of {launch.name} is missing from the IR")
         header = "define internal " + re.sub(r" noalias\b", "", found.group(1))
         text = text[: found.start()] + header + text[found.end() :]
-    text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", text, flags=re.M)
-    text = text.replace("@get_thread_id()", "@__enzyme_py_serial_thread()")
-    text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
-    text = text.replace("@get_num_threads()", "@__enzyme_py_serial_threads()")
-    text = re.sub(r"^@__enzyme_py_parfor_\d+\.keep = .*$", "", text, flags=re.M)
+    text = numba_threads_from(text, "__enzyme_py_serial_thread", "__enzyme_py_serial_threads")
     text = re.sub(r"^declare void @llvm\.assume\(i1\)[^\n]*$", "", text, flags=re.M)
     parts = [DECLARE.sub("", text), _SUPPORT]
     for launch in launches:
