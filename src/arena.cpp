@@ -66,10 +66,81 @@ size_t run_to_out_of_memory(void (*entry)(void *), void *slots) {
 
 bool power_of_two(size_t n) { return n && !(n & (n - 1)); }
 
+// Small temporaries come from chunks this thread keeps between derivative calls, a
+// pointer bumped through them and set back when the arena is released, instead of
+// one posix_memalign and one free each: Numba code allocating arrays in a loop (GMM's
+// prange body, three per sample, each with a shadow) spent a tenth of its gradient's
+// time in malloc and free. Larger ones, and those of split mode (kept with their
+// SplitTape), are allocated one by one as before.
+constexpr size_t kSmallTemporary = size_t{64} << 10;
+constexpr size_t kTemporaryChunk = size_t{1} << 20;
+constexpr size_t kTemporaryChunksKept = 16;  // per thread, between calls
+constexpr size_t kTemporaryAlign = 64;  // of every chunk, so of the blocks that need it
+
+class TemporaryChunks {
+ public:
+  ~TemporaryChunks() { trim(0); }
+
+  // `bytes` aligned to `align` (at most kTemporaryAlign), or null.
+  char *take(size_t bytes, size_t align) {
+    for (;;) {
+      if (current_ < chunks_.size()) {
+        const size_t at = (top_ + align - 1) / align * align;
+        if (at + bytes <= kTemporaryChunk) {
+          top_ = at + bytes;
+          return chunks_[current_] + at;
+        }
+        ++current_;
+        top_ = 0;
+        continue;
+      }
+      void *chunk = nullptr;
+      if (posix_memalign(&chunk, kTemporaryAlign, kTemporaryChunk) != 0) return nullptr;
+      try {
+        chunks_.push_back(static_cast<char *>(chunk));
+      } catch (const std::bad_alloc &) {
+        std::free(chunk);
+        return nullptr;
+      }
+    }
+  }
+
+  // Every block free again; at most `keep` chunks stay.
+  void reset(size_t keep) {
+    trim(keep);
+    current_ = 0;
+    top_ = 0;
+  }
+
+ private:
+  void trim(size_t keep) {
+    while (chunks_.size() > keep) {
+      std::free(chunks_.back());
+      chunks_.pop_back();
+    }
+  }
+
+  std::vector<char *> chunks_;
+  size_t current_ = 0;
+  size_t top_ = 0;
+};
+
+thread_local TemporaryChunks temporaries;
+
 void *allocate(size_t size, size_t align) {
   if (align < alignof(MemInfo)) align = alignof(MemInfo);
   char *block = nullptr;
   size_t offset = nrt_data_offset(align);
+  if (offset && !active_blocks && align <= kTemporaryAlign && size <= kSmallTemporary) {
+    block = temporaries.take(offset + size, align);
+    if (!block) return allocation_failed(size);
+    std::memset(block, 0, offset + size);  // shadows of temporaries start at zero
+    auto *info = reinterpret_cast<MemInfo *>(block);
+    info->refct = 1;
+    info->data = block + offset;
+    info->size = size;
+    return info;
+  }
   if (offset) {
     // The data at a fixed offset from the header (see nrt_data_offset).
     void *p = nullptr;
@@ -456,11 +527,13 @@ size_t tape_bytes_last_call() { return tape.last_call_peak(); }
 void tape_give_back() {
   tape.reset();
   tape.give_back();
+  temporaries.reset(0);
 }
 
 void arena_release() {
   for (void *block : blocks) std::free(block);
   blocks.clear();
+  temporaries.reset(kTemporaryChunksKept);
   tape.reset();
 }
 

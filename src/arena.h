@@ -5,7 +5,8 @@
 // calls resolve to the functions below instead: the same header layout, the
 // data zeroed (Enzyme's shadows of temporaries must start at zero), and every
 // block owned by a per-thread arena released after each derivative call, since
-// Numba's reference counting is switched off inside derivatives.
+// Numba's reference counting is switched off inside derivatives. Small blocks are
+// carved from chunks the thread keeps between calls.
 //
 // Enzyme's tape (the values the reverse pass reads back) is allocated with
 // malloc, often one small block per iteration of an inner loop, and freed in

@@ -3,6 +3,7 @@
 #include "crash_report.h"
 #include "fused_threads.h"
 #include "index_signs.h"
+#include "invariant_exits.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
 #include "scatter_adds.h"
@@ -236,6 +237,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
         }
         if (name == kForwardScratchStores) {
           passes.addPass(ForwardScratchStores());
+          return true;
+        }
+        if (name == kHoistInvariantExits) {
+          passes.addPass(HoistInvariantExits());
           return true;
         }
         if (name == kFoldIndexSigns) {

@@ -16,6 +16,13 @@
 #include "numba_blas_ir.inc"
 
 namespace enzyme_py {
+
+bool is_numba_allocator(const std::string &name) {
+  return name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
+         name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
+         name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned";
+}
+
 namespace {
 
 // visit(call, callee's name) for every call of a named function in `mod` (calls
@@ -35,14 +42,6 @@ void for_each_direct_call(LLVMModuleRef mod, Visit visit) {
       }
     }
   }
-}
-
-// Whether `name` is one of Numba's allocators of a temporary (the inactive one:
-// frontends/_numba_runtime.py).
-bool is_numba_allocator(const std::string &name) {
-  return name == "NRT_MemInfo_alloc" || name == "NRT_MemInfo_alloc_safe" ||
-         name == "NRT_MemInfo_alloc_aligned" || name == "NRT_MemInfo_alloc_safe_aligned" ||
-         name == "enzyme_py.inactive.NRT_MemInfo_alloc_aligned";
 }
 
 // Numba reads a temporary's data pointer from its header, so LLVM (and Enzyme,
@@ -123,7 +122,7 @@ const char *const kSimplifyPasses =
     "always-inline,"
     "function(sroa,early-cse<memssa>,simplifycfg,instcombine,loop(loop-rotate),"
     "loop-mssa(licm),jump-threading,loop-mssa(simple-loop-unswitch),"
-    "gvn<no-load-pre>,instcombine,simplifycfg,"
+    "enzyme-py-hoist-invariant-exits,gvn<no-load-pre>,instcombine,simplifycfg,"
     "loop(indvars,loop-deletion,loop-unroll-full),"
     "loop-mssa(licm),gvn<no-load-pre>,enzyme-py-fold-index-signs,instcombine,simplifycfg)";
 

@@ -6,9 +6,15 @@
 
 #include <llvm-c/Core.h>
 
+#include <string>
+
 namespace enzyme_py {
 
 class HostJit;
+
+// Whether `name` is one of Numba's allocators of a temporary (the inactive one:
+// frontends/_numba_runtime.py).
+bool is_numba_allocator(const std::string &name);
 
 // Numba's functions that only make an exception with run-time values (the
 // shape mismatch of a slice assignment: ol_raise_with_shape_context) are kept
@@ -33,9 +39,11 @@ int define_numba_blas(LLVMModuleRef mod);
 // Enzyme v0.0.289 wrong gradients, without an error, where an outer loop
 // overwrites the array (Gauss-Seidel sweeps). Jump threading, then unswitching,
 // move checks on loop-invariant values that exit the loop (Numba's size checks of
-// an np.empty in the loop) before it: a loop with a computable trip count has its
-// caches allocated once instead of grown by realloc. Last, Numba's negative-index
-// tests of indices proven non-negative are folded (index_signs.h).
+// an np.empty in the loop) before it, and enzyme_py's pass those that follow the
+// allocation of another temporary (invariant_exits.h): a loop with a computable
+// trip count has its caches allocated once instead of grown by realloc. Last,
+// Numba's negative-index tests of indices proven non-negative are folded
+// (index_signs.h).
 extern const char *const kSimplifyPasses;
 
 // For Numba code, once per module:
