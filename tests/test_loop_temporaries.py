@@ -18,6 +18,18 @@ pytestmark = pytest.mark.needs_enzyme
 
 
 @numba.njit
+def sample_term(xi, a, b, m):
+    """(sum_j c_j xi sin(c_j xi))^2, c_j = j + 1, through the temporaries a and b."""
+    for j in range(m):
+        a[j] = xi * (j + 1.0)
+        b[j] = math.sin(a[j])
+    t = 0.0
+    for j in range(m):
+        t += a[j] * b[j]
+    return t * t
+
+
+@numba.njit
 def temporaries_per_sample(x, m, k):
     # Two temporaries per iteration (k >= m): the second one's size checks (k < 0,
     # k * 8 overflowing) come after the first one's allocation, inside the loop.
@@ -25,13 +37,7 @@ def temporaries_per_sample(x, m, k):
     for i in range(x.shape[0]):
         a = np.empty(m)
         b = np.empty(k)
-        for j in range(m):
-            a[j] = x[i] * (j + 1.0)
-            b[j] = math.sin(a[j])
-        t = 0.0
-        for j in range(m):
-            t += a[j] * b[j]
-        s += t * t
+        s += sample_term(x[i], a, b, m)
     return s
 
 
@@ -132,13 +138,7 @@ def prange_temporaries(x, m, k):
     for i in numba.prange(x.shape[0]):
         a = np.empty(m)
         b = np.empty(k)
-        for j in range(m):
-            a[j] = x[i] * (j + 1.0)
-            b[j] = math.sin(a[j])
-        t = 0.0
-        for j in range(m):
-            t += a[j] * b[j]
-        out[i] = t * t
+        out[i] = sample_term(x[i], a, b, m)
     return out.sum()
 
 
