@@ -22,7 +22,8 @@
 
 namespace enzyme_py {
 
-// Frees everything allocated by this thread's derivative calls so far.
+// Frees everything allocated by this thread's derivative calls so far (the chunks
+// small temporaries were carved from are kept for the next call, up to 16 MiB).
 void arena_release();
 
 // Calls a derivative's entry point on its slots, then releases the arena. An
@@ -106,8 +107,8 @@ extern const char *const kTapeRealloc;
 size_t tape_bytes_in_use();
 size_t tape_bytes_reserved();
 size_t tape_bytes_last_call();
-// Between calls: this thread's tape chunks back to the system (the next call faults
-// its tape in anew).
+// Between calls: this thread's tape chunks, and its chunks of temporaries, back to
+// the system (the next call faults its tape in anew).
 void tape_give_back();
 
 // Names Numba's IR uses (and kArenaKeep) -> addresses of the arena's functions.
