@@ -131,24 +131,20 @@ void *allocate(size_t size, size_t align) {
   if (align < alignof(MemInfo)) align = alignof(MemInfo);
   char *block = nullptr;
   size_t offset = nrt_data_offset(align);
-  if (offset && !active_blocks && align <= kTemporaryAlign && size <= kSmallTemporary) {
+  // The data at a fixed offset from the header (see nrt_data_offset), else wherever
+  // an over-allocated block lets it be aligned.
+  const bool fixed_offset = offset != 0;
+  const bool carved =
+      fixed_offset && !active_blocks && align <= kTemporaryAlign && size <= kSmallTemporary;
+  if (carved) {
     block = temporaries.take(offset + size, align);
     if (!block) return allocation_failed(size);
-    std::memset(block, 0, offset + size);  // shadows of temporaries start at zero
-    auto *info = reinterpret_cast<MemInfo *>(block);
-    info->refct = 1;
-    info->data = block + offset;
-    info->size = size;
-    return info;
-  }
-  if (offset) {
-    // The data at a fixed offset from the header (see nrt_data_offset).
+  } else if (fixed_offset) {
     void *p = nullptr;
     if (size > SIZE_MAX - offset || posix_memalign(&p, align, offset + size) != 0) {
       return allocation_failed(size);
     }
     block = static_cast<char *>(p);
-    std::memset(block, 0, offset + size);  // shadows of temporaries start at zero
   } else {
     if (size > SIZE_MAX - sizeof(MemInfo) - align) return allocation_failed(size);
     block = static_cast<char *>(std::calloc(1, sizeof(MemInfo) + size + align));
@@ -156,11 +152,14 @@ void *allocate(size_t size, size_t align) {
     uintptr_t data = reinterpret_cast<uintptr_t>(block + sizeof(MemInfo));
     offset = (data + align - 1) / align * align - reinterpret_cast<uintptr_t>(block);
   }
-  try {
-    (active_blocks ? *active_blocks : blocks).push_back(block);
-  } catch (const std::bad_alloc &) {
-    std::free(block);
-    return allocation_failed(size);
+  if (fixed_offset) std::memset(block, 0, offset + size);  // shadows start at zero
+  if (!carved) {
+    try {
+      (active_blocks ? *active_blocks : blocks).push_back(block);
+    } catch (const std::bad_alloc &) {
+      std::free(block);
+      return allocation_failed(size);
+    }
   }
   auto *info = reinterpret_cast<MemInfo *>(block);
   info->refct = 1;
