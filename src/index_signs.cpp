@@ -1,6 +1,7 @@
 #include "index_signs.h"
 
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -250,12 +251,16 @@ class SignProver {
     return false;
   }
 
-  // Whether `lhs predicate rhs` holding means start < end.
+  // Whether `lhs predicate rhs` holding means start < end. Unsigned compares count
+  // too: a counter's rule asks start and end to be non-negative, and between
+  // non-negative values the two orders agree (instcombine makes `start < end`
+  // unsigned once it knows both are, from an assume).
   static bool implies_below(llvm::ICmpInst::Predicate predicate, Value *lhs, Value *rhs,
                             Value *start, Value *end) {
     using P = llvm::ICmpInst;
-    if ((predicate == P::ICMP_SLT && lhs == start && rhs == end) ||
-        (predicate == P::ICMP_SGT && lhs == end && rhs == start))
+    const bool less = predicate == P::ICMP_SLT || predicate == P::ICMP_ULT;
+    const bool greater = predicate == P::ICMP_SGT || predicate == P::ICMP_UGT;
+    if ((less && lhs == start && rhs == end) || (greater && lhs == end && rhs == start))
       return true;
     // end - start > 0, or >= 1.
     if (!pm::match(lhs, pm::m_Sub(pm::m_Specific(end), pm::m_Specific(start)))) return false;
@@ -327,6 +332,54 @@ void assume_signs_in_callees(llvm::Module &mod) {
   }
 }
 
+int assume_signs_of_calls(llvm::Module &mod, const std::string &callee_name,
+                          const std::string &function_name,
+                          const std::vector<std::pair<unsigned, unsigned>> &pairs,
+                          const std::vector<std::string> &stand_ins) {
+  std::set<llvm::Function *> standing;
+  for (const std::string &name : stand_ins)
+    if (llvm::Function *fn = mod.getFunction(name)) standing.insert(fn);
+  llvm::Function *callee = mod.getFunction(callee_name);
+  llvm::Function *function = mod.getFunction(function_name);
+  if (!callee || !function || function->isDeclaration() || callee->use_empty()) return 0;
+  // The prover of each caller, with the analyses it reads.
+  struct Caller {
+    explicit Caller(llvm::Function &fn)
+        : dt(fn), loops(dt), assumptions(fn), prover(fn, dt, loops, assumptions) {}
+    llvm::DominatorTree dt;
+    llvm::LoopInfo loops;
+    llvm::AssumptionCache assumptions;
+    SignProver prover;
+  };
+  std::map<llvm::Function *, std::unique_ptr<Caller>> callers;
+  std::vector<bool> holds(pairs.size(), true);
+  for (llvm::User *user : callee->users()) {
+    auto *call = llvm::dyn_cast<llvm::CallInst>(user);
+    if (!call || call->getCalledOperand() != callee) return 0;  // callers unknown
+    llvm::Function *from = call->getFunction();
+    const bool stands_in = standing.count(from) > 0;
+    std::unique_ptr<Caller> &caller = callers[from];
+    if (!caller && !stands_in) caller = std::make_unique<Caller>(*from);
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      const unsigned a = pairs[k].first;
+      if (!holds[k]) continue;
+      Value *arg = a < call->arg_size() ? call->getArgOperand(a) : nullptr;
+      holds[k] = arg && arg->getType()->isIntegerTy() &&
+                 (stands_in ? llvm::isa<llvm::Argument>(arg) : caller->prover.non_negative(arg));
+    }
+  }
+  llvm::IRBuilder<> b(&*function->getEntryBlock().getFirstInsertionPt());
+  int added = 0;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    if (!holds[k] || pairs[k].second >= function->arg_size()) continue;
+    llvm::Argument *param = function->getArg(pairs[k].second);
+    if (!param->getType()->isIntegerTy()) continue;
+    b.CreateAssumption(b.CreateICmpSGE(param, llvm::ConstantInt::get(param->getType(), 0)));
+    ++added;
+  }
+  return added;
+}
+
 llvm::PreservedAnalyses FoldIndexSigns::run(llvm::Function &fn,
                                             llvm::FunctionAnalysisManager &analyses) {
   SignProver prover(fn, analyses.getResult<llvm::DominatorTreeAnalysis>(fn),
@@ -336,7 +389,11 @@ llvm::PreservedAnalyses FoldIndexSigns::run(llvm::Function &fn,
   for (BasicBlock &block : fn) {
     for (Instruction &inst : block) {
       auto *compare = llvm::dyn_cast<llvm::ICmpInst>(&inst);
-      if (!compare) continue;
+      // The test an assume states is the fact itself: folded, later passes lose it.
+      if (!compare || llvm::any_of(compare->users(), [](llvm::User *user) {
+            return llvm::isa<llvm::AssumeInst>(user);
+          }))
+        continue;
       auto [x, result] = sign_test(compare);
       if (x && prover.non_negative(x)) folds.emplace_back(compare, result);
     }

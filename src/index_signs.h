@@ -25,6 +25,10 @@
 //   with S and E non-negative: P runs over S .. E - 1.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PassManager.h>
 
@@ -35,6 +39,19 @@ namespace enzyme_py {
 // entry assumes it of its parameter too (Numba's wrapper asserts the shapes it passes
 // to Numba's code).
 void assume_signs_in_callees(llvm::Module &mod);
+
+// For each (a, p) of `pairs`: where every call of `callee` passes, as its argument a, a
+// value the rules above prove non-negative in the caller, `function`'s entry assumes
+// its parameter p >= 0. For a function that receives, at each of its runs, what one
+// call of `callee` passed (a prange launch's body, given the launch's arguments
+// through int64 slots). `stand_ins`: functions that stand for a call of `callee`
+// (Enzyme's rules for it, run in its place with its arguments); their calls of
+// `callee` count where they pass one of their own parameters on. Nothing where
+// `callee` is used other than by direct calls. Returns how many assumes it added.
+int assume_signs_of_calls(llvm::Module &mod, const std::string &callee,
+                          const std::string &function,
+                          const std::vector<std::pair<unsigned, unsigned>> &pairs,
+                          const std::vector<std::string> &stand_ins);
 
 struct FoldIndexSigns : llvm::PassInfoMixin<FoldIndexSigns> {
   llvm::PreservedAnalyses run(llvm::Function &fn, llvm::FunctionAnalysisManager &analyses);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "index_signs.h"
 #include "jit.h"
 #include "llvm_util.h"
 #include "numba_rewrites.h"
@@ -94,6 +95,19 @@ void register_module(py::module_ &m) {
           py::arg("function"),
           "The running sums of `function`'s outermost loops made reorderable, in\n"
           "place (a prange body's; see rewrites.h); returns how many.")
+      .def(
+          "assume_signs_of_calls",
+          [](SourceModule &self, const std::string &callee, const std::string &function,
+             const std::vector<std::pair<unsigned, unsigned>> &pairs,
+             const std::vector<std::string> &stand_ins) {
+            return assume_signs_of_calls(*llvm::unwrap(self.get()), callee, function, pairs,
+                                         stand_ins);
+          },
+          py::arg("callee"), py::arg("function"), py::arg("pairs"), py::arg("stand_ins"),
+          "For each (a, p) of `pairs`: `function`'s entry assumes its parameter p >= 0\n"
+          "where every call of `callee` passes a value proven non-negative as argument a\n"
+          "(see index_signs.h), calls from `stand_ins` counting where they pass a\n"
+          "parameter of their own on; returns how many assumes it added.")
       .def(
           "reaches_recursion",
           [](const SourceModule &self, const std::string &function) {

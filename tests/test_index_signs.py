@@ -39,6 +39,7 @@ entry:
   call void @llvm.assume(i1 %e.sign)
   %d = sub i64 %e, %s
   %skip = icmp slt i64 %d, 1
+  %skip.unsigned = icmp uge i64 %s, %e
   br i1 GUARD, label %done, label %pre
 pre:
   br label %loop
@@ -130,22 +131,34 @@ def test_a_guarded_counter_from_a_non_negative_start_is_folded():
         assert written == folded == sum(range(s, e)), (s, e)
 
 
+def test_an_unsigned_guard_between_non_negative_bounds_is_folded():
+    # instcombine makes the guard unsigned once assumes say both bounds are >= 0.
+    text = counter_ir(guard="%skip.unsigned")
+    assert sign_tests(folded_alone(text)) == 0
+    for s, e in [(0, 1), (3, 10), (9, 4), (4, 4)]:
+        written, folded = run_both(text, "count", s, e)
+        assert written == folded == sum(range(s, e)), (s, e)
+
+
 @pytest.mark.parametrize(
     "case",
     [
         {"guard": "false"},  # entered for any s, e: r may wrap round to negative values
         {"step": 2},  # steps over e: may never stop where r + 1 == e
         {"assume_s": False},  # s may be negative
+        {"guard": "%skip.unsigned", "assume_s": False},  # s <u e says nothing of s's sign
     ],
-    ids=["no guard", "step 2", "start unknown"],
+    ids=["no guard", "step 2", "start unknown", "unsigned guard, start unknown"],
 )
 def test_a_counter_without_every_condition_keeps_its_test(case):
     text = counter_ir(**case)
     assert sign_tests(folded_alone(text)) == 1
     if case.get("assume_s") is False:
-        # s = -3: the test is what makes the sum right (-3 + 1000, -2 + 1000, ...).
+        # s = -3: the test is what makes the sum right (-3 + 1000, -2 + 1000, ...);
+        # behind the unsigned guard, -3 is above 2 and the loop does not run.
         written, folded = run_both(text, "count", -3, 2)
-        assert written == folded == sum(r + 1000 if r < 0 else r for r in range(-3, 2))
+        wrapped = sum(r + 1000 if r < 0 else r for r in range(-3, 2))
+        assert written == folded == (0 if "guard" in case else wrapped)
 
 
 def test_a_cycle_of_nsw_adds_from_a_non_negative_start_is_folded():

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from enzyme_py.frontends import _numba_parfor_capture
-from enzyme_py.frontends._numba_parfor_ir import threaded_ir
+from enzyme_py.frontends._numba_parfor_ir import assume_body_signs, threaded_ir
 from enzyme_py.frontends._numba_parfor_launch import (
     LAUNCH_PREFIX,
     Launch,
@@ -173,6 +173,8 @@ def threaded_module(
     # The bodies' schedules start at 0 or later (their `.body` assumes it): what lets
     # LLVM drop Numba's wraparound of negative indices before Enzyme sees them.
     first.native.optimize(_FOLD_WRAPAROUND)
+    for name in names:
+        assume_body_signs(first.native, name)
     first.native.simplify_for_enzyme()
     lowered = _state.native.run_enzyme_pass(first.native.ir(), "enzyme")
     needless = _unread_by_reverse(lowered, names)
@@ -292,11 +294,19 @@ def with_launch_rules(module: Any, names: list[str]) -> Any:
 
 
 def inlined_into_wrapper(text: str, function: str) -> str:
-    """``text`` with the Numba function marked to be inlined into enzyme_py's wrapper.
+    """``text`` with the Numba function made internal and marked to be inlined into
+    enzyme_py's wrapper.
     Called, Enzyme would differentiate it in split mode (it needs a tape: the
     launches'), where Enzyme v0.0.289 finds the launches' arguments of another
     activity in its two halves and aborts."""
     pattern = re.compile(
-        r"^(define [^\n]*@" + re.escape(function) + r"\([^\n]*\))([^\n]*)\{$", re.M
+        r"^define (?:linkonce_odr |weak_odr |external )?([^\n]*@"
+        + re.escape(function)
+        + r"\([^\n]*\))([^\n]*)\{$",
+        re.M,
     )
-    return pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}alwaysinline {{", text, count=1)
+    # Internal: nothing but the wrapper calls it, and it is gone once inlined, so
+    # that the wrapper is the launches' only caller (assume_body_signs).
+    return pattern.sub(
+        lambda m: f"define internal {m.group(1)}{m.group(2)}alwaysinline {{", text, count=1
+    )

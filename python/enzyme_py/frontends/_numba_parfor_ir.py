@@ -21,6 +21,7 @@ For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from enzyme_py.frontends._numba_parfor_indices import MINIMUMS, Indices, Reaches, body_indices
 from enzyme_py.frontends._numba_parfor_launch import (
@@ -38,6 +39,7 @@ from enzyme_py.frontends._numba_parfor_launch import (
 
 __all__ = [
     "DECLARE",
+    "assume_body_signs",
     "body_ir",
     "first_never_negative",
     "numba_threads_from",
@@ -126,6 +128,24 @@ def body_ir(launch: Launch, types: list[str], noalias: bool = True) -> str:
     b.append(f"  %r = call i32 @{launch.body}({call_args}) alwaysinline")
     b += ["  ret i32 %r", "}"]
     return "\n".join(b) + "\n"
+
+
+def assume_body_signs(native: Any, name: str) -> int:
+    """``K.body``'s entry (``native``: the module's SourceModule) assumes each of its
+    integer parameters >= 0 where every call of launch ``name`` passes one proven
+    non-negative (``assume_signs_of_calls``, src/index_signs.h): sizes, counts and
+    offsets its caller knows, such as GMM's ``d`` from ``x.shape``. The body receives
+    them through the launch's slots, and without it Numba's wraparound of each index
+    built on them stays in the body and in Enzyme's reverse of it (GMM prange's
+    reverse body took a third longer than the serial derivative's per sample). Returns
+    how many it assumes."""
+    params = next((len(f["params"]) for f in native.functions() if f["name"] == name), 0)
+    # Launch argument j >= 2 (after first and last) is the body's parameter
+    # 2 + len(SCHED_TYPES) + j - 2 (body_ir).
+    pairs = [(j, len(SCHED_TYPES) + j) for j in range(2, params)]
+    # K.augment, Enzyme's rule for K, calls K with the arguments of the call it
+    # stands for.
+    return int(native.assume_signs_of_calls(name, f"{name}.body", pairs, [f"{name}.augment"]))
 
 
 def _return_status(b: list[str]) -> None:
@@ -373,6 +393,14 @@ def numba_threads_from(text: str, thread: str, count: str) -> str:
     sizes them) taken from functions ``thread`` and ``count``, and the globals keeping
     the bodies (``K.keep``) gone."""
     text = re.sub(r"^declare i64 @get_thread_id\(\)\s*$", "", text, flags=re.M)
+    # A chunk's index is never negative: Numba's wraparound of the reduction arrays'
+    # index folds.
+    text = re.sub(
+        r"^(\s*%\S+ = (?:tail )?call i64 @get_thread_id\(\)[^\n]*)$",
+        r"\1, !range !{i64 0, i64 4611686018427387904}",
+        text,
+        flags=re.M,
+    )
     text = text.replace("@get_thread_id()", f"@{thread}()")
     text = re.sub(r"^declare i64 @get_num_threads\(\)\s*$", "", text, flags=re.M)
     text = text.replace("@get_num_threads()", f"@{count}()")
