@@ -141,7 +141,7 @@ def test_a_launch_argument_negative_on_purpose_keeps_its_wraparound(s):
     shift = -x.shape[0] if s == "-n" else int(s)
     df = ez.autodiff(shifted, ez.Reverse, ez.Duplicated, ez.Const, ez.Active, threads=2)
     dx = np.zeros_like(x)
-    value = df(x, dx, shift, 1.0)
+    (value,) = df(x, dx, shift, 1.0)
     assert value == pytest.approx(shifted.py_func(x, shift), rel=1e-13)
     np.testing.assert_allclose(dx, shifted_gradient(x, shift), rtol=1e-13, atol=1e-14)
 

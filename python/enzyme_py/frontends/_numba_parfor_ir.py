@@ -10,7 +10,9 @@ For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
   where the body writes a float array at entries its index does not provably own; a
   light body (no loop of its own) asks for chunks of ``_LIGHT_GRAIN`` indices at least;
 - ``K.body`` is Numba's outlined body where the schedule starts at 0 or later (Numba's
-  wraparound of negative indices then folds away), inlined;
+  wraparound of negative indices then folds away), inlined; ``K.chunk`` calls it
+  (``noinline``: what is added to ``K.body`` later, the signs of ``assume_body_signs``
+  and the reordered sums of ``reorder_loop_sums``, reaches the primal launches too);
 - ``K.reverse`` is the body's reverse derivative over one chunk (an
   ``__enzyme_autodiff`` marker, lowered by Enzyme's pass);
 - ``K.augment`` and ``K.gradient`` are Enzyme's rules for ``K``: the snapshot and the
@@ -246,7 +248,9 @@ def _launch_ir(
     b = [f"define internal i32 @{k}.chunk(i64* %slots, i64 %first, i64 %last, i8** %raised) {{"]
     args = body_args(b, "%slots", None)
     if never_negative:
-        b.append(f"  %status = call i32 @{k}.body({', '.join(args)})")
+        # Not inlined here: K.body gets its signs' assumes and its reorderable sums
+        # after the module's first inlining.
+        b.append(f"  %status = call i32 @{k}.body({', '.join(args)}) noinline")
     else:
         b.append("  %nonneg = icmp sge i64 %first, 0")
         b.append(f"  %body = select i1 %nonneg, {body_ty} @{k}.body, {body_ty} @{launch.body}")
