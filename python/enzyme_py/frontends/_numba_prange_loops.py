@@ -4,16 +4,25 @@ choice of a derivative's threads and of its serial form rests on."""
 from __future__ import annotations
 
 import dis
+import functools
 from typing import Any
 
 __all__ = ["has_prange_with_inner_loop", "prange_loops_once_per_call"]
 
 
-def _prange_loops(py_func: Any) -> tuple[list[Any], list[Any]]:
+def _prange_loops(py_func: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The ``FOR_ITER`` instructions of ``py_func``'s prange loops (``for i in
     prange(...)`` / ``numba.prange(...)``: the name is loaded on the line of the loop's
     ``FOR_ITER``, whose argument is where the loop ends), and all of its instructions."""
-    instructions = list(dis.get_instructions(py_func.__code__))
+    return _prange_loops_of(py_func.__code__)
+
+
+@functools.lru_cache(maxsize=256)
+def _prange_loops_of(code: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``_prange_loops`` of a code object, once: each derivative asks twice or more
+    (its threads, its serial form), about a millisecond each on a GMM-sized function,
+    which counted against a derivative loaded from the disk cache."""
+    instructions = list(dis.get_instructions(code))
     line_start, starts = 0, []
     for k, ins in enumerate(instructions):
         if ins.starts_line is not None:
@@ -25,7 +34,7 @@ def _prange_loops(py_func: Any) -> tuple[list[Any], list[Any]]:
         if ins.opname == "FOR_ITER"
         and any(before.argval == "prange" for before in instructions[starts[k] : k])
     ]
-    return loops, instructions
+    return tuple(loops), tuple(instructions)
 
 
 def has_prange_with_inner_loop(py_func: Any) -> bool:
