@@ -9,6 +9,7 @@
 #include <llvm-c/IRReader.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/Transforms/PassBuilder.h>
+#include <llvm/IR/Function.h>
 
 namespace enzyme_py {
 
@@ -241,58 +242,86 @@ std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_tex
   return result;
 }
 
-std::vector<std::optional<int64_t>> index_reach(
-    LLVMContextRef ctx, const std::string &ir_text, const std::string &function, unsigned index,
-    const std::vector<unsigned> &params,
-    const std::vector<std::pair<unsigned, int64_t>> &constants) {
+std::vector<std::vector<std::optional<int64_t>>> index_reaches(
+    LLVMContextRef ctx, const std::string &ir_text, const std::vector<ReachQuery> &queries) {
   ModuleOwner work;
   parse_kernel(ctx, ir_text, work);
-  LLVMValueRef fn = defined_function(work.mod, function);
-  if (index >= LLVMCountParams(fn)) throw std::runtime_error("no such index parameter");
-  for (const auto &[param, value] : constants) {  // e.g. array shapes, known at launch
-    if (param >= LLVMCountParams(fn) || param == index) {
-      throw std::runtime_error("no such parameter to hold constant");
-    }
-    LLVMValueRef p = LLVMGetParam(fn, param);
-    if (LLVMGetTypeKind(LLVMTypeOf(p)) != LLVMIntegerTypeKind) {
-      throw std::runtime_error("only integer parameters can be held constant");
-    }
-    LLVMReplaceAllUsesWith(p, LLVMConstInt(LLVMTypeOf(p), static_cast<uint64_t>(value), 1));
-  }
-  // Indices are never negative: that lets LLVM drop the branches of negative-index
-  // wraparound (Numba's), whose addresses are not linear in the index.
   LLVMContextRef context = LLVMGetModuleContext(work.mod);
   LLVMTypeRef i1 = LLVMInt1TypeInContext(context);
   LLVMTypeRef assume_type = LLVMFunctionType(LLVMVoidTypeInContext(context), &i1, 1, 0);
   LLVMValueRef assume = LLVMGetNamedFunction(work.mod, "llvm.assume");
   if (!assume) assume = LLVMAddFunction(work.mod, "llvm.assume", assume_type);
-  LLVMBuilderRef b = LLVMCreateBuilderInContext(context);
-  LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
-  LLVMValueRef i = LLVMGetParam(fn, index);
-  LLVMValueRef not_negative = LLVMBuildICmp(b, LLVMIntSGE, i, LLVMConstNull(LLVMTypeOf(i)), "");
-  LLVMBuildCall2(b, assume_type, assume, &not_negative, 1, "");
-  LLVMDisposeBuilder(b);
+  std::vector<LLVMValueRef> fns;
+  for (const ReachQuery &query : queries) {
+    LLVMValueRef fn = defined_function(work.mod, query.function);
+    if (query.index >= LLVMCountParams(fn)) throw std::runtime_error("no such index parameter");
+    for (const auto &[param, value] : query.constants) {  // e.g. array shapes, known at launch
+      if (param >= LLVMCountParams(fn) || param == query.index) {
+        throw std::runtime_error("no such parameter to hold constant");
+      }
+      LLVMValueRef p = LLVMGetParam(fn, param);
+      if (LLVMGetTypeKind(LLVMTypeOf(p)) != LLVMIntegerTypeKind) {
+        throw std::runtime_error("only integer parameters can be held constant");
+      }
+      LLVMReplaceAllUsesWith(p, LLVMConstInt(LLVMTypeOf(p), static_cast<uint64_t>(value), 1));
+    }
+    // Indices are never negative: that lets LLVM drop the branches of negative-index
+    // wraparound (Numba's), whose addresses are not linear in the index.
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(context);
+    LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
+    LLVMValueRef i = LLVMGetParam(fn, query.index);
+    LLVMValueRef not_negative =
+        LLVMBuildICmp(b, LLVMIntSGE, i, LLVMConstNull(LLVMTypeOf(i)), "");
+    LLVMBuildCall2(b, assume_type, assume, &not_negative, 1, "");
+    LLVMDisposeBuilder(b);
+    fns.push_back(fn);
+  }
+  // Only the functions asked about are simplified: the passes inline nothing, so a
+  // call is the same opaque call whether its callee has a body or not (a prange
+  // body's module also holds the function, its wrapper and every copy of the body:
+  // GMM's four analyses took 46 ms, most of it simplifying those, and as many parses).
+  for (LLVMValueRef f = LLVMGetFirstFunction(work.mod); f; f = LLVMGetNextFunction(f)) {
+    if (LLVMIsDeclaration(f) || std::find(fns.begin(), fns.end(), f) != fns.end()) continue;
+    llvm::Function *body = llvm::unwrap<llvm::Function>(f);
+    body->deleteBody();  // a declaration now, of external linkage
+    body->setComdat(nullptr);
+  }
   run_passes(work.mod,
              "function(instcombine,correlated-propagation,simplifycfg,instcombine,"
              "jump-threading,correlated-propagation,gvn,instcombine,correlated-propagation)",
              nullptr, "simplifying the kernel's addresses");
   LLVMTargetDataRef layout = LLVMCreateTargetData(LLVMGetDataLayoutStr(work.mod));
-  std::vector<std::optional<int64_t>> result;
-  for (unsigned p : params) {
-    if (p >= LLVMCountParams(fn)) throw std::runtime_error("no such parameter");
-    Reach reach;
-    LLVMValueRef param = LLVMGetParam(fn, p);
-    follow(param, Linear{}, param, LLVMGetParam(fn, index), layout, reach);
-    if (!reach.known) {
-      result.emplace_back(std::nullopt);
-    } else if (reach.high < reach.low) {
-      result.emplace_back(0);  // never touched
-    } else {
-      result.emplace_back((reach.high - reach.low) / reach.stride);
+  std::vector<std::vector<std::optional<int64_t>>> results;
+  for (size_t q = 0; q < queries.size(); ++q) {
+    LLVMValueRef fn = fns[q];
+    std::vector<std::optional<int64_t>> result;
+    for (unsigned p : queries[q].params) {
+      if (p >= LLVMCountParams(fn)) {
+        LLVMDisposeTargetData(layout);
+        throw std::runtime_error("no such parameter");
+      }
+      Reach reach;
+      LLVMValueRef param = LLVMGetParam(fn, p);
+      follow(param, Linear{}, param, LLVMGetParam(fn, queries[q].index), layout, reach);
+      if (!reach.known) {
+        result.emplace_back(std::nullopt);
+      } else if (reach.high < reach.low) {
+        result.emplace_back(0);  // never touched
+      } else {
+        result.emplace_back((reach.high - reach.low) / reach.stride);
+      }
     }
+    results.push_back(std::move(result));
   }
   LLVMDisposeTargetData(layout);
-  return result;
+  return results;
+}
+
+std::vector<std::optional<int64_t>> index_reach(
+    LLVMContextRef ctx, const std::string &ir_text, const std::string &function, unsigned index,
+    const std::vector<unsigned> &params,
+    const std::vector<std::pair<unsigned, int64_t>> &constants) {
+  return index_reaches(ctx, ir_text, {ReachQuery{function, index, params, constants}}).front();
 }
 
 }  // namespace enzyme_py

@@ -43,4 +43,14 @@ std::vector<std::optional<int64_t>> index_reach(
     const std::vector<unsigned> &params,
     const std::vector<std::pair<unsigned, int64_t>> &constants);
 
+// index_reach of several functions of one module, parsed and simplified once.
+struct ReachQuery {
+  std::string function;
+  unsigned index = 0;
+  std::vector<unsigned> params;
+  std::vector<std::pair<unsigned, int64_t>> constants;
+};
+std::vector<std::vector<std::optional<int64_t>>> index_reaches(
+    LLVMContextRef ctx, const std::string &ir_text, const std::vector<ReachQuery> &queries);
+
 }  // namespace enzyme_py

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,19 @@ void register_device_code(py::module_ &m, std::function<LLVMContextRef()> contex
       "For each parameter in `params`: how far apart two indices may be and still\n"
       "touch the same byte of it (None when unknown), with the integer parameters of\n"
       "`constants` (position, value) held at those values; see kernel_ir.h.");
+  m.def(
+      "index_reaches",
+      [context](const std::string &ir_text,
+                const std::vector<std::tuple<std::string, unsigned, std::vector<unsigned>>>
+                    &queries) {
+        std::vector<ReachQuery> list;
+        for (const auto &[function, index, params] : queries)
+          list.push_back(ReachQuery{function, index, params, {}});
+        return index_reaches(context(), ir_text, list);
+      },
+      py::arg("ir_text"), py::arg("queries"),
+      "index_reach for each (function, index, params) of `queries`, the module parsed\n"
+      "and simplified once; see kernel_ir.h.");
   m.def(
       "read_only_params",
       [context](const std::string &ir_text, const std::string &function) {

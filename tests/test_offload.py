@@ -612,6 +612,26 @@ def test_how_far_each_index_reaches_into_its_arrays():
     assert reach == [2, None, None, 0, 0, None]
 
 
+def test_several_functions_reach_as_each_alone():
+    # index_reaches: one parse and simplification for all; the other functions lose
+    # their bodies there (the passes inline nothing: a call stays an opaque call),
+    # here @use's, which stores what it is given.
+    from enzyme_py import _state
+
+    text = REACH.replace(
+        "declare void @use(double*)",
+        "@kept = global double* null\n"
+        "define void @use(double* %q) {\n  store double* %q, double** @kept\n  ret void\n}",
+    )
+    text += REACH.split("declare void @use(double*)")[1].replace("@f(", "@f2(")
+    alone = _state.native.index_reach(text, "f", 0, [1, 2, 3, 4, 5, 6])
+    assert alone == [2, None, None, 0, 0, None]
+    both = _state.native.index_reaches(text, [("f", 0, [1, 2, 3, 4, 5, 6]), ("f2", 0, [1, 3, 4])])
+    assert both == [alone, [2, None, 0]]
+    with pytest.raises(RuntimeError, match="no function named 'g'"):
+        _state.native.index_reaches(text, [("f", 0, [1]), ("g", 0, [1])])
+
+
 @numba.njit
 def heat(i, u, out, r):
     n = u.shape[0]

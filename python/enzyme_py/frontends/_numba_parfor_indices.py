@@ -77,25 +77,26 @@ def body_indices(
     module.native.optimize("always-inline")
     module.native.optimize(_ONE_INDEX)
     optimized = module.native.ir()
-    found: dict[str, Indices] = {}
-    for launch in launches:
-        slots = [
+    slots = {
+        launch.name: [
             g.start + ARRAY_DATA
             for g in launch.groups
             if g.array in ("float64", "float32") and not g.reduction
         ]
-        per_minimum: list[list[int | None]] = []
-        for m in MINIMUMS:
-            if per_minimum and None not in per_minimum[-1]:
-                per_minimum.append(per_minimum[-1])  # known already: the same
-                continue
-            # K.one's parameters: the index, then the launch's after first and last.
-            per_minimum.append(
-                _state.native.index_reach(
-                    optimized, f"{launch.name}.one.{m}", 0, [j - 1 for j in slots]
-                )
-            )
-        reach = {j: tuple(r[p] for r in per_minimum) for p, j in enumerate(slots)}
+        for launch in launches
+    }
+    # K.one's parameters: the index, then the launch's after first and last. Every
+    # launch and least first index in one parse of the module.
+    queries = [
+        (f"{launch.name}.one.{m}", 0, [j - 1 for j in slots[launch.name]])
+        for launch in launches
+        for m in MINIMUMS
+    ]
+    answers = iter(_state.native.index_reaches(optimized, queries))
+    found: dict[str, Indices] = {}
+    for launch in launches:
+        per_minimum = [next(answers) for _ in MINIMUMS]
+        reach = {j: tuple(r[p] for r in per_minimum) for p, j in enumerate(slots[launch.name])}
         found[launch.name] = Indices(reach, _straight_line(optimized, f"{launch.name}.one.0"))
     return found
 
