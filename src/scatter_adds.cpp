@@ -313,6 +313,44 @@ void keep_only(BasicBlock *block, const std::vector<Instruction *> &roots) {
   for (Instruction *inst : dead) inst->eraseFromParent();
 }
 
+// Enzyme carries a neighbour's adjoint out of a reverse stencil loop as a sum that adds
+// only in the iteration that leaves: x = phi [init, before], [x + select(leave, t, 0),
+// body], `leave` the condition on which the loop's only block leaves. Every earlier
+// iteration adds a zero, so x is init throughout, and the sum after the loop is init +
+// t of the last iteration. Left as it was, the vectoriser took it for a reduction and
+// summed every iteration's t under a mask (the rest of heat's reverse loop, which
+// zeroes the shadow it read: a quarter of the gradient). The phi's value from the
+// loop made the phi itself, the loop carries nothing; the sum's value after the loop
+// is what it was. Where the zero is +0.0, adding it changes a -0.0 to +0.0: only under
+// nsz, or from an init of +0.0.
+void settle_sums_of_the_last_iteration(BasicBlock *body) {
+  auto *branch = llvm::dyn_cast<llvm::BranchInst>(body->getTerminator());
+  if (!branch || !branch->isConditional()) return;
+  const bool leaves_on_true = branch->getSuccessor(1) == body;
+  if (leaves_on_true == (branch->getSuccessor(0) == body)) return;  // one way back, one out
+  for (llvm::PHINode &phi : body->phis()) {
+    if (!phi.getType()->isFloatingPointTy() || phi.getNumIncomingValues() != 2 ||
+        phi.getBasicBlockIndex(body) < 0 || !phi.hasOneUse()) {
+      continue;
+    }
+    auto *sum = llvm::dyn_cast<llvm::BinaryOperator>(phi.getIncomingValueForBlock(body));
+    if (!sum || sum->getOpcode() != Instruction::FAdd || phi.user_back() != sum) continue;
+    llvm::Value *other = sum->getOperand(sum->getOperand(0) == &phi ? 1 : 0);
+    auto *select = llvm::dyn_cast<llvm::SelectInst>(other);
+    if (!select || !select->hasOneUse() || select->getCondition() != branch->getCondition())
+      continue;
+    auto *zero = llvm::dyn_cast<llvm::ConstantFP>(leaves_on_true ? select->getFalseValue()
+                                                                 : select->getTrueValue());
+    if (!zero || !zero->isZero()) continue;
+    auto *init = llvm::dyn_cast<llvm::ConstantFP>(
+        phi.getIncomingValue(phi.getBasicBlockIndex(body) == 0 ? 1 : 0));
+    const bool keeps_zero_signs = zero->isNegative() || sum->hasNoSignedZeros() ||
+                                  (init && init->isZero() && !init->isNegative());
+    if (!keeps_zero_signs) continue;
+    phi.setIncomingValueForBlock(body, &phi);
+  }
+}
+
 // A copy of the loop's block, before it. Its loop has no loop metadata (a loop ID
 // names one loop); `keep_whole` (the fallback, rarely run) is not to be unrolled.
 BasicBlock *clone_of(BasicBlock *body, const llvm::Twine &suffix, llvm::ValueToValueMapTy &map,
@@ -461,6 +499,7 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     }
   }
   keep_only(body, roots);
+  settle_sums_of_the_last_iteration(body);
   // Left with nothing to do (every add moved out, no other store, no value used after
   // it), the loop would still count its iterations: it runs once instead (finite: the
   // fused path knows its trip count).

@@ -364,6 +364,62 @@ def test_a_carried_value_that_does_not_start_at_zero_is_not_fused():
     np.testing.assert_allclose(a, a_ref, rtol=1e-14)
 
 
+# CARRIED_IR with what Enzyme's reverse of heat's step carries out of the loop: a sum
+# that adds the carried value only in the iteration that leaves (`select` of the
+# branch's condition), returned after the loop.
+LAST_SUM_IR = (
+    CARRIED_IR.replace("define void @carried(", "define double @last_sum(")
+    .replace(
+        "  %carry = phi double [ 0.0, %entry ], [ %h, %loop ]\n",
+        "  %carry = phi double [ 0.0, %entry ], [ %h, %loop ]\n"
+        "  %s = phi double [ INIT, %entry ], [ %s.next, %loop ]\n",
+    )
+    .replace(
+        "  br i1 %more, label %loop, label %done\n",
+        "  %last = select i1 %more, double STAY, double %h\n"
+        "  %s.next = fadd FLAGS double %s, %last\n"
+        "  br i1 %more, label %loop, label %done\n",
+    )
+    .replace(
+        "done:\n  ret void",
+        "done:\n  %r = phi double [ INIT, %entry ], [ %s.next, %loop ]\n  ret double %r",
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("init", "stay", "flags", "settled"),
+    [
+        ("0.5", "0.0", "fast", True),
+        ("-0.0", "-0.0", "", True),  # adding -0.0 changes nothing, flags or not
+        ("0.0", "0.0", "", True),  # +0.0 plus +0.0 stays +0.0
+        ("-0.0", "0.0", "", False),  # -0.0 + 0.0 is +0.0: the sum's zero sign would change
+        ("0.5", "1.0", "fast", False),  # every iteration adds: a real sum
+    ],
+)
+def test_a_sum_of_the_leaving_iteration_is_not_carried_through_the_loop(init, stay, flags, settled):
+    # Its phi takes itself from the loop (the vectoriser made a masked sum over every
+    # iteration of it: a quarter of heat's gradient), and its value is what it was.
+    text = LAST_SUM_IR.replace("INIT", init).replace("STAY", stay).replace("FLAGS", flags)
+    fused = split_by_the_pass_alone(text)
+    assert "loop.scatter.fused:" in fused
+    rest = fused[fused.index("\nloop:") :]
+    rest = rest[: rest.index("\n\n")]
+    assert bool(re.search(r"%s = phi double \[ [^]]+ \], \[ %s, %loop \]", rest)) is settled, rest
+    for n in (1, 2, 9, 64):
+        rng = np.random.default_rng(200 + n)
+        a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+        a_ref, g_ref = a.copy(), g.copy()
+        first_g = g[0]
+        total = ez.llvm_ir(fused, "last_sum")(a, g, n)
+        carried_reference(a_ref, g_ref, n)
+        np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+        np.testing.assert_array_equal(g, g_ref)
+        # Iterations next = n-1 .. 0 add STAY, the last (next = 0) adds 0.25 * g[0].
+        expected = float(init) + (n - 1) * float(stay) + 0.25 * first_g
+        assert total == pytest.approx(expected, rel=1e-14, abs=0.0)
+
+
 def test_the_heat_derivative_runs_the_fused_loop():
     n = 64
     u0, target = np.ones(n), np.zeros(n)
