@@ -41,6 +41,11 @@ Value *assumed_non_negative(Instruction &inst) {
   return nullptr;
 }
 
+// `assume(x >= 0)` at `b`: what assumed_non_negative reads back.
+void assume_non_negative(llvm::IRBuilder<> &b, Value *x) {
+  b.CreateAssumption(b.CreateICmpSGE(x, llvm::ConstantInt::get(x->getType(), 0)));
+}
+
 // Proves integer values non-negative (see index_signs.h).
 class SignProver {
  public:
@@ -325,7 +330,7 @@ void assume_signs_in_callees(llvm::Module &mod) {
           if (call->getParent() == found->second->getParent() &&
               !found->second->comesBefore(call))
             continue;
-          b.CreateAssumption(b.CreateICmpSGE(param, llvm::ConstantInt::get(param->getType(), 0)));
+          assume_non_negative(b, param);
         }
       }
     }
@@ -374,7 +379,7 @@ int assume_signs_of_calls(llvm::Module &mod, const std::string &callee_name,
     if (!holds[k] || pairs[k].second >= function->arg_size()) continue;
     llvm::Argument *param = function->getArg(pairs[k].second);
     if (!param->getType()->isIntegerTy()) continue;
-    b.CreateAssumption(b.CreateICmpSGE(param, llvm::ConstantInt::get(param->getType(), 0)));
+    assume_non_negative(b, param);
     ++added;
   }
   return added;

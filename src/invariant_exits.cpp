@@ -67,16 +67,13 @@ InvariantExit find_exit(Loop &loop, const llvm::DominatorTree &dt) {
   InvariantExit found{branch, branch->getSuccessor(0), branch->getSuccessor(1)};
   if (loop.contains(found.exit)) std::swap(found.exit, found.stay);
   if (loop.contains(found.exit) || !loop.contains(found.stay)) return {};
+  // What these blocks do may be skipped on the way out (skippable); outside the loop,
+  // their values may be read only by the exit's phis, and there only the header's
+  // phis (their values from the preheader): the exit is now also reached from the
+  // preheader, which the rest does not dominate.
   for (BasicBlock *block : first) {
     for (const Instruction &inst : *block) {
       if (!inst.isTerminator() && !skippable(inst)) return {};
-    }
-  }
-  // Outside the loop, these blocks' values may be read only by the exit's phis, and
-  // there only the header's phis (their values from the preheader): the exit is now
-  // also reached from the preheader, which the rest does not dominate.
-  for (BasicBlock *block : first) {
-    for (const Instruction &inst : *block) {
       for (const llvm::User *user : inst.users()) {
         const auto *use = llvm::cast<Instruction>(user);
         if (loop.contains(use)) continue;
