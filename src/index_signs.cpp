@@ -305,6 +305,16 @@ std::pair<Value *, bool> sign_test(llvm::ICmpInst *compare) {
   return {nullptr, false};
 }
 
+// The parameter of `stand_in` that receives argument `a` of the call it stands for:
+// the call's arguments in order, or (twice as many parameters) each followed by its
+// shadow, as Enzyme passes them to a rule. Null for any other shape.
+llvm::Argument *passed_on(llvm::Function &stand_in, llvm::Function &callee, unsigned a) {
+  const size_t given = stand_in.arg_size(), taken = callee.arg_size();
+  if (given == taken) return stand_in.getArg(a);
+  if (given == 2 * taken) return stand_in.getArg(2 * a);
+  return nullptr;
+}
+
 }  // namespace
 
 void assume_signs_in_callees(llvm::Module &mod) {
@@ -370,7 +380,7 @@ int assume_signs_of_calls(llvm::Module &mod, const std::string &callee_name,
       if (!holds[k]) continue;
       Value *arg = a < call->arg_size() ? call->getArgOperand(a) : nullptr;
       holds[k] = arg && arg->getType()->isIntegerTy() &&
-                 (stands_in ? llvm::isa<llvm::Argument>(arg) : caller->prover.non_negative(arg));
+                 (stands_in ? arg == passed_on(*from, *callee, a) : caller->prover.non_negative(arg));
     }
   }
   llvm::IRBuilder<> b(&*function->getEntryBlock().getFirstInsertionPt());

@@ -46,8 +46,10 @@ void assume_signs_in_callees(llvm::Module &mod);
 // call of `callee` passed (a prange launch's body, given the launch's arguments
 // through int64 slots). `stand_ins`: functions that stand for a call of `callee`
 // (Enzyme's rules for it, run in its place with its arguments); their calls of
-// `callee` count where they pass one of their own parameters on. Nothing where
-// `callee` is used other than by direct calls. Returns how many assumes it added.
+// `callee` count where they pass on, as argument a, the parameter that received the
+// argument a of the call they stand for: their a-th, or their 2a-th where each
+// argument is followed by its shadow (twice as many parameters as `callee`). Nothing
+// where `callee` is used other than by direct calls. Returns how many assumes it added.
 int assume_signs_of_calls(llvm::Module &mod, const std::string &callee,
                           const std::string &function,
                           const std::vector<std::pair<unsigned, unsigned>> &pairs,

@@ -6,11 +6,12 @@ A prange body gets its launch's arguments through int64 slots, so the sizes its
 caller knows (GMM's ``d`` from ``x.shape``) reach it as numbers of unknown sign, and
 Numba's wraparound of every index built on them stayed in the body and in Enzyme's
 reverse of it. On hand-written IR: which parameters the body comes to assume (every
-call proven, a stand-in that passes its own parameter on) and which it must not (an
-argument of unknown sign, a stand-in that computes it, a launch whose callers are
-unknown). On Numba code: a launch argument that is negative on purpose keeps its
-wraparound (gradients against analytic ones, on two threads), and GMM's threaded
-derivative keeps no more sign tests than its serial twin.
+call proven, a stand-in that passes on the parameter that received the argument) and
+which it must not (an argument of unknown sign, a stand-in that computes it or passes
+on another parameter or a shadow, a launch whose callers are unknown). On Numba code:
+a launch argument that is negative on purpose keeps its wraparound (gradients against
+analytic ones, on two threads), and GMM's threaded derivative keeps no more sign tests
+than its serial twin.
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ entry:
 }
 """
 
+# The same rule given each argument followed by its shadow, as Enzyme calls a rule.
+STAND_IN_SHADOWED = r"""
+define void @rule(i64 %p, i64 %dp, i64 %q, i64 %dq) {
+entry:
+  call void @launch(i64 ARG, i64 %q)
+  ret void
+}
+"""
+
 # @launch's address escapes: it may be called from anywhere, with anything.
 ESCAPED = r"""
 @keep = global void (i64, i64)* @launch
@@ -102,11 +112,19 @@ def test_a_parameter_every_call_proves_non_negative_is_assumed_and_its_test_fold
         ("%p", True, 1),  # passes on what the call it stands for passed
         ("%p", False, 0),  # an ordinary caller: %p is of unknown sign
         ("%p.less", True, 0),  # computes the argument: its sign is unknown
+        ("%q", True, 0),  # passes on what the call passed as another argument (m)
     ],
-    ids=["stand-in passing on", "not a stand-in", "stand-in computing"],
+    ids=["stand-in passing on", "not a stand-in", "stand-in computing", "stand-in swapping"],
 )
 def test_a_stand_in_counts_only_where_it_passes_its_own_parameter_on(arg, listed, expected):
     added, body = assumed_and_folded(STAND_IN.replace("ARG", arg), ["rule"] if listed else [])
+    assert added == expected
+    assert ("%a.negative = icmp" in body) is (expected == 0)
+
+
+@pytest.mark.parametrize(("arg", "expected"), [("%p", 1), ("%dp", 0), ("%dq", 0)])
+def test_a_stand_in_given_shadows_counts_the_argument_not_its_shadow(arg, expected):
+    added, body = assumed_and_folded(STAND_IN_SHADOWED.replace("ARG", arg), ["rule"])
     assert added == expected
     assert ("%a.negative = icmp" in body) is (expected == 0)
 
