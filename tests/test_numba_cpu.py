@@ -126,3 +126,27 @@ def test_the_cache_keys_hold_a_digest_of_enzyme_pys_own_code(tmp_path, monkeypat
     digest = _build._code_digest()
     assert f"code {digest}" in parts
     assert len(digest) == 32 and digest == _build._code_digest()
+
+
+def test_the_code_digest_changes_with_any_source_or_native_module_and_only_with_them(
+    tmp_path,
+):
+    from enzyme_py import _build
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "__pycache__").mkdir()
+    source, native = tmp_path / "sub" / "a.py", tmp_path / "_native.so"
+    source.write_text("x = 1\n")
+    native.write_bytes(b"\x7fELF")
+    first = _build._code_digest(str(tmp_path))
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"stale")
+    (tmp_path / "notes.txt").write_text("not code")
+    assert _build._code_digest(str(tmp_path)) == first
+    # The same size, another modification time: what an install or a copy writes.
+    source.write_text("x = 2\n")
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    second = _build._code_digest(str(tmp_path))
+    assert second != first
+    native.write_bytes(b"\x7fELF\x02")
+    assert _build._code_digest(str(tmp_path)) not in (first, second)

@@ -149,22 +149,25 @@ def environment_parts() -> list[str]:
     return _environment
 
 
-def _code_digest() -> str:
-    """A digest of enzyme_py's own code: the native module and the Python sources.
-    Any change to them may change what a derivative compiles to; with it in the
-    keys, no cache entry made by other code is served (kCodegenRevision, bumped by
-    hand, missed changes: a disk cache kept serving entries the current code no
-    longer builds)."""
-    package = os.path.dirname(os.path.abspath(__file__))
+def _code_digest(package: str | None = None) -> str:
+    """A digest of enzyme_py's own code (``package``: its folder): the native module
+    and the Python sources, by path, size and modification time (nanoseconds). Any
+    change to them may change what a derivative compiles to; with it in the keys, no
+    cache entry made by other code is served (kCodegenRevision, bumped by hand, missed
+    changes: a disk cache kept serving entries the current code no longer builds).
+    Each file's metadata, not its bytes: hashing the bytes (the 1 MB native module
+    among them) took 2-2.5 ms of every process's first derivative, a third of a
+    derivative served from the disk cache; any install or copy writes new times."""
+    package = package or os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for folder, dirs, files in os.walk(package):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d != "_lib")
         for name in sorted(files):
             if name.endswith((".py", ".so")):
                 path = os.path.join(folder, name)
+                stat = os.stat(path)
                 digest.update(os.path.relpath(path, package).encode())
-                with open(path, "rb") as f:
-                    digest.update(f.read())
+                digest.update(f"\0{stat.st_size}:{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()[:32]
 
 
