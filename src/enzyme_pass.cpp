@@ -76,9 +76,7 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
                              llvm::toString(std::move(err)));
   }
   annotations_to_attributes(*mod);
-  strip_scoped_noalias(llvm::wrap(mod.get()));  // see rewrites.h
-  freeze_values_entering_loops(llvm::wrap(mod.get()));
-  freeze_phi_dividends(llvm::wrap(mod.get()));
+  prepare_for_enzyme(llvm::wrap(mod.get()), /*inactive_too=*/false);  // see rewrites.h
   mpm.run(*mod, mam);
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);

@@ -104,7 +104,7 @@ void route_tape_to_arena(LLVMModuleRef mod, bool every_malloc) {
   }
 }
 
-void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_too) {
   static const char *kinds[] = {"readnone", "readonly", "writeonly", "argmemonly",
                                 "inaccessiblememonly",
                                 "inaccessiblemem_or_argmemonly"};
@@ -113,11 +113,22 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod) {
     // llvm.minnum (fmin) for a call that may write memory, and aborts ("getting
     // diffe of constant value") where its result only feeds a comparison.
     if (!LLVMIsDeclaration(fn) || LLVMGetIntrinsicID(fn) != 0) continue;
+    if (!inactive_too &&
+        LLVMGetStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, "enzyme_inactive", 15))
+      continue;
     for (const char *name : kinds) {
       unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
       if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
     }
   }
+}
+
+void prepare_for_enzyme(LLVMModuleRef mod, bool inactive_too) {
+  strip_memory_attributes_of_declarations(mod, inactive_too);
+  strip_scoped_noalias(mod);
+  compare_without_fabs(mod);
+  freeze_values_entering_loops(mod);
+  freeze_phi_dividends(mod);
 }
 
 int strip_scoped_noalias(LLVMModuleRef mod) {

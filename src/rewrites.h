@@ -15,10 +15,12 @@
 
 namespace enzyme_py {
 
-// Numba and others declare some libm functions readonly; Enzyme would then add
-// readnone and the verifier rejects the result. External declarations carry
-// no memory attributes into Enzyme.
-void strip_memory_attributes_of_declarations(LLVMModuleRef mod);
+// Numba and others declare some libm functions readonly (tanh, cosh); Enzyme would
+// then add readnone and the verifier rejects the result. External declarations
+// carry no memory attributes into Enzyme; but for `inactive_too` false, those
+// declared "enzyme_inactive" (enzyme_py's runtime, such as the prange body's thread
+// index, inaccessiblememonly), which Enzyme never differentiates nor extends.
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_too);
 
 // Scoped noalias metadata (!alias.scope, !noalias and the
 // llvm.experimental.noalias.scope.decl calls marking where a scope starts) is
@@ -58,6 +60,15 @@ int freeze_values_entering_loops(LLVMModuleRef mod);
 // identity) the quotient is cached per iteration and the gradient is right. Every
 // division whose dividend is a PHI gets one. Returns how many divisions.
 int freeze_phi_dividends(LLVMModuleRef mod);
+
+// Before every run of Enzyme (its C API, engine.cpp; its passes on marker calls,
+// enzyme_pass.cpp): each rewrite above, in this order. The marker pass (a prange
+// body's reverse, made before the derivative that calls it) keeps the memory
+// attributes of inactive declarations (`inactive_too` false), the derivative's run
+// strips them too: each as its code was tuned (kept in the derivative's run too, the
+// threaded GMM gradient took 3-5% longer; stripped in the marker pass, its reverse
+// body changed as well).
+void prepare_for_enzyme(LLVMModuleRef mod, bool inactive_too);
 
 // The running sums of `function`'s outermost loops (a header PHI of floating-point
 // type whose latch value is PHI + x or PHI - x, with neither used elsewhere in the

@@ -269,6 +269,33 @@ def test_threads_short_ranges_and_more_threads_than_indices(n, threads):
     np.testing.assert_allclose(dx, ez.grad(prange_rosenbrock)(x), rtol=1e-13, atol=1e-13)
 
 
+@numba.njit(parallel=True)
+def libm_in_the_body(x):
+    # tanh and cosh: libm calls Numba declares readonly, which Enzyme marks readnone.
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        if abs(x[i]) > 1.5:
+            s += x[i] * x[i]
+        else:
+            s += np.tanh(x[i]) * x[i] + 0.1 * np.cosh(x[i])
+    return s
+
+
+def test_threads_a_body_calling_libm_functions_numba_declares_readonly():
+    x = rng.uniform(-2.0, 2.0, 301)
+    dx = np.zeros_like(x)
+    _, _, on_threads = threaded(
+        libm_in_the_body, ez.Reverse, ez.Duplicated, ez.ActiveOnly, threads=2,
+        call=(x, dx, 1.0),
+    )  # fmt: skip
+    # It ran on one thread ("Attributes 'readnone and readonly' are incompatible").
+    assert on_threads
+    t = np.tanh(x)
+    expected = np.where(np.abs(x) > 1.5, 2.0 * x, (1.0 - t * t) * x + t + 0.1 * np.sinh(x))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(dx, central(libm_in_the_body, (x,), 0), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("threads", [2, 4])
 def test_threads_forward_output_arrays_and_a_time_loop(threads):
     x = rng.uniform(-2.0, 2.0, 50)
