@@ -62,8 +62,9 @@ int freeze_values_entering_loops(LLVMModuleRef mod);
 int freeze_phi_dividends(LLVMModuleRef mod);
 
 // Before every run of Enzyme (its C API, engine.cpp; its passes on marker calls,
-// enzyme_pass.cpp): each rewrite above, in this order. The marker pass (a prange
-// body's reverse, made before the derivative that calls it) keeps the memory
+// enzyme_pass.cpp): each rewrite above, in this order. The marker pass (C code's
+// __enzyme_autodiff calls; a prange body's reverse, made before the derivative that
+// calls it) keeps the memory
 // attributes of inactive declarations (`inactive_too` false), the derivative's run
 // strips them too: each as its code was tuned (kept in the derivative's run too, the
 // threaded GMM gradient took 3-5% longer; stripped in the marker pass, its reverse
