@@ -159,7 +159,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                                 " activities were given");
   }
   const std::vector<ZeroedShadow> zeroed = zeroed_in_derivative(req);
-  prepare_for_enzyme(mod, /*inactive_too=*/true);
+  prepare_for_enzyme(mod, /*runtime_too=*/true);
   if (req.forward && !req.primal_only) {
     // Seen with Enzyme v0.0.289: forward mode through a call via a function
     // pointer computes wrong values (the primal too) without any error.

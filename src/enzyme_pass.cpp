@@ -76,7 +76,7 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
                              llvm::toString(std::move(err)));
   }
   annotations_to_attributes(*mod);
-  prepare_for_enzyme(llvm::wrap(mod.get()), /*inactive_too=*/false);  // see rewrites.h
+  prepare_for_enzyme(llvm::wrap(mod.get()), /*runtime_too=*/false);  // see rewrites.h
   mpm.run(*mod, mam);
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);

@@ -104,7 +104,7 @@ void route_tape_to_arena(LLVMModuleRef mod, bool every_malloc) {
   }
 }
 
-void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_too) {
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool runtime_too) {
   static const char *kinds[] = {"readnone", "readonly", "writeonly", "argmemonly",
                                 "inaccessiblememonly",
                                 "inaccessiblemem_or_argmemonly"};
@@ -113,9 +113,9 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_to
     // llvm.minnum (fmin) for a call that may write memory, and aborts ("getting
     // diffe of constant value") where its result only feeds a comparison.
     if (!LLVMIsDeclaration(fn) || LLVMGetIntrinsicID(fn) != 0) continue;
-    if (!inactive_too &&
-        LLVMGetStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, "enzyme_inactive", 15))
-      continue;
+    size_t length = 0;
+    const char *name = LLVMGetValueName2(fn, &length);
+    if (!runtime_too && llvm::StringRef(name, length).startswith("__enzyme_py_")) continue;
     for (const char *name : kinds) {
       unsigned kind = LLVMGetEnumAttributeKindForName(name, std::strlen(name));
       if (kind) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
@@ -123,8 +123,8 @@ void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_to
   }
 }
 
-void prepare_for_enzyme(LLVMModuleRef mod, bool inactive_too) {
-  strip_memory_attributes_of_declarations(mod, inactive_too);
+void prepare_for_enzyme(LLVMModuleRef mod, bool runtime_too) {
+  strip_memory_attributes_of_declarations(mod, runtime_too);
   strip_scoped_noalias(mod);
   compare_without_fabs(mod);
   freeze_values_entering_loops(mod);

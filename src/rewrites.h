@@ -15,12 +15,13 @@
 
 namespace enzyme_py {
 
-// Numba and others declare some libm functions readonly (tanh, cosh); Enzyme would
+// Numba and others declare some libm functions readonly (tanh, cosh, lgamma, even
+// where enzyme_py declares them inactive); Enzyme, which knows them by name, would
 // then add readnone and the verifier rejects the result. External declarations
-// carry no memory attributes into Enzyme; but for `inactive_too` false, those
-// declared "enzyme_inactive" (enzyme_py's runtime, such as the prange body's thread
-// index, inaccessiblememonly), which Enzyme never differentiates nor extends.
-void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool inactive_too);
+// carry no memory attributes into Enzyme; but for `runtime_too` false, enzyme_py's
+// own runtime (`__enzyme_py_*`, such as the prange body's thread index,
+// inaccessiblememonly), whose names Enzyme does not know.
+void strip_memory_attributes_of_declarations(LLVMModuleRef mod, bool runtime_too);
 
 // Scoped noalias metadata (!alias.scope, !noalias and the
 // llvm.experimental.noalias.scope.decl calls marking where a scope starts) is
@@ -64,12 +65,13 @@ int freeze_phi_dividends(LLVMModuleRef mod);
 // Before every run of Enzyme (its C API, engine.cpp; its passes on marker calls,
 // enzyme_pass.cpp): each rewrite above, in this order. The marker pass (C code's
 // __enzyme_autodiff calls; a prange body's reverse, made before the derivative that
-// calls it) keeps the memory
-// attributes of inactive declarations (`inactive_too` false), the derivative's run
-// strips them too: each as its code was tuned (kept in the derivative's run too, the
-// threaded GMM gradient took 3-5% longer; stripped in the marker pass, its reverse
-// body changed as well).
-void prepare_for_enzyme(LLVMModuleRef mod, bool inactive_too);
+// calls it) keeps the memory attributes of enzyme_py's runtime (`runtime_too`
+// false), the derivative's run strips them too: both as before the marker pass took
+// these rewrites, so that the prange benchmarks' derivatives compile as they did
+// (kept in the derivative's run or stripped in the marker pass, GMM prange's code
+// changed: its gradient 3-5% slower in 4 of 5 alternated runs, within the spread of
+// its builds, whose code varies from one build to the next).
+void prepare_for_enzyme(LLVMModuleRef mod, bool runtime_too);
 
 // The running sums of `function`'s outermost loops (a header PHI of floating-point
 // type whose latch value is PHI + x or PHI - x, with neither used elsewhere in the
