@@ -1,7 +1,8 @@
 """Constructs whose Numba code calls runtime helpers that carry no derivative
 (python/enzyme_py/frontends/_numba_runtime.py): reshape / ravel, np.max / np.min,
-math.lgamma of an active value, exceptions raised with run-time values; and what
-must stay refused (objmode, print). Each against finite differences."""
+math.lgamma and math.gamma of an active value (float64, float32), exceptions raised
+with run-time values; and what must stay refused (objmode, print). Each against
+finite differences."""
 
 import math
 
@@ -44,6 +45,22 @@ def lgammas(x):
 
 
 @numba.njit
+def gammas(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.gamma(x[i]) * x[i]
+    return s
+
+
+@numba.njit
+def gammas32(x):
+    s = np.float32(0.0)
+    for i in range(x.shape[0]):
+        s += math.gamma(x[i]) + math.lgamma(x[i]) * x[i]
+    return s
+
+
+@numba.njit
 def raises_with_value(x):
     s = 0.0
     for i in range(x.shape[0]):
@@ -59,6 +76,7 @@ def raises_with_value(x):
         (reshaped, np.linspace(0.1, 1.2, 6)),
         (extremes, np.array([0.4, -1.2, 2.5, 0.3])),
         (lgammas, np.array([0.3, 1.7, 4.2, -0.6, 12.5])),
+        (gammas, np.array([0.3, 1.7, 4.2, -0.6, 2.9, -2.5])),
         (raises_with_value, np.array([0.5, 2.0, 3.0])),
     ],
 )
@@ -85,6 +103,36 @@ def test_lgamma_value_is_libm_and_second_derivative_is_trigamma():
         trigamma = (digamma(v + 1e-4) - digamma(v - 1e-4)) / 2e-4
         assert h[i, i] == pytest.approx(2 * digamma(v) + v * trigamma, rel=1e-4)
     assert h[0, 1] == 0.0
+
+
+def _digamma(v, e=1e-5):
+    return (math.lgamma(v + e) - math.lgamma(v - e)) / (2 * e)
+
+
+def test_gamma_value_is_numbas_and_second_derivative_is_gammas():
+    x = np.array([0.7, 3.3, -1.4])
+    y, _ = ez.jvp(gammas, (x,), (np.ones(3),))
+    assert y == gammas(x)  # the primal is Numba's gamma, bit for bit
+    h = ez.hessian(gammas)(x)
+    for i, v in enumerate(x):
+        # d2/dx2 [x gamma(x)] = 2 gamma'(x) + x gamma''(x), with gamma' = gamma digamma and
+        # gamma'' = gamma (digamma^2 + trigamma).
+        psi = _digamma(v)
+        trigamma = (_digamma(v + 1e-4) - _digamma(v - 1e-4)) / 2e-4
+        want = 2 * math.gamma(v) * psi + v * math.gamma(v) * (psi * psi + trigamma)
+        assert h[i, i] == pytest.approx(want, rel=1e-4)
+    assert h[0, 1] == 0.0
+
+
+def test_float32_gamma_and_lgamma():
+    x = np.array([0.3, 1.7, 4.2, -0.6], dtype=np.float32)
+    y, _ = ez.jvp(gammas32, (x,), (np.ones(4, dtype=np.float32),))
+    assert y == gammas32(x)  # libm's and Numba's float32 values, bit for bit
+    g = ez.grad(gammas32)(x)
+    assert g.dtype == np.float32
+    v = x.astype(np.float64)
+    want = [math.gamma(a) * _digamma(a) + math.lgamma(a) + a * _digamma(a) for a in v]
+    np.testing.assert_allclose(g, want, rtol=2e-6)
 
 
 def test_exception_with_a_run_time_value_is_raised_from_the_derivative():

@@ -36,20 +36,21 @@ on their variadic calls (print). Here:
   gives it a shadow), inactive when its items are integers (its destructor's name
   says: ``.dtor.list.int64``); reference counting is off, so the destructor is never
   needed;
-- ``math.lgamma`` of a float64 is libm's lgamma for the value plus a term that is
-  exactly zero and whose derivatives are digamma's, trigamma's, ... (Stirling's
-  series, see ``_lgamma_definitions``): Enzyme v0.0.289 aborts on lgamma.
+- ``math.lgamma`` and ``math.gamma`` (float64 and float32) are libm's (Numba's)
+  values with derivatives of every order from code Enzyme differentiates
+  (``_numba_gamma``): Enzyme v0.0.289 aborts on lgamma and knows no derivative of
+  Numba's gamma.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import struct
+
+from enzyme_py.frontends._numba_gamma import with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
-REVISION = 2
+REVISION = 3
 # Helpers that compute shapes and strides only.
 SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
 # Python C-API functions and Numba helpers that consume values (boxing them, printing
@@ -354,108 +355,6 @@ def _inactive_thunk(name: str, types: list[str]) -> str:
     )
 
 
-def _hex(v: float) -> str:
-    return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
-
-
-def _lgamma_definitions() -> tuple[str, list[str]]:
-    """IR of enzyme_py.lgamma: libm's lgamma for the value (an inactive call) plus
-    ``S(x) - S_const(x)`` (exactly 0), where S is lgamma as code Enzyme differentiates
-    (reflection below 1/2, the recurrence up to 10, Stirling's series with terms to
-    z^-13: its derivatives are digamma, trigamma, ... to about 1e-15)."""
-    pi = _hex(math.pi)
-    coefficients = [1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156]
-    lines = [
-        "define internal double @enzyme_py.lgamma.positive(double %x) {",
-        "entry:",
-        "  br label %loop",
-        "loop:",
-        "  %z = phi double [ %x, %entry ], [ %z1, %body ]",
-        "  %acc = phi double [ 0.0, %entry ], [ %acc1, %body ]",
-        f"  %lt = fcmp olt double %z, {_hex(10.0)}",
-        "  br i1 %lt, label %body, label %done",
-        "body:",
-        "  %lz = call double @llvm.log.f64(double %z)",
-        "  %acc1 = fsub double %acc, %lz",
-        "  %z1 = fadd double %z, 1.0",
-        "  br label %loop",
-        "done:",
-        "  %w = fdiv double 1.0, %z",
-        "  %w2 = fmul double %w, %w",
-        f"  %t{len(coefficients)} = fadd double 0.0, {_hex(coefficients[-1])}",
-    ]
-    for k in range(len(coefficients) - 1, 0, -1):
-        lines += [
-            f"  %m{k} = fmul double %w2, %t{k + 1}",
-            f"  %t{k} = fadd double %m{k}, {_hex(coefficients[k - 1])}",
-        ]
-    lines += [
-        "  %series = fmul double %w, %t1",
-        "  %logz = call double @llvm.log.f64(double %z)",
-        "  %zh = fsub double %z, 0.5",
-        "  %a = fmul double %zh, %logz",
-        "  %b = fsub double %a, %z",
-        f"  %c = fadd double %b, {_hex(0.5 * math.log(2 * math.pi))}",
-        "  %d = fadd double %c, %series",
-        "  %r = fadd double %acc, %d",
-        "  ret double %r",
-        "}",
-        "define internal double @enzyme_py.lgamma.series(double %x) {",
-        "entry:",
-        "  %small = fcmp olt double %x, 0.5",
-        "  br i1 %small, label %reflect, label %positive",
-        "reflect:",
-        f"  %pix = fmul double %x, {pi}",
-        "  %s = call double @llvm.sin.f64(double %pix)",
-        "  %as = call double @llvm.fabs.f64(double %s)",
-        f"  %q = fdiv double {pi}, %as",
-        "  %lq = call double @llvm.log.f64(double %q)",
-        "  %om = fsub double 1.0, %x",
-        "  %p = call double @enzyme_py.lgamma.positive(double %om)",
-        "  %rr = fsub double %lq, %p",
-        "  ret double %rr",
-        "positive:",
-        "  %v = call double @enzyme_py.lgamma.positive(double %x)",
-        "  ret double %v",
-        "}",
-        "define internal double @enzyme_py.lgamma.const(double %x) noinline nofree "
-        '"enzyme_inactive" {',
-        "  %v = call double @enzyme_py.lgamma.series(double %x)",
-        "  ret double %v",
-        "}",
-        "define internal double @enzyme_py.lgamma(double %x) {",
-        "  %l = call double @lgamma(double %x)",
-        "  %s = call double @enzyme_py.lgamma.series(double %x)",
-        "  %c = call double @enzyme_py.lgamma.const(double %x)",
-        "  %d = fsub double %s, %c",
-        "  %ok = fcmp ord double %d, 0.0",
-        "  %d0 = select i1 %ok, double %d, double 0.0",
-        "  %r = fadd double %l, %d0",
-        "  ret double %r",
-        "}",
-    ]
-    declared = ["llvm.log.f64", "llvm.sin.f64", "llvm.fabs.f64"]
-    return "\n".join(lines) + "\n", declared
-
-
-_LGAMMA_CALL = re.compile(r"(call(?: [a-z]+)* double @)lgamma\(")
-
-
-def _differentiable_lgamma(ir: str) -> str:
-    """Calls of libm's lgamma (math.lgamma of a float64) through enzyme_py.lgamma,
-    whose derivative is digamma (see _lgamma_definitions): Enzyme v0.0.289 aborts on
-    lgamma ("unknown subtype")."""
-    if not _LGAMMA_CALL.search(ir):
-        return ir
-    ir = _LGAMMA_CALL.sub(lambda m: m.group(1) + "enzyme_py.lgamma(", ir)
-    ir = _mark_inactive(ir, "lgamma")
-    text, intrinsics = _lgamma_definitions()
-    for name in intrinsics:
-        if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", ir, re.MULTILINE):
-            text += f"declare double @{name}(double)\n"
-    return ir + "\n" + text
-
-
 def reinterprets_memory(func: object, depth: int = 4) -> bool:
     """Whether ``func`` or an @njit function it names may reinterpret an array's
     memory (``a.view(np.float64)``): floats stored through such a view into an
@@ -480,7 +379,9 @@ def reinterprets_memory(func: object, depth: int = 4) -> bool:
 def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     """Numba's IR with its runtime helpers made differentiable where they carry no
     derivative (see the module's docstring)."""
-    ir = _differentiable_lgamma(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    ir, libm = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    for name in libm:
+        ir = _mark_inactive(ir, name)
     if integer_arrays_inactive:
         ir = _integer_allocations_inactive(_fixed_lists_as_arena_allocations(ir))
     called = _called_runtime(ir)
