@@ -171,10 +171,15 @@ def _code_digest(package: str | None = None) -> str:
     return digest.hexdigest()[:32]
 
 
+# Frontends whose modules get the libm rules at build time (SourceModule.for_derivatives).
+_LIBM_RULED = ("c", "cython", "llvm_ir")
+
+
 def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> BuildArtifact:
     native = _state.native
+    ruled = not request.primal_only and fn.origin is not None and fn.origin[0] in _LIBM_RULED
     return native.build(
-        fn.module.native,
+        fn.module.for_derivatives() if ruled else fn.module.native,
         native.BuildRequest(
             function=fn.name,
             entry_name=f"__enzyme_py_entry_{key[:32]}",
@@ -254,10 +259,11 @@ def _missing_symbols_error(message: str, fn: IRFunction, description: str) -> En
         f"the derivative of '{fn.display_name}' calls functions this process does not "
         f"have: {which}\n(while loading {description}: {message})\n"
         "What to do: Enzyme's derivatives of some math functions call others that libm "
-        "lacks (tgamma's calls digamma); C++ code needs its runtime library (operator "
-        "new, exceptions), which enzyme_py does not link; a @numba.cfunc rule that can "
-        "raise needs Numba's runtime. Avoid those functions in the code you "
-        "differentiate, or give them a custom rule (ez.register_gradient)."
+        "lacks (tgamma's calls digamma where the code takes tgamma's address); C++ code "
+        "needs its runtime library (operator new, exceptions), which enzyme_py does not "
+        "link; a @numba.cfunc rule that can raise needs Numba's runtime. Avoid those "
+        "functions in the code you differentiate, or give them a custom rule "
+        "(ez.register_gradient)."
     )
 
 

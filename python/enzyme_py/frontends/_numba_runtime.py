@@ -38,7 +38,7 @@ on their variadic calls (print). Here:
   needed;
 - ``math.lgamma`` and ``math.gamma`` (float64 and float32) are libm's (Numba's)
   values with derivatives of every order from code Enzyme differentiates
-  (``_numba_gamma``): Enzyme v0.0.289 aborts on lgamma and knows no derivative of
+  (``_gamma_rules``): Enzyme v0.0.289 aborts on lgamma and knows no derivative of
   Numba's gamma.
 """
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 
-from enzyme_py.frontends._numba_gamma import with_gamma_rules
+from enzyme_py.frontends._gamma_rules import with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
@@ -379,9 +379,7 @@ def reinterprets_memory(func: object, depth: int = 4) -> bool:
 def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     """Numba's IR with its runtime helpers made differentiable where they carry no
     derivative (see the module's docstring)."""
-    ir, libm = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
-    for name in libm:
-        ir = _mark_inactive(ir, name)
+    ir = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
     if integer_arrays_inactive:
         ir = _integer_allocations_inactive(_fixed_lists_as_arena_allocations(ir))
     called = _called_runtime(ir)

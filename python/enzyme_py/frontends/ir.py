@@ -23,6 +23,7 @@ from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
 from enzyme_py._warnings import warn_at_user
 from enzyme_py.core import CompileError, CompilerWarning, EnzymeUnavailableError
+from enzyme_py.frontends._gamma_rules import with_gamma_rules
 from enzyme_py.frontends.enzyme_markers import honour_or_refuse
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class SourceModule:
 
     def __init__(self, native_module: NativeModule | None, identity: str | None = None):
         self._native = native_module
+        self._ruled: NativeModule | None = None
         self._make: Callable[[], SourceModule] | None = None
         self._digest = None if identity is None else hashlib.sha256(identity.encode()).hexdigest()
 
@@ -126,6 +128,18 @@ class SourceModule:
 
     def functions(self) -> list[FunctionInfo]:
         return list(self.native.functions())
+
+    def for_derivatives(self) -> NativeModule:
+        """The native module derivatives are built from: this one with its calls of
+        libm's lgamma and tgamma (and their float32 forms) through rules Enzyme
+        differentiates (``_gamma_rules``), made once; this one where it calls neither.
+        For C, C++, Cython and IR modules (Numba's IR takes the rules itself): a build
+        of the primal alone takes ``native``, whose calls keep libm's cost."""
+        if self._ruled is None:
+            text = self.ir()
+            ruled = with_gamma_rules(text)
+            self._ruled = self.native if ruled == text else parse_module(ruled).native
+        return self._ruled
 
 
 def parse_module(text: str, identity: str | None = None) -> SourceModule:

@@ -1,25 +1,32 @@
-"""``math.lgamma`` and ``math.gamma`` in Numba's IR, as code Enzyme differentiates.
+"""``lgamma`` and ``gamma`` in LLVM IR, as code Enzyme differentiates.
 
-Numba computes ``math.lgamma`` with libm's ``lgamma`` / ``lgammaf``, on which Enzyme
-v0.0.289 aborts ("unknown subtype"), and ``math.gamma`` with its helper library's
-``numba_gamma`` / ``numba_gammaf``, which Enzyme cannot see into. Each call becomes
-a call of a function of the same type that returns the very value libm (Numba)
-computes, an inactive call, combined with a term that is exactly zero, or a factor
-that is exactly one, whose derivatives are those of the function at every order:
+Enzyme v0.0.289 aborts on libm's ``lgamma`` ("unknown subtype"); its derivative of
+``tgamma`` calls ``digamma``, which libm lacks; and it cannot see into Numba's
+``numba_gamma`` (``math.gamma``). Each call of one of these declared functions
+becomes a call of a function of the same type that returns the very value libm
+(Numba) computes, an inactive call, combined with a term that is exactly zero, or a
+factor that is exactly one, whose derivatives are those of the function at every
+order:
 
 - lgamma(x) = L + (S(x) - S_c(x)), where L is libm's value, S is lgamma as code
   (reflection below 1/2, the recurrence up to 10, Stirling's series with terms to
   z^-13: its derivatives are digamma, trigamma, ... to about 1e-15) and S_c the same
   computation in an inactive function: the difference is 0 and its derivatives are
   S's;
-- gamma(x) = G * exp(S(x) - S_c(x)), G being Numba's value: near x, G exp(S(y) - S(x))
-  is gamma(y) (the sign is G's), so every derivative is gamma's; the factor is
-  exp(0) = 1, and an overflowed G stays infinite;
+- gamma(x) = G * exp(S(x) - S_c(x)), G being libm's (Numba's) value: near x,
+  G exp(S(y) - S(x)) is gamma(y) (the sign is G's), so every derivative is gamma's;
+  the factor is exp(0) = 1, and an overflowed G stays infinite;
 - the float32 functions compute S and S_c in float64 (the zero and the one are exact
   in either type).
 
 Where S - S_c is not a number (x a pole, S infinite) the term is 0: the value is
-libm's, with no derivative.
+libm's, with no derivative. A function the module defines itself, or uses other than
+by direct calls (its address taken), is left as it is: marked inactive, such a use
+would carry no derivative.
+
+Numba's IR takes the rules in ``_numba_runtime.prepare``; C, C++ and Cython modules
+in the modules their derivatives are built from (``SourceModule.for_derivatives``),
+so that their primal calls keep libm's own cost.
 """
 
 from __future__ import annotations
@@ -111,12 +118,21 @@ def _series_definitions() -> str:
 
 # Each function's type, and how its wrapper combines libm's value %v with the zero %z
 # (float64) into its result %r.
-_TYPES = {"lgamma": "double", "lgammaf": "float", "numba_gamma": "double", "numba_gammaf": "float"}
-_COMBINE = {
-    "lgamma": "  %r = fadd double %v, %z\n",
-    "lgammaf": "  %zf = fptrunc double %z to float\n  %r = fadd float %v, %zf\n",
-    "numba_gamma": "  %e = call double @llvm.exp.f64(double %z)\n  %r = fmul double %v, %e\n",
-    "numba_gammaf": (
+_TYPES = {
+    "lgamma": "double",
+    "lgammaf": "float",
+    "tgamma": "double",
+    "tgammaf": "float",
+    "numba_gamma": "double",
+    "numba_gammaf": "float",
+}
+_PLUS_ZERO = {
+    "double": "  %r = fadd double %v, %z\n",
+    "float": "  %zf = fptrunc double %z to float\n  %r = fadd float %v, %zf\n",
+}
+_TIMES_ONE = {
+    "double": "  %e = call double @llvm.exp.f64(double %z)\n  %r = fmul double %v, %e\n",
+    "float": (
         "  %e = call double @llvm.exp.f64(double %z)\n"
         "  %ef = fptrunc double %e to float\n"
         "  %r = fmul float %v, %ef\n"
@@ -135,26 +151,42 @@ def _wrapper(libm: str) -> str:
         f"  %v = call {ty} @{libm}({ty} %x)\n"
         f"{widen}"
         f"  %z = call double @enzyme_py.lgamma.zero(double {arg})\n"
-        f"{_COMBINE[libm]}"
+        f"{(_PLUS_ZERO if libm.startswith('lgamma') else _TIMES_ONE)[ty]}"
         f"  ret {ty} %r\n"
         "}\n"
     )
 
 
-def with_gamma_rules(ir: str) -> tuple[str, list[str]]:
-    """``ir`` with each call of lgamma, lgammaf, numba_gamma and numba_gammaf made a
-    call of its enzyme_py.<name> (see the module's docstring), and the names of those
-    it calls, whose declarations the caller marks inactive."""
+_DONE = "@enzyme_py.lgamma.zero("
+
+
+def with_gamma_rules(ir: str) -> str:
+    """``ir`` with each call of the functions of ``_TYPES`` it declares made a call of
+    enzyme_py.<name> (see the module's docstring), their declarations inactive."""
+    if _DONE in ir:
+        return ir  # taken already
     found = []
     for libm, ty in _TYPES.items():
+        declared = re.search(rf"^declare [^\n]*@{libm}\(", ir, re.MULTILINE)
+        if declared is None:
+            continue
         call = re.compile(rf"(call(?: [a-z]+)* {ty} @){libm}\(")
-        if call.search(ir):
-            ir = call.sub(r"\g<1>" + f"enzyme_py.{libm}(", ir)
-            found.append(libm)
+        rewritten = call.sub(r"\g<1>" + f"enzyme_py.{libm}(", ir)
+        # Any use left but its declaration (its address taken) keeps the function.
+        if len(re.findall(rf"@{libm}\b", rewritten)) != 1:
+            continue
+        ir = re.sub(
+            rf"^(declare [^\n]*@{libm}\([^\n]*)$",
+            r'\g<1> nofree "enzyme_inactive"',
+            rewritten,
+            count=1,
+            flags=re.MULTILINE,
+        )
+        found.append(libm)
     if not found:
-        return ir, []
+        return ir
     text = _series_definitions() + "".join(_wrapper(libm) for libm in found)
     for name in _INTRINSICS:
         if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", ir, re.MULTILINE):
             text += f"declare double @{name}(double)\n"
-    return ir + "\n" + text, found
+    return ir + "\n" + text
