@@ -157,6 +157,21 @@ def test_objmode_stays_refused():
 
 
 @numba.njit
+def noisy(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * np.random.standard_normal()
+    return s
+
+
+def test_random_draws_are_refused_with_advice_to_pass_them_in():
+    with pytest.raises(ez.EnzymeError, match="'noisy' draws random numbers") as caught:
+        ez.grad(noisy)(np.array([1.0, 2.0]))
+    assert "pass them in as an array" in str(caught.value)
+    assert "lists that grow" not in str(caught.value)  # not the advice for Numba's lists
+
+
+@numba.njit
 def printing(x):
     s = 0.0
     for i in range(x.shape[0]):
