@@ -4,6 +4,7 @@ math.lgamma and math.gamma of an active value (float64, float32), exceptions rai
 with run-time values; and what must stay refused (objmode, print). Each against
 finite differences."""
 
+import cmath
 import math
 
 import numba
@@ -169,6 +170,30 @@ def test_random_draws_are_refused_with_advice_to_pass_them_in():
         ez.grad(noisy)(np.array([1.0, 2.0]))
     assert "pass them in as an array" in str(caught.value)
     assert "lists that grow" not in str(caught.value)  # not the advice for Numba's lists
+
+
+@numba.njit
+def complex_power(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += abs(complex(x[i], 1.0) ** 2.5)
+    return s
+
+
+@numba.njit
+def complex_power_written_out(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += abs(cmath.exp(2.5 * cmath.log(complex(x[i], 1.0))))
+    return s
+
+
+def test_complex_power_is_refused_with_the_form_that_differentiates():
+    x = np.array([0.5, 1.5])
+    with pytest.raises(ez.EnzymeError, match="cmath.exp\\(p \\* cmath.log\\(z\\)\\)"):
+        ez.grad(complex_power)(x)
+    want = fd_grad(complex_power, x)
+    np.testing.assert_allclose(ez.grad(complex_power_written_out)(x), want, rtol=1e-6)
 
 
 @numba.njit

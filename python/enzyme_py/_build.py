@@ -355,6 +355,13 @@ def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError
             "and give exceptions constant messages (slice and fancy-index assignments "
             "differentiate)."
         )
+    if fn.origin and fn.origin[0] == "numba" and "numba_cpow" in _called(fn):
+        hints.append(
+            f"'{fn.display_name}' raises a complex number to a power (z ** p), which Numba "
+            "computes in its helper numba_cpow, which Enzyme cannot type: write it as "
+            "cmath.exp(p * cmath.log(z)) (complex arithmetic, cmath.exp and cmath.log "
+            "differentiate)."
+        )
     if "Mismatched activity" in message:
         unsure = (
             f"Enzyme could not tell whether some memory of '{fn.display_name}' holds "
