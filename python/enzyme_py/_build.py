@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import re
 import threading
 import time
 import weakref
@@ -18,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from enzyme_py import _cache, _log, _state
+from enzyme_py._build_errors import enzyme_error, missing_symbols_error
 from enzyme_py._info import ENZYME_VERSION
 from enzyme_py._pipeline import PASSES
 from enzyme_py._signature import Param
 from enzyme_py._version import __version__
-from enzyme_py.core import EnzymeError
 from enzyme_py.frontends import IRFunction
 
 if TYPE_CHECKING:
@@ -203,225 +202,6 @@ def _native_build(fn: IRFunction, request: Request, key: str, mincut: bool) -> B
     )
 
 
-_NO_RULE = re.compile(
-    r"No (?:augmented forward pass|reverse pass|forward mode derivative)"
-    r"(?: found)? for (\S+)"
-)
-
-
-# Functions of Numba's parallel runtime (parallel=True, prange).
-_NUMBA_PARALLEL = (
-    "get_parallel_chunksize",
-    "set_parallel_chunksize",
-    "do_scheduling",
-    "get_num_threads",
-    "get_thread_id",
-    "get_sched_size",
-    "allocate_sched",
-    "deallocate_sched",
-    "numba_parallel",
-    "numba_gil_",
-)
-# Numba's LAPACK wrappers (numba/np/linalg.py); its BLAS ones (numba_xxdot, numba_xxgemv,
-# numba_xxgemm, numba_xxnrm2) get loop bodies on real arrays (src/numba_rewrites.cpp).
-_NUMBA_LAPACK = ("numba_xxgetrf", "numba_xxpotrf", "numba_xgesv", "numba_ez_")
-# Numba's random number generators' state (np.random, random).
-_NUMBA_RANDOM = ("numba_get_np_random_state", "numba_get_py_random_state", "numba_rnd_")
-# What Enzyme's assertions say of a call to a variadic function.
-_VARIADIC_CALL = (
-    "nowrite_shadows.size() == todiff->arg_size()",
-    "Number of arg operands",
-    "number of arg operands",
-    "@PySys_FormatStdout(",
-)
-
-
-def _called(fn: IRFunction) -> list[str]:
-    """The functions fn's module defines or declares (Enzyme's errors often name
-    another value than the call that stops it)."""
-    try:
-        return list(fn.module.native.names())
-    except Exception:  # a module without the listing: no hints from it
-        return []
-
-
-def _prints(fn: IRFunction) -> bool:
-    """Whether fn's module calls print()'s C-API function (its errors name other things)."""
-    return "PySys_FormatStdout" in _called(fn)
-
-
-_NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
-
-
-def _missing_symbols_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
-    """EnzymeError for a derivative whose code calls functions this process lacks."""
-    names = sorted({n for found in _NOT_FOUND.findall(message) for n in found.split(", ")})
-    which = ", ".join(names) if names else "(see below)"
-    return EnzymeError(
-        f"the derivative of '{fn.display_name}' calls functions this process does not "
-        f"have: {which}\n(while loading {description}: {message})\n"
-        "What to do: Enzyme's derivatives of some math functions call others that libm "
-        "lacks (tgamma's calls digamma where the code takes tgamma's address); C++ code "
-        "needs its runtime library (operator new, exceptions), which enzyme_py does not "
-        "link; a @numba.cfunc rule that can raise needs Numba's runtime. Avoid those "
-        "functions in the code you differentiate, or give them a custom rule "
-        "(ez.register_gradient)."
-    )
-
-
-def _enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
-    """EnzymeError with Enzyme's words, the user's names, and what to do instead."""
-    message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
-    hints = []
-    missing = sorted(set(_NO_RULE.findall(message)))
-    lapack = sorted({m for m in (*missing, *_called(fn)) if m.startswith(_NUMBA_LAPACK)})
-    if lapack:
-        hints.append(
-            f"'{fn.display_name}' calls LAPACK through Numba's helper library "
-            f"({', '.join(lapack)}). np.linalg.solve, inv, det, slogdet, cholesky and norm "
-            "of float arrays differentiate, in the function differentiated and in the @njit "
-            "functions it calls by name (enzyme_py gives them loops instead), but not in "
-            "@njit functions passed as arguments nor on complex arrays; np.linalg.eig, eigh, "
-            "eigvals, svd, qr, lstsq, pinv and cond have no derivative. What to do: call "
-            "solve, inv, det, slogdet, cholesky and norm by their names (not through a "
-            "function passed in), write the step as loops in the @njit function (an LU or "
-            "Cholesky factorisation and triangular solves differentiate), or compute it "
-            "outside the function and pass the result in as a Const argument."
-        )
-    blas = [m for m in missing if m not in lapack and (m.startswith("numba_xx") or "blas" in m)]
-    if blas:
-        hints.append(
-            f"'{fn.display_name}' calls BLAS through Numba's helper library "
-            f"({', '.join(blas)}: np.dot or @ on complex arrays, np.linalg.norm), which "
-            "Enzyme cannot see into (np.dot and @ on float64 and float32 arrays "
-            "differentiate). Use real arrays, or write the product as loops in the "
-            "@njit function."
-        )
-    blas += lapack
-    parallel = [m for m in missing if m.startswith(_NUMBA_PARALLEL)]
-    if parallel:
-        hints.append(
-            f"'{fn.display_name}' calls a function compiled with parallel=True (prange): "
-            f"Numba's parallel runtime ({', '.join(parallel[:3])}, ...) cannot be "
-            "differentiated. enzyme_py differentiates the parallel=True function you "
-            "give it as its serial twin (prange as range), but not the parallel=True "
-            "functions it calls: drop parallel=True from those."
-        )
-        missing = [m for m in missing if m not in parallel and not m.startswith("PyEval_")]
-    drawn = [m for m in missing if m.startswith(_NUMBA_RANDOM)]
-    if drawn:
-        hints.append(
-            f"'{fn.display_name}' draws random numbers (np.random or random), whose "
-            f"generator state lives in Numba's runtime ({', '.join(drawn)}), which Enzyme "
-            "cannot see into. Draw them outside the function and pass them in as an "
-            "array (a Const argument): eps = np.random.standard_normal(n), then f(x, eps)."
-        )
-        missing = [m for m in missing if m not in drawn]
-    runtime = [m for m in missing if m not in blas and m.startswith(("numba_", "NRT_"))]
-    if runtime:
-        are = "is a function" if len(runtime) == 1 else "are functions"
-        hints.append(
-            f"{', '.join(runtime)} {are} of Numba's runtime, which Numba calls for some "
-            "operations (lists that grow: list.append, NRT_MemInfo_varsize_realloc; "
-            "strings; nested lists in the @njit functions it calls, np.sort and np.median "
-            f"in @njit functions passed as arguments) and Enzyme cannot see into. In "
-            f"'{fn.display_name}', use arrays instead of lists that grow (np.empty(n) and "
-            "element assignments); nested-list literals differentiate in the function "
-            "itself, np.sort, np.median, np.outer and np.diff there and in the @njit "
-            "functions it calls by name."
-        )
-    others = [m for m in missing if m not in blas and m not in runtime]
-    if others:
-        are = "is an external function" if len(others) == 1 else "are external functions"
-        source = (
-            "write it as a cdef function of the Cython module (or cimport it from a .pxd "
-            "with its code)"
-            if fn.origin and fn.origin[0] == "cython"
-            else "give enzyme_py its source (C through ez.c, or an @njit function)"
-        )
-        hints.append(
-            f"{', '.join(others)} {are} without a derivative Enzyme knows: {source} "
-            "instead of a compiled library or ctypes/cffi call, or give it a custom rule "
-            "(ez.register_gradient)."
-        )
-    if any(mark in message for mark in _VARIADIC_CALL) or _prints(fn):
-        hints.append(
-            "Numba's code for some operations calls Python's C API through variadic "
-            "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "
-            "differentiate through: print(), objmode blocks and exceptions raised with "
-            f"values known at run time. In @njit functions passed to '{fn.display_name}' "
-            "as arguments, leave print() out (print in the function itself and in the @njit "
-            "functions it calls by name is skipped by the derivative) "
-            "and give exceptions constant messages (slice and fancy-index assignments "
-            "differentiate)."
-        )
-    if fn.origin and fn.origin[0] == "numba" and "numba_cpow" in _called(fn):
-        hints.append(
-            f"'{fn.display_name}' raises a complex number to a power (z ** p), which Numba "
-            "computes in its helper numba_cpow, which Enzyme cannot type: write it as "
-            "cmath.exp(p * cmath.log(z)) (complex arithmetic, cmath.exp and cmath.log "
-            "differentiate)."
-        )
-    if "Mismatched activity" in message:
-        unsure = (
-            f"Enzyme could not tell whether some memory of '{fn.display_name}' holds "
-            "values that need derivatives"
-        )
-        if fn.origin and fn.origin[0] == "numba" and any("xxnrm2" in n for n in _called(fn)):
-            hints.append(
-                f"'{fn.display_name}' calls np.linalg.norm, whose Numba code for a matrix "
-                "(np.linalg.norm(a) of a 2-d array, ord=1, ord=np.inf) Enzyme cannot type "
-                "in an @njit function passed as an argument (in the function differentiated "
-                "and the @njit functions it calls by name, norms of vectors and matrices "
-                "differentiate): call it by name, or write it out, math.sqrt(np.sum(a * a)) "
-                "or np.sum(np.abs(a))."
-            )
-        if fn.origin and fn.origin[0] == "numba":
-            hints.append(
-                f"{unsure}. Integer arrays whose memory is reinterpreted (a.view(np.float64)) "
-                "do this (integer index arrays made inside the function, np.arange(n), "
-                "np.argsort(x), differentiate otherwise), and so do integer arrays mixed into "
-                "float arithmetic (x * np.arange(n)): use float arrays in float arithmetic "
-                "(np.arange(0.0, n)) and no views across dtypes. runtime_activity=True "
-                "(ez.autodiff) helps in some of these cases (decided when it runs, a little "
-                "slower)."
-            )
-        else:
-            hints.append(
-                f"{unsure}. A pointer that points into a Const array on one path and into a "
-                "differentiated one on another (a layer's input that is x for the first "
-                "layer and the state after it) does this: make both Duplicated (a zero "
-                "shadow for the one you do not differentiate), or pass "
-                "runtime_activity=True to ez.autodiff (decided when it runs, a little slower)."
-            )
-    if "key.returnUsed" in message:
-        hints.append(
-            "A custom derivative rule is attached to a function whose result is used, and "
-            "Enzyme v0.0.289 then cannot return the primal in the same pass: ask for "
-            "ActiveOnly (ez.grad does) and compute the value separately."
-        )
-    if "getting diffe of constant value" in message:
-        hints.append(
-            f"Enzyme v0.0.289 asserts on some Reverse derivatives whose return value is "
-            f"Const (here '{fn.display_name}''s, computed by a fused multiply-add or the "
-            "like). Ask for the same derivative with an Active return and pass the seed "
-            "0.0: nothing flows back from the return value, as with Const (add "
-            "strong_zero=True if the derivative may be inf or nan there)."
-        )
-    if "Bad function type of custom" in message:
-        hints.append("Give the rule the argument types Enzyme expects (listed above).")
-    if "numba.dynamic.globals" in message:
-        hints.append(
-            f"'{fn.display_name}' calls a ctypes or cffi function (Numba keeps its address "
-            "in a global), whose code Enzyme cannot see: write that function with @njit "
-            "or compile its C source with ez.c."
-        )
-    text = f"{message}\n(while differentiating {description})"
-    if hints:
-        text += "\nWhat to do: " + " ".join(hints)
-    return EnzymeError(text)
-
-
 _lock = threading.RLock()  # one build or load at a time (kernels launch from threads)
 
 
@@ -459,7 +239,7 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
         try:
             entry = _load_object(artifact)
         except native.MissingSymbols as exc:
-            raise _missing_symbols_error(str(exc), fn, description) from None
+            raise missing_symbols_error(str(exc), fn, description) from None
     assert artifact is not None
     compiled = Compiled(key, int(entry), artifact.in_slots, artifact.out_slots, artifact)
     _entries[key] = compiled.entry
@@ -493,9 +273,9 @@ def _build_artifact(
         try:
             built = _native_build(fn, request, key, mincut=False)
         except native.EnzymeFailure as again:
-            raise _enzyme_error(str(again), fn, description) from None
+            raise enzyme_error(str(again), fn, description) from None
     except native.EnzymeFailure as exc:
-        raise _enzyme_error(str(exc), fn, description) from None
+        raise enzyme_error(str(exc), fn, description) from None
     artifact = _cache.Artifact.from_native(built)
     implied = implied_slots(fn, request)
     if implied is not None and _slot_counts(artifact) != implied:

@@ -388,7 +388,7 @@ def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
             ir = _mark_inactive(ir, name)
     python = {n for n in called if n.startswith(("Py", "_Py")) or n in SINKS}
     # print() needs Numba's environment object, which enzyme_py's copy of the code
-    # lacks (its error path would keep the GIL): still refused (_build.py says so).
+    # lacks (its error path would keep the GIL): still refused (_build_errors.py says so).
     prints = any(n.startswith("PySys_") for n in python)
     if python and python <= set(SINKS) and not prints:
         ir = _without_variadic_calls(ir, python)
