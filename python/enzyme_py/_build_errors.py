@@ -33,8 +33,6 @@ _NUMBA_PARALLEL = (
 # Numba's LAPACK wrappers (numba/np/linalg.py); its BLAS ones (numba_xxdot, numba_xxgemv,
 # numba_xxgemm, numba_xxnrm2) get loop bodies on real arrays (src/numba_rewrites.cpp).
 _NUMBA_LAPACK = ("numba_xxgetrf", "numba_xxpotrf", "numba_xgesv", "numba_ez_")
-# Numba's random number generators' state (np.random, random).
-_NUMBA_RANDOM = ("numba_get_np_random_state", "numba_get_py_random_state", "numba_rnd_")
 # What Enzyme's assertions say of a call to a variadic function.
 _VARIADIC_CALL = (
     "nowrite_shadows.size() == todiff->arg_size()",
@@ -116,15 +114,6 @@ def enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
             "functions it calls: drop parallel=True from those."
         )
         missing = [m for m in missing if m not in parallel and not m.startswith("PyEval_")]
-    drawn = [m for m in missing if m.startswith(_NUMBA_RANDOM)]
-    if drawn:
-        hints.append(
-            f"'{fn.display_name}' draws random numbers (np.random or random), whose "
-            f"generator state lives in Numba's runtime ({', '.join(drawn)}), which Enzyme "
-            "cannot see into. Draw them outside the function and pass them in as an "
-            "array (a Const argument): eps = np.random.standard_normal(n), then f(x, eps)."
-        )
-        missing = [m for m in missing if m not in drawn]
     runtime = [m for m in missing if m not in blas and m.startswith(("numba_", "NRT_"))]
     if runtime:
         are = "is a function" if len(runtime) == 1 else "are functions"

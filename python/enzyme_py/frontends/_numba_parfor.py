@@ -28,8 +28,8 @@ Enzyme's rules for it, and ``threaded_module`` makes the module Enzyme different
 
 Refused (the compile raises ``ParforUnsupported``; the derivative is then the serial
 twin's, with a PerformanceWarning): nested prange, reductions into arrays, non-C
-arrays, and body arguments holding floats that are not arrays (their adjoints would
-have to come back from the rule).
+arrays, body arguments holding floats that are not arrays (their adjoints would
+have to come back from the rule), and random draws.
 """
 
 from __future__ import annotations
@@ -166,8 +166,13 @@ def threaded_module(
     sums made reorderable (``reorder_loop_sums``: Numba's prange reductions have no
     order), the launches' rules attached."""
     from enzyme_py import _state
+    from enzyme_py.frontends._numba_runtime import RANDOM_STATE
     from enzyme_py.frontends.ir import parse_module
 
+    if any(f"@enzyme_py.inactive.{name}(" in text for name in RANDOM_STATE):
+        # Each thread draws from its own state, and a body's reverse on the threads did
+        # not use the draws of its forward pass (its gradient disagreed with its value).
+        raise ParforUnsupported("it draws random numbers (np.random, random)")
     first = parse_module(inlined_into_wrapper(text, function))
     first.native.optimize("always-inline")
     # The bodies' schedules start at 0 or later (their `.body` assumes it): what lets

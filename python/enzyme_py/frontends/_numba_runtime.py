@@ -36,6 +36,8 @@ on their variadic calls (print). Here:
   gives it a shadow), inactive when its items are integers (its destructor's name
   says: ``.dtor.list.int64``); reference counting is off, so the destructor is never
   needed;
+- draws of ``np.random`` and ``random`` are constants (the generator's helpers go
+  through inactive thunks, ``_random_state_inactive``), as Monte Carlo samples are;
 - ``math.lgamma`` and ``math.gamma`` (float64 and float32) are libm's (Numba's)
   values with derivatives of every order from code Enzyme differentiates
   (``_gamma_rules``): Enzyme v0.0.289 aborts on lgamma and knows no derivative of
@@ -50,9 +52,18 @@ from enzyme_py.frontends._gamma_rules import with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
-REVISION = 3
+REVISION = 4
 # Helpers that compute shapes and strides only.
 SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
+# Numba's random number generators (np.random, random): the address of a thread's
+# state, its seeding and its refill. The draws are computed from the state's integers
+# in the function's own code.
+RANDOM_STATE = (
+    "numba_get_np_random_state",
+    "numba_get_py_random_state",
+    "numba_rnd_init",
+    "numba_rnd_shuffle",
+)
 # Python C-API functions and Numba helpers that consume values (boxing them, printing
 # them, setting an error) and return nothing a result could be computed from.
 SINKS = (
@@ -355,6 +366,30 @@ def _inactive_thunk(name: str, types: list[str]) -> str:
     )
 
 
+def _random_state_inactive(ir: str) -> str:
+    """Calls of Numba's random number generators (RANDOM_STATE) through inactive
+    thunks of their types: the draws are constants to the derivative, as the samples
+    of a Monte Carlo estimate are (marking the declarations inactive is not enough:
+    Enzyme still asks a rule of the state pointer they return). A derivative call
+    draws as one call of the function does, and its reverse pass uses the draws of
+    its own forward pass (Enzyme caches them: the generator's state changes)."""
+    for name in RANDOM_STATE:
+        declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
+        if declared is None:
+            continue
+        ret = declared.group(1).replace("noalias ", "").strip()
+        types = [_type_of(a.strip()) for a in _split_arguments(declared.group(2)) if a.strip()]
+        ir = re.sub(rf"(call [^\n]*?)@{name}\(", rf"\1@enzyme_py.inactive.{name}(", ir)
+        formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
+        call = f"call {ret} @{name}({formal})"
+        body = f"  {call}\n  ret void\n" if ret == "void" else f"  %r = {call}\n  ret {ret} %r\n"
+        ir += (
+            f"\ndefine internal {ret} @enzyme_py.inactive.{name}({formal}) noinline nofree "
+            f'"enzyme_inactive" {{\n{body}}}\n'
+        )
+    return ir
+
+
 def reinterprets_memory(func: object, depth: int = 4) -> bool:
     """Whether ``func`` or an @njit function it names may reinterpret an array's
     memory (``a.view(np.float64)``): floats stored through such a view into an
@@ -380,6 +415,7 @@ def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     """Numba's IR with its runtime helpers made differentiable where they carry no
     derivative (see the module's docstring)."""
     ir = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    ir = _random_state_inactive(ir)
     if integer_arrays_inactive:
         ir = _integer_allocations_inactive(_fixed_lists_as_arena_allocations(ir))
     called = _called_runtime(ir)
