@@ -181,11 +181,7 @@ def _without_variadic_calls(ir: str, names: set[str]) -> str:
         fixed_types = _split_arguments(declare.group(1).rstrip(", ")) if declare else []
         fnty = f"{ret} ({', '.join([*fixed_types, '...'])})"
         call = f"call {fnty} @{name}({', '.join(f'{t} %p{i}' for i, t in enumerate(types))})"
-        body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
-        out += (
-            f"\ndefine internal {ret} @{thunk}({params}) noinline nofree "
-            f'"enzyme_inactive" {{\n{body}\n}}\n'
-        )
+        out += _inactive_definition(thunk, ret, params, call)
     return out
 
 
@@ -358,11 +354,20 @@ def _fixed_lists_as_arena_allocations(ir: str) -> str:
     return out
 
 
+def _inactive_definition(thunk: str, ret: str, params: str, call: str) -> str:
+    """An inactive function ``thunk`` (never inlined) of ``params`` returning what the
+    instruction ``call`` over them returns (type ``ret``)."""
+    body = f"  {call}\n  ret void" if ret == "void" else f"  %r = {call}\n  ret {ret} %r"
+    return (
+        f"\ndefine internal {ret} @{thunk}({params}) noinline nofree "
+        f'"enzyme_inactive" {{\n{body}\n}}\n'
+    )
+
+
 def _inactive_thunk(name: str, types: list[str]) -> str:
     formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
-    return (
-        f"\ndefine internal i8* @enzyme_py.inactive.{name}({formal}) noinline nofree "
-        f'"enzyme_inactive" {{\n  %r = call i8* @{name}({formal})\n  ret i8* %r\n}}\n'
+    return _inactive_definition(
+        f"enzyme_py.inactive.{name}", "i8*", formal, f"call i8* @{name}({formal})"
     )
 
 
@@ -381,12 +386,8 @@ def _random_state_inactive(ir: str) -> str:
         types = [_type_of(a.strip()) for a in _split_arguments(declared.group(2)) if a.strip()]
         ir = re.sub(rf"(call [^\n]*?)@{name}\(", rf"\1@enzyme_py.inactive.{name}(", ir)
         formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
-        call = f"call {ret} @{name}({formal})"
-        body = f"  {call}\n  ret void\n" if ret == "void" else f"  %r = {call}\n  ret {ret} %r\n"
-        ir += (
-            f"\ndefine internal {ret} @enzyme_py.inactive.{name}({formal}) noinline nofree "
-            f'"enzyme_inactive" {{\n{body}}}\n'
-        )
+        thunk = f"enzyme_py.inactive.{name}"
+        ir += _inactive_definition(thunk, ret, formal, f"call {ret} @{name}({formal})")
     return ir
 
 
