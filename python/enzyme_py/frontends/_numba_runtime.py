@@ -364,10 +364,12 @@ def _inactive_definition(thunk: str, ret: str, params: str, call: str) -> str:
     )
 
 
-def _inactive_thunk(name: str, types: list[str]) -> str:
+def _inactive_thunk(name: str, types: list[str], ret: str = "i8*") -> str:
+    """enzyme_py.inactive.<name>: an inactive thunk of ``name`` (parameter ``types``,
+    result ``ret``)."""
     formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
     return _inactive_definition(
-        f"enzyme_py.inactive.{name}", "i8*", formal, f"call i8* @{name}({formal})"
+        f"enzyme_py.inactive.{name}", ret, formal, f"call {ret} @{name}({formal})"
     )
 
 
@@ -385,9 +387,7 @@ def _random_state_inactive(ir: str) -> str:
         ret = declared.group(1).replace("noalias ", "").strip()
         types = [_type_of(a.strip()) for a in _split_arguments(declared.group(2)) if a.strip()]
         ir = re.sub(rf"(call [^\n]*?)@{name}\(", rf"\1@enzyme_py.inactive.{name}(", ir)
-        formal = ", ".join(f"{t} %p{i}" for i, t in enumerate(types))
-        thunk = f"enzyme_py.inactive.{name}"
-        ir += _inactive_definition(thunk, ret, formal, f"call {ret} @{name}({formal})")
+        ir += _inactive_thunk(name, types, ret)
     return ir
 
 
