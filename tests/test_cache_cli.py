@@ -127,6 +127,9 @@ def test_cache_info_and_clear_see_a_real_derivative(tmp_path):
     assert proc.stdout.strip() == "(14.0, 14.0)"
     (entry,) = tmp_path.rglob("*.ezo")
     details = json.loads(cli("cache", "info", "--json", cache=tmp_path).stdout)
-    assert details["entries"] == 1 and details["bytes"] == entry.stat().st_size > 0
+    (texts,) = tmp_path.rglob("*.ezi")  # its IR, beside its object code
+    size = entry.stat().st_size + texts.stat().st_size
+    assert details["entries"] == 1 and details["bytes"] == size > 0
     cleared = cli("cache", "clear", cache=tmp_path)
-    assert cleared.stdout.startswith("removed 1 file (") and not entry.exists()
+    assert cleared.stdout.startswith("removed 2 files (") and not entry.exists()
+    assert not texts.exists()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,6 @@ def _artifact() -> _cache.Artifact:
         entry_name="__enzyme_py_entry_x",
         in_slots="ddd",
         out_slots="ddd",
-        enzyme_ir="define ...",
-        derivative_module="; module",
-        optimized_ir="; optimized",
     )
 
 
@@ -75,7 +73,7 @@ def test_an_entry_under_another_key_is_refused():
 
 
 def test_an_entry_of_the_old_format_is_refused():
-    data = _cache.encode("k" * 64, _artifact()).replace(b"ENZYME_PY_OBJ2", b"ENZYME_PY_OBJ1")
+    data = _cache.encode("k" * 64, _artifact()).replace(b"ENZYME_PY_OBJ3", b"ENZYME_PY_OBJ2")
     with pytest.raises(_cache._Corrupt, match="format"):
         _cache.decode("k" * 64, data)
 
@@ -90,6 +88,22 @@ def test_load_removes_a_corrupt_entry(tmp_path, monkeypatch):
     entry.write_bytes(entry.read_bytes()[:-1])
     assert _cache.load(key) is None
     assert not entry.exists()
+
+
+def test_the_ir_texts_are_an_entry_of_their_own_read_when_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENZYME_PY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ENZYME_PY_LOG", "1")
+    key = "e" * 64
+    texts = _cache.IRTexts("define ...", "; module", "; optimized")
+    _cache.store(key, replace(_artifact(), texts=texts))
+    assert sorted(p.suffix for p in tmp_path.rglob("*.ez?")) == [".ezi", ".ezo"]
+    assert _cache.load(key) == _artifact()  # the object code alone
+    assert _cache.load_texts(key) == texts
+    (ir,) = tmp_path.rglob("*.ezi")
+    ir.write_bytes(ir.read_bytes()[:-1])
+    assert _cache.load_texts(key) is None and not ir.exists()
+    assert _cache.load(key) == _artifact()  # the object code's entry is not affected
+    assert _cache.load_texts("f" * 64) is None  # never stored
 
 
 def test_stale_temporary_files_are_removed(tmp_path, monkeypatch):
@@ -121,7 +135,7 @@ def _fill(cache: Path) -> dict[str, Path]:
     assert proc.returncode == 0 and proc.stdout == EXPECTED, proc.stdout + proc.stderr
     entries = {}
     for path in cache.rglob("*.ezo"):
-        text = path.read_bytes()
+        text = path.with_suffix(".ezi").read_bytes()  # the IR beside the object code
         entries["f" if b"%b = fmul" in text or b"@f(" in text else "g"] = path
     assert sorted(entries) == ["f", "g"]
     return entries
@@ -208,6 +222,46 @@ def test_swapped_entries_are_rebuilt(tmp_path):
     entries["f"].write_bytes(g_bytes)
     entries["g"].write_bytes(f_bytes)
     _rerun(tmp_path, discarded=2)
+
+
+# The IR texts of f's derivative (inspect_llvm, and its module, which differentiating it
+# again starts from) come from the entry beside its object code, or are made again.
+PROGRAM_TEXTS = (
+    PROGRAM.split("f = ez.llvm_ir")[0]
+    + """
+f = ez.llvm_ir(F, 'f')
+df = ez.autodiff(f, ez.Reverse, ez.Active, ez.Active, ez.Active)
+print(df(3.0, 2.0, 1.0))
+print('fmul' in df.inspect_llvm(), 'fmul' in df.inspect_llvm(optimized=True))
+ddf = ez.autodiff(df, ez.Forward, ez.Dual, ez.Const, ez.Const, ez.Dual)
+print(ddf(3.0, 1.0, 2.0, 1.0))
+"""
+)
+# d/dx of (f, df/dx, df/dy) = (2xy, 2y, 2x) at (3, 2).
+EXPECTED_TEXTS = "(18.0, 12.0, 9.0)\nTrue True\n((18.0, 12.0, 9.0), (12.0, 4.0, 6.0))\n"
+
+
+@pytest.mark.needs_enzyme
+@pytest.mark.parametrize("damage", ["intact", "removed", "bit flip"])
+def test_ir_texts_from_the_disk_cache_or_made_again(tmp_path, damage):
+    first = run_python(PROGRAM_TEXTS, env=_env(tmp_path))
+    assert first.stdout == EXPECTED_TEXTS, first.stdout + first.stderr
+    texts = list(tmp_path.rglob("*.ezi"))
+    assert len(texts) == 2  # df's and ddf's
+    for path in texts:
+        if damage == "removed":
+            path.unlink()
+        elif damage == "bit flip":
+            data = bytearray(path.read_bytes())
+            data[len(data) // 2] ^= 0x10
+            path.write_bytes(bytes(data))
+    proc = run_python(PROGRAM_TEXTS, env=_env(tmp_path))
+    assert proc.returncode == 0 and proc.stdout == EXPECTED_TEXTS, proc.stdout + proc.stderr
+    # Both derivatives' code came from the disk cache; df's texts were read or made
+    # again (ddf's were not asked for).
+    assert "from Enzyme" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("IR texts made again") == (damage != "intact"), proc.stderr
+    assert proc.stderr.count("discarded and rebuilt") == (damage == "bit flip"), proc.stderr
 
 
 KILLED_WRITER = (

@@ -140,7 +140,7 @@ def test_text_entries_are_verified_and_never_taken_for_derivatives(tmp_path, mon
     assert _cache.load_text(_cache.request_key(["another"])) is None
     # A derivative's entry under a key is no text.
     other = _cache.request_key(["a derivative"])
-    _cache.store(other, _cache.Artifact(b"\x7fELF", "entry", "", "", "", "", ""))
+    _cache.store(other, _cache.Artifact(b"\x7fELF", "entry", "", ""))
     assert _cache.load_text(other) is None
     # A damaged text entry is a miss (and removed).
     (path,) = [p for p in _cache.entries(tmp_path) if p.stem == key]

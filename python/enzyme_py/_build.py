@@ -251,6 +251,23 @@ def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     return compiled
 
 
+def ir_texts(
+    compiled: Compiled, fn: IRFunction, request: Request, description: str
+) -> _cache.IRTexts:
+    """The IR texts of ``compiled`` (built from ``fn`` for ``request``): those of its
+    build, else the disk cache's (read once), else made again where that entry is
+    missing or damaged (its code stays the one loaded)."""
+    artifact = compiled.artifact
+    if artifact.texts is None:
+        artifact.texts = _cache.load_texts(compiled.key)
+    if artifact.texts is None:
+        with _lock, _log.progress(f"the IR of {description} (Enzyme)"):
+            artifact.texts = _build_artifact(fn, request, compiled.key, description).texts
+        _log.log(f"{description}: IR texts made again by Enzyme")
+    assert artifact.texts is not None
+    return artifact.texts
+
+
 def _remember(compiled: Compiled) -> None:
     """Keep ``compiled`` among the most recent derivatives."""
     _recent[compiled.key] = compiled

@@ -7,7 +7,11 @@ the host CPU). The disk cache holds the object code under that key, so a new
 process skips Enzyme and the optimizer.
 
 An entry is ``magic | header length | header (JSON, with the key) | object code |
-SHA-256 of all that``. Nothing is loaded unverified: a wrong magic, a short file, a
+SHA-256 of all that``, in ``<key>.ezo``. The derivative's IR (as Enzyme made it, the
+module kept to differentiate it again, the optimised module: GMM's are 1 MB, its object
+code 34 KB) is in an entry of the same format beside it, ``<key>.ezi``, read only when
+asked for (``load_texts``): a new process loading GMM's derivative no longer hashes and
+parses that megabyte (4.5 -> 1 ms). Nothing is loaded unverified: a wrong magic, a short file, a
 digest that does not match, a header for another key (an entry copied under the
 wrong name) makes the entry a miss, which is removed, logged and rebuilt (see
 docs/guarantees.md). Files are written to a temporary name and renamed into place,
@@ -21,6 +25,7 @@ Environment: ``ENZYME_PY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/enzyme_py`` or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -38,38 +43,43 @@ from enzyme_py._log import log
 if TYPE_CHECKING:
     from enzyme_py._native import BuildArtifact
 
-# Version 2: a digest over the whole entry (version 1 entries are misses).
-_MAGIC = b"ENZYME_PY_OBJ2\n"
+# Version 3: the IR texts in an entry of their own (version 2 entries, which held them,
+# and version 1 entries, without a digest, are misses).
+_MAGIC = b"ENZYME_PY_OBJ3\n"
 _HEADER = struct.Struct("<Q")
 _DIGEST_SIZE = 32
 # A temporary file this old was left by a writer that died (a store takes milliseconds).
 STALE_TEMP_SECONDS = 600.0
-_TEXT_FIELDS = (
-    "entry_name",
-    "in_slots",
-    "out_slots",
-    "enzyme_ir",
-    "derivative_module",
-    "optimized_ir",
-)
+_TEXT_FIELDS = ("entry_name", "in_slots", "out_slots")
+# Suffixes: a derivative's object code (and store_text's texts), its IR texts.
+_OBJECT, _IR = ".ezo", ".ezi"
+
+
+@dataclass(frozen=True)
+class IRTexts:
+    """A derivative's LLVM IR, as text (see src/engine.h)."""
+
+    enzyme_ir: str  # the derivative function as Enzyme made it
+    derivative_module: str  # the module kept to differentiate it again
+    optimized_ir: str  # the module its object code was made from
 
 
 @dataclass
 class Artifact:
-    """What building a derivative produced (see src/engine.h)."""
+    """What building a derivative produced (see src/engine.h). ``texts`` is None for
+    one loaded from the disk cache until asked for (``load_texts``)."""
 
     object: bytes
     entry_name: str
     in_slots: str
     out_slots: str
-    enzyme_ir: str
-    derivative_module: str
-    optimized_ir: str
+    texts: IRTexts | None = None
 
     @classmethod
     def from_native(cls, built: BuildArtifact) -> Artifact:
         """The fields of ``_native.build``'s result (the same names)."""
-        return cls(**{name: getattr(built, name) for name in cls.__dataclass_fields__})
+        texts = IRTexts(built.enzyme_ir, built.derivative_module, built.optimized_ir)
+        return cls(built.object, built.entry_name, built.in_slots, built.out_slots, texts)
 
 
 def disk_cache_enabled() -> bool:
@@ -91,7 +101,8 @@ def cache_dir() -> Path | None:
 
 
 _ENTRY = re.compile(r"[0-9a-f]{64}\.ezo")
-_LEFTOVER = re.compile(r"\.tmp-.*\.ezo")  # a write that was interrupted
+_IR_ENTRY = re.compile(r"[0-9a-f]{64}\.ezi")
+_LEFTOVER = re.compile(r"\.tmp-.*\.ez[oi]")  # a write that was interrupted
 
 
 def entries(folder: Path | None = None) -> list[Path]:
@@ -105,7 +116,8 @@ def entries(folder: Path | None = None) -> list[Path]:
         if not (sub.is_dir() and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
             continue
         for f in sorted(sub.iterdir()):
-            if f.is_file() and (_ENTRY.fullmatch(f.name) or _LEFTOVER.fullmatch(f.name)):
+            names = (_ENTRY, _IR_ENTRY, _LEFTOVER)
+            if f.is_file() and any(name.fullmatch(f.name) for name in names):
                 found.append(f)
     return found
 
@@ -138,9 +150,9 @@ def clear() -> tuple[int, int]:
     return removed, size
 
 
-def _path(key: str) -> Path | None:
+def _path(key: str, suffix: str = _OBJECT) -> Path | None:
     folder = cache_dir()
-    return None if folder is None else folder / key[:2] / f"{key}.ezo"
+    return None if folder is None else folder / key[:2] / f"{key}{suffix}"
 
 
 def _digest(data: bytes) -> bytes:
@@ -187,9 +199,9 @@ def decode(key: str, data: bytes) -> Artifact:
     return Artifact(object=obj, **fields)
 
 
-def discard(key: str, reason: str) -> None:
+def discard(key: str, reason: str, suffix: str = _OBJECT) -> None:
     """Remove the entry under key (it failed to load), logging why."""
-    path = _path(key)
+    path = _path(key, suffix)
     if path is None:
         return
     log(f"disk cache entry {path.name} discarded and rebuilt: {reason}")
@@ -198,10 +210,10 @@ def discard(key: str, reason: str) -> None:
         path.unlink()
 
 
-def load(key: str) -> Artifact | None:
-    """The artifact stored under key, or None (missing, unreadable or corrupt: then
-    the entry is removed)."""
-    path = _path(key)
+def load(key: str, suffix: str = _OBJECT) -> Artifact | None:
+    """The artifact stored under key (its IR texts not read: ``load_texts``), or None
+    (missing, unreadable or corrupt: then the entry is removed)."""
+    path = _path(key, suffix)
     if path is None:
         return None
     try:
@@ -214,13 +226,13 @@ def load(key: str) -> Artifact | None:
     try:
         return decode(key, data)
     except _Corrupt as exc:
-        discard(key, str(exc))
+        discard(key, str(exc), suffix)
         return None
 
 
 def _remove_stale_temporaries(folder: Path) -> None:
     now = time.time()
-    for tmp in folder.glob(".tmp-*.ezo"):
+    for tmp in folder.glob(".tmp-*.ez[oi]"):
         try:
             if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
                 tmp.unlink()
@@ -229,16 +241,13 @@ def _remove_stale_temporaries(folder: Path) -> None:
             pass
 
 
-def store(key: str, artifact: Artifact) -> None:
-    """Write artifact under key; failures (read-only disk, full disk) are only logged."""
-    path = _path(key)
-    if path is None:
-        return
-    data = encode(key, artifact)
+def _write(path: Path, data: bytes) -> None:
+    """data into path, whole or not at all; failures (read-only disk, full disk) are
+    only logged."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".ezo")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -250,14 +259,42 @@ def store(key: str, artifact: Artifact) -> None:
         log(f"disk cache not written ({exc})", logging.INFO)
 
 
-# The entry name of a text entry (store_text): no derivative's entry is named so.
+# The entry names of a text entry (store_text) and of an IR entry: no derivative's
+# entry is named so.
 _TEXT_ENTRY = "<text>"
+_IR_TEXTS = "<ir>"
+
+
+def store(key: str, artifact: Artifact) -> None:
+    """Write artifact under key: its object code, then its IR texts (where it has
+    them) in an entry beside it. A writer killed in between leaves an object without
+    texts, which are made again if asked for."""
+    path = _path(key)
+    if path is None:
+        return
+    _write(path, encode(key, artifact))
+    if artifact.texts is not None:
+        texts = json.dumps(dataclasses.asdict(artifact.texts)).encode()
+        _write(path.with_suffix(_IR), encode(key, Artifact(texts, _IR_TEXTS, "", "")))
+
+
+def load_texts(key: str) -> IRTexts | None:
+    """The IR texts stored beside key's object code, or None (missing or corrupt)."""
+    artifact = load(key, _IR)
+    if artifact is None or artifact.entry_name != _IR_TEXTS:
+        return None
+    try:
+        fields = json.loads(artifact.object.decode())
+        return IRTexts(**fields)
+    except (ValueError, TypeError) as exc:  # never written so: damaged with its digest
+        discard(key, f"bad IR texts ({exc})", _IR)
+        return None
 
 
 def store_text(key: str, text: str) -> None:
     """Keep a small text (a fact about some code, such as which parameters it only
     reads) under key, in an entry of the same verified format as a derivative's."""
-    store(key, Artifact(text.encode(), _TEXT_ENTRY, "", "", "", "", ""))
+    store(key, Artifact(text.encode(), _TEXT_ENTRY, "", ""))
 
 
 def load_text(key: str) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from enzyme_py import _arguments, _build, _convention, _njit_call, _state, frontends, rules
+from enzyme_py import _arguments, _build, _cache, _convention, _njit_call, _state, frontends, rules
 from enzyme_py._activities import RecursionBatchRefused, check_activities
 from enzyme_py._read_only import read_only_params
 from enzyme_py._signature import Param
@@ -191,24 +191,24 @@ class Derivative:
         self.zeroed_params = frozenset(visible[p] for p, _, _ in zeroed)
         # Custom rules apply to every derivative, made here (a function itself needs none).
         self._built_function = fn if options.primal_only else rules.with_rules(fn)
-        self._compiled = _build.derivative(
-            self._built_function,
-            _build.Request(
-                forward=mode is Forward,
-                args=tuple(_PARAMETER_DIFFE[a] for a in params),
-                ret=ret_code,
-                return_primal=return_primal,
-                width=options.width,
-                runtime_activity=options.runtime_activity,
-                strong_zero=options.strong_zero,
-                atomic_add=options.atomic_add,
-                primal_only=options.primal_only,
-                split=options.split,
-                zeroed_shadows=zeroed,
-                fused_workers=options.fused_workers,
-            ),
-            f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}",
+        self._request = _build.Request(
+            forward=mode is Forward,
+            args=tuple(_PARAMETER_DIFFE[a] for a in params),
+            ret=ret_code,
+            return_primal=return_primal,
+            width=options.width,
+            runtime_activity=options.runtime_activity,
+            strong_zero=options.strong_zero,
+            atomic_add=options.atomic_add,
+            primal_only=options.primal_only,
+            split=options.split,
+            zeroed_shadows=zeroed,
+            fused_workers=options.fused_workers,
         )
+        self._description = (
+            f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}"
+        )
+        self._compiled = _build.derivative(self._built_function, self._request, self._description)
         self.plan = _convention.plan_call(
             fn, mode, params, ret, options.width, return_primal, options.runtime_activity
         )
@@ -497,7 +497,7 @@ class Derivative:
         if self._as_function is None:
             if self.width != 1:
                 raise ActivityError("only derivatives of width 1 can be differentiated again")
-            module = frontends.parse_module(self._compiled.artifact.derivative_module)
+            module = frontends.parse_module(self.ir_texts().derivative_module)
             # Enzyme differentiates its own raw output poorly (dead primal code,
             # placeholder phis trip its assertions); it handles the optimized form.
             module.native.optimize(_build.PASSES_TO_DIFFERENTIATE_AGAIN)
@@ -624,10 +624,16 @@ class Derivative:
                 f"enzyme_py: {what} is for derivatives made by ez.autodiff"
             )
 
+    def ir_texts(self) -> _cache.IRTexts:
+        """The derivative's IR as text (read from the disk cache when first asked for)."""
+        return _build.ir_texts(
+            self._compiled, self._built_function, self._request, self._description
+        )
+
     def inspect_llvm(self, optimized: bool = False) -> str:
         """The derivative's LLVM IR: as Enzyme made it, or the final optimized module."""
-        art = self._compiled.artifact
-        return art.optimized_ir if optimized else art.enzyme_ir
+        texts = self.ir_texts()
+        return texts.optimized_ir if optimized else texts.enzyme_ir
 
     def __repr__(self) -> str:
         acts = ", ".join(a.name for a in self.activities)
