@@ -9,6 +9,7 @@
 #include "scatter_adds.h"
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
+#include "wide_vectors.h"
 
 #include <dlfcn.h>
 
@@ -96,6 +97,7 @@ HostJit::HostJit() {
   triple_ = take_message(LLVMGetDefaultTargetTriple());
   cpu_ = take_message(LLVMGetHostCPUName());
   features_ = take_message(LLVMGetHostCPUFeatures());
+  wide_vectors_ = wide_vectors_pay(cpu_, features_);
 
   LLVMTargetRef target = nullptr;
   char *error = nullptr;
@@ -220,9 +222,14 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   // An LLVMTargetMachineRef is a TargetMachine (llvm-c's unwrap is not public).
   llvm::PassBuilder builder(reinterpret_cast<llvm::TargetMachine *>(machine_), tuning,
                             llvm::None, &callbacks);
+  const bool wide = wide_vectors_;
   builder.registerPipelineParsingCallback(
-      [](llvm::StringRef name, llvm::FunctionPassManager &passes,
+      [wide](llvm::StringRef name, llvm::FunctionPassManager &passes,
          llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
+        if (name == kWidenStreamingLoops) {
+          passes.addPass(WidenStreamingLoops(wide));
+          return true;
+        }
         if (name == kSplitScatterAdds) {
           passes.addPass(SplitScatterAdds());
           return true;

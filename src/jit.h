@@ -50,6 +50,8 @@ class HostJit {
   const std::string &features() const { return features_; }
   // Whether loops may call glibc's vector math functions (libmvec).
   bool vector_math() const { return vector_math_; }
+  // Whether streaming loops get 512-bit vectors (wide_vectors.h).
+  bool wide_vectors() const { return wide_vectors_; }
 
  private:
   void run_pipeline(LLVMModuleRef mod, const std::string &passes) const;
@@ -62,6 +64,7 @@ class HostJit {
   // The resource tracker of each loaded object, by its entry symbol (for unload).
   std::map<std::string, LLVMOrcResourceTrackerRef> trackers_;
   bool vector_math_ = false;
+  bool wide_vectors_ = false;
   // What ORC reported while the last load ran (e.g. "Symbols not found: [ f ]"):
   // its lookup error alone names only the symbol that could not be materialized.
   std::mutex reported_lock_;

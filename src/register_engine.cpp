@@ -63,7 +63,8 @@ void register_engine(py::module_ &m) {
   m.def("host", []() {
     const HostJit &jit = the_engine().jit();
     return py::make_tuple(jit.triple(), jit.cpu(), jit.features(),
-                          jit.vector_math() ? "libmvec" : "");
+                          jit.vector_math() ? "libmvec" : "",
+                          jit.wide_vectors() ? "512-bit streaming loops" : "");
   });
   m.def(
       "define_symbols",

@@ -40,7 +40,9 @@ def info() -> dict[str, Any]:
     ``enzyme_plugin`` (path), ``llvm_version`` (the last three None without AD),
     ``numba_version`` (None when Numba is not installed), ``cache_dir`` (the disk cache
     of compiled derivatives, None when ``ENZYME_PY_DISK_CACHE=0``), ``vector_math`` (the
-    vector math library derivatives may call: ``"libmvec"``, or None),
+    vector math library derivatives may call: ``"libmvec"``, or None), ``wide_vectors``
+    (``"512-bit streaming loops"`` where derivatives' streaming loops use AVX-512 vectors,
+    see src/wide_vectors.h; else None),
     ``offload_devices`` (list of dicts with name, platform, type, memory, uid; or a
     string saying why none can be listed), and ``reason`` (why AD is unavailable, or
     None).
@@ -56,6 +58,7 @@ def info() -> dict[str, Any]:
         "numba_version": _numba_version(),
         "cache_dir": str(folder) if folder is not None else None,
         "vector_math": (native.host()[3] or None) if native is not None else None,
+        "wide_vectors": (native.host()[4] or None) if native is not None else None,
         "offload_devices": _offload_devices(),
         "reason": _state.unavailable_reason,
     }

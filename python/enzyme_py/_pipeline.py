@@ -132,18 +132,29 @@ SINK_SHADOW_ZEROING = "enzyme-py-sink-shadow-zeroing"
 # as written; the new function gets the function passes after it, vectorisers included.
 THREAD_FUSED_LOOPS = "enzyme-py-thread-fused-loops"
 
+# src/wide_vectors.h: streaming loops (innermost, short, no reduction, no calls) get
+# the loop vectoriser's width hint for 512-bit vectors, where the host has AVX-512 and
+# keeps its clock with it (nothing changes elsewhere). Before each loop vectoriser: the
+# second one takes the loops the scatter pass made (heat's fused gather and the loop
+# zeroing the adjoint it consumed).
+WIDEN_STREAMING_LOOPS = "enzyme-py-widen-streaming-loops"
+
 # src/index_signs.h: Numba's negative-index tests of indices proven non-negative,
 # folded. It runs before Enzyme, in the simplification of Numba's code (kSimplifyPasses
 # in src/numba_rewrites.cpp); named here for tests that run it alone.
 FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
 
+_VECTORIZE = "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only;>"
+
 PASSES = (
     _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
+    .replace(f",{_VECTORIZE},", f",{WIDEN_STREAMING_LOOPS},{_VECTORIZE},")
     .replace(
         ",loop-load-elim,",
         f",{SPLIT_SCATTER_ADDS},{SINK_SHADOW_ZEROING},{THREAD_FUSED_LOOPS},loop-load-elim,gvn<>,",
     )
     .replace(",loop-unroll<O2>,", ",loop-unroll<O2;no-runtime>,")
     + "|"
-    + _SECOND
+    + _SECOND.replace(f"function({_VECTORIZE},", f"function({WIDEN_STREAMING_LOOPS},{_VECTORIZE},")
 )
+assert PASSES.count(WIDEN_STREAMING_LOOPS) == 2
