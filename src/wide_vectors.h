@@ -22,12 +22,20 @@
 // 512-bit vectors whole. The vectoriser still checks that vectorising is legal
 // (dependences, run-time alias checks); only its width changes.
 //
-// Measured so, alternating processes on the 2-core icelake-client VM: heat's gradient
-// (1000 cells x 1000 steps) 476-511 -> 318-349 us, its primal 143-162 us; the Numba
-// GMM gradient 29.1 -> 30.1 ms (median of four pairs, each pair's spread larger), the
-// C++ GMM 23.6-24.5 -> 24.0-25.4 ms and BA 13.9-14.4 -> 14.2-14.6 ms (three pairs
-// each: GMM's loops over d = 10 entries, which the hint also widens, are too short to
-// gain), HAND, LSTM and Rosenbrock unchanged.
+// Measured so (three alternated pairs of processes, 2-core icelake-client VM, a
+// quiet phase): heat's gradient (1000 cells x 1000 steps) 448-451 -> 316-382 us, its
+// primal 141-145 us; the Numba GMM gradient 24.6-26.0 -> 25.0-25.9 ms; GMM prange
+// 12.1-12.3 -> 12.7-13.5 ms (its loops over d run the short copies: what remains is
+// the checks before them, or code size).
+//
+// Before the first vectoriser, a loop whose count is known only at run time is
+// versioned: the widened loop runs where it has at least kFewestIterations
+// iterations, an untouched copy where it has fewer (GMM's loops over d = 10 entries
+// run 256-bit code as before: GMM prange's gradient had been 4-10% slower, its
+// loops widened as they were). Before the second, the loops the scatter pass made
+// (a reverse stencil's fused gather and the loop zeroing what it consumed) are
+// widened as they are: versioned too, heat's gradient lost most of its gain (372
+// against 317 us).
 //
 // A function pass, named in the derivative pipeline (_pipeline.py) before each loop
 // vectoriser; it changes nothing where the host does not qualify (`wide_vectors_pay`).
@@ -40,12 +48,20 @@
 namespace enzyme_py {
 
 struct WidenStreamingLoops : llvm::PassInfoMixin<WidenStreamingLoops> {
-  explicit WidenStreamingLoops(bool enabled) : enabled(enabled) {}
+  WidenStreamingLoops(bool enabled, bool before_scatter)
+      : enabled(enabled), before_scatter(before_scatter) {}
   llvm::PreservedAnalyses run(llvm::Function &fn, llvm::FunctionAnalysisManager &analyses);
   bool enabled;
+  // Before the first loop vectoriser, which comes before the scatter pass
+  // (scatter_adds.h): loops that add into memory they read are left to that pass (a
+  // copy of one would be split and fused twice); its loops meet the second vectoriser,
+  // and the instance before it.
+  bool before_scatter;
 };
 
 inline constexpr const char *kWidenStreamingLoops = "enzyme-py-widen-streaming-loops";
+inline constexpr const char *kWidenStreamingLoopsBeforeScatter =
+    "enzyme-py-widen-streaming-loops-before-scatter";
 
 // Whether the host (LLVM's name for its CPU, its feature string) has AVX-512 and
 // keeps its clock with it: Ice Lake and later Intel cores. ENZYME_PY_WIDE_VECTORS=0
