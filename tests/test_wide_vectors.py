@@ -71,6 +71,18 @@ for dtype in ("float64", "float32"):
         "error": float(np.max(np.abs(du - reference)) / scale),
         "ir": df.inspect_llvm(optimized=True),
     }
+# Around the count from which the wide copy of a loop runs (32 iterations: the
+# stencil's inner loop runs n - 2 times), and far below and above it.
+errors = []
+stencil = numba.njit(heat)
+dstencil = ez.autodiff(stencil, ez.Reverse, ez.Duplicated, ez.Const, ez.ActiveOnly)
+for n in (5, 31, 32, 33, 34, 35, 40, 1000):
+    u0 = np.random.default_rng(n).uniform(0.0, 1.0, n)
+    du = np.zeros_like(u0)
+    dstencil(u0, du, 7, 1.0)
+    reference = fd(stencil, u0, 7)
+    errors.append(float(np.max(np.abs(du - reference)) / np.max(np.abs(reference))))
+out["sizes"] = errors
 x = np.linspace(0.0, 1.0, 300)
 y = np.cos(x)
 tangent = np.sin(x)
@@ -101,6 +113,9 @@ def test_streaming_loops_get_512_bit_vectors_where_asked(tmp_path):
     # computes in float64), their functions allowed 512-bit vectors.
     wide = '"min-legal-vector-width"="512"'
     assert "<8 x double>" in out["float64"]["ir"] and wide in out["float64"]["ir"]
+    # The stencil's forward loop runs its wide copy from 32 iterations on (the check).
+    assert "wide.long" in out["float64"]["ir"]
+    assert max(out["sizes"]) < 1e-6, out["sizes"]
     assert "<8 x double>" in out["float32"]["ir"] and wide in out["float32"]["ir"]
     assert out["float64"]["error"] < 1e-6
     assert out["float32"]["error"] < 1e-3
@@ -118,3 +133,4 @@ def test_no_512_bit_vectors_when_turned_off(tmp_path):
     assert out["float64"]["error"] < 1e-6
     assert out["float32"]["error"] < 1e-3
     assert out["dot"]["error"] < 1e-12
+    assert max(out["sizes"]) < 1e-6, out["sizes"]
