@@ -226,8 +226,8 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   builder.registerPipelineParsingCallback(
       [wide](llvm::StringRef name, llvm::FunctionPassManager &passes,
          llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
-        if (name == kWidenStreamingLoops || name == kWidenStreamingLoopsBeforeScatter) {
-          passes.addPass(WidenStreamingLoops(wide, name == kWidenStreamingLoopsBeforeScatter));
+        if (name == kWidenStreamingLoops) {
+          passes.addPass(WidenStreamingLoops(wide));
           return true;
         }
         if (name == kSplitScatterAdds) {
