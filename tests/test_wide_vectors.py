@@ -3,9 +3,10 @@
 On AVX-512 hosts that keep their clock with it (Ice Lake and later) the loops the
 scatter pass makes of a reverse stencil (and others the first vectoriser left) get the
 loop vectoriser's width hint for 512-bit vectors where they stream; loops with a
-reduction, with calls, or known to run a few times keep LLVM's choice. ``ENZYME_PY_WIDE_VECTORS`` (read when the JIT starts) forces it on (=1, any x86
-host: where the CPU lacks AVX-512 code generation splits the vectors) or off (=0), so
-each case runs in a fresh process. Every gradient is checked against float64 central
+reduction, with calls, or known to run a few times keep LLVM's choice.
+``ENZYME_PY_WIDE_VECTORS`` (read when the JIT starts) forces it on (=1, any x86 host:
+where the CPU lacks AVX-512 code generation splits the vectors) or off (=0), so each
+case runs in a fresh process. Every gradient is checked against float64 central
 differences of the primal.
 """
 
