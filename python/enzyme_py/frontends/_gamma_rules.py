@@ -160,6 +160,13 @@ def _wrapper(libm: str) -> str:
 _DONE = "@enzyme_py.lgamma.zero("
 
 
+def mark_inactive(ir: str, name: str) -> str:
+    """``ir`` with the declaration of ``name`` inactive to Enzyme (and freeing nothing
+    it tracks)."""
+    pattern = re.compile(rf"^(declare [^\n]*@{re.escape(name)}\([^\n]*)$", re.MULTILINE)
+    return pattern.sub(lambda m: m.group(1) + ' nofree "enzyme_inactive"', ir)
+
+
 def with_gamma_rules(ir: str) -> str:
     """``ir`` with each call of the functions of ``_TYPES`` it declares made a call of
     enzyme_py.<name> (see the module's docstring), their declarations inactive."""
@@ -175,13 +182,7 @@ def with_gamma_rules(ir: str) -> str:
         # Any use left but its declaration (its address taken) keeps the function.
         if len(re.findall(rf"@{libm}\b", rewritten)) != 1:
             continue
-        ir = re.sub(
-            rf"^(declare [^\n]*@{libm}\([^\n]*)$",
-            r'\g<1> nofree "enzyme_inactive"',
-            rewritten,
-            count=1,
-            flags=re.MULTILINE,
-        )
+        ir = mark_inactive(rewritten, libm)
         found.append(libm)
     if not found:
         return ir

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import re
 
-from enzyme_py.frontends._gamma_rules import with_gamma_rules
+from enzyme_py.frontends._gamma_rules import mark_inactive, with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
@@ -108,11 +108,6 @@ def _called_runtime(ir: str) -> set[str]:
             continue
         called.update(_CALLEE.findall(match.group(0)))
     return called
-
-
-def _mark_inactive(ir: str, name: str) -> str:
-    pattern = re.compile(rf"^(declare [^\n]*@{re.escape(name)}\([^\n]*)$", re.MULTILINE)
-    return pattern.sub(lambda m: m.group(1) + ' nofree "enzyme_inactive"', ir)
 
 
 def _type_of(argument: str) -> str:
@@ -422,7 +417,7 @@ def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     called = _called_runtime(ir)
     for name in SHAPE_ONLY:
         if name in called:
-            ir = _mark_inactive(ir, name)
+            ir = mark_inactive(ir, name)
     python = {n for n in called if n.startswith(("Py", "_Py")) or n in SINKS}
     # print() needs Numba's environment object, which enzyme_py's copy of the code
     # lacks (its error path would keep the GIL): still refused (_build_errors.py says so).
@@ -430,5 +425,5 @@ def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     if python and python <= set(SINKS) and not prints:
         ir = _without_variadic_calls(ir, python)
         for name in sorted(python):
-            ir = _mark_inactive(ir, name)
+            ir = mark_inactive(ir, name)
     return ir
