@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include "isolation.h"
 #include "llvm_util.h"
 #include "rewrites.h"
+#include "tape_scopes.h"
 #include "type_trees.h"
 #include "unread_launches.h"
 
@@ -267,6 +269,13 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   // After the module kept for differentiating again, which keeps Enzyme's
   // convention (adjoints added into the shadows).
   derivative = zero_shadows_on_entry(derivative, zeroed);
+  if (!req.forward && !req.split && !req.primal_only) {
+    // Its parameters are never the tape: its cache loads may be scoped (tape_scopes.h).
+    LLVMAddAttributeAtIndex(
+        derivative, LLVMAttributeFunctionIndex,
+        LLVMCreateStringAttribute(ctx_, kScopeTapeAttribute,
+                                  static_cast<unsigned>(std::strlen(kScopeTapeAttribute)), "", 0));
+  }
   // Also for primal-only requests: a kernel's range driver calls a derivative made
   // earlier (its tape allocations still marked) once per index.
   // The augmented forward pass of split mode: every allocation it keeps must

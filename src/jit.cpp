@@ -9,6 +9,7 @@
 #include "scatter_adds.h"
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
+#include "tape_scopes.h"
 #include "wide_vectors.h"
 
 #include <dlfcn.h>
@@ -248,6 +249,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
         }
         if (name == kHoistInvariantExits) {
           passes.addPass(HoistInvariantExits());
+          return true;
+        }
+        if (name == kScopeTapeLoads) {
+          passes.addPass(ScopeTapeLoads());
           return true;
         }
         if (name == kFoldIndexSigns) {

@@ -147,8 +147,16 @@ FOLD_INDEX_SIGNS = "enzyme-py-fold-index-signs"
 
 _VECTORIZE = "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only;>"
 
+# src/tape_scopes.h: Enzyme's cache loads in a combined reverse derivative scoped apart
+# from the stores that cannot write the tape, so that LICM hoists them out of the
+# loops (a stencil's temporaries swapped each step: their shadows reloaded from the
+# cache at every iteration hid the reverse loop from the scatter pass). After the
+# first SROA and early CSE, which make the cache pointers values.
+SCOPE_TAPE_LOADS = "enzyme-py-scope-tape-loads"
+
 PASSES = (
-    _LLVM15_O2.replace(",gvn<>,", ",gvn<no-load-pre>,")
+    _LLVM15_O2.replace(",sroa,early-cse<>),", f",sroa,early-cse<>,{SCOPE_TAPE_LOADS}),", 1)
+    .replace(",gvn<>,", ",gvn<no-load-pre>,")
     .replace(
         ",loop-load-elim,",
         f",{SPLIT_SCATTER_ADDS},{SINK_SHADOW_ZEROING},{THREAD_FUSED_LOOPS},loop-load-elim,gvn<>,",

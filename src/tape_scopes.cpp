@@ -1,0 +1,267 @@
+#include "tape_scopes.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalValue.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/IntrinsicInst.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Metadata.h>
+#include <llvm/IR/Operator.h>
+
+#include "arena.h"
+#include "numba_rewrites.h"
+
+namespace enzyme_py {
+namespace {
+
+using llvm::Instruction;
+using llvm::Value;
+
+// What the values a pointer is made of are: bits of a set.
+enum Roots : unsigned {
+  kNone = 0,
+  kTape = 1,     // a tape allocation (an Enzyme cache)
+  kOutside = 2,  // memory that is not the tape's
+  kUnknown = 4,  // anything else: a pointer loaded from memory, a call's result...
+};
+
+bool body_writes(const llvm::Function &fn, int depth);
+
+// Whether `call` may write memory (intrinsics that only mark or assume, the tape's and
+// Numba's allocators, and functions whose bodies write nothing do not; memset writes
+// bytes, never a pointer to the tape).
+bool may_write(const llvm::CallBase &call, int depth = 0) {
+  if (!call.mayWriteToMemory()) return false;
+  const llvm::Function *callee = call.getCalledFunction();
+  if (!callee) return true;
+  const std::string name = callee->getName().str();
+  if (name == kTapeAlloc || name == kTapeRealloc || name == kTapeFree) return false;
+  if (is_numba_allocator(name)) return false;
+  if (callee->isIntrinsic()) {
+    switch (callee->getIntrinsicID()) {
+      case llvm::Intrinsic::assume:
+      case llvm::Intrinsic::lifetime_start:
+      case llvm::Intrinsic::lifetime_end:
+      case llvm::Intrinsic::experimental_noalias_scope_decl:
+      case llvm::Intrinsic::memset:
+        return false;
+      default:
+        return true;
+    }
+  }
+  // Enzyme's derivatives of Numba's emptied reference counting: empty bodies.
+  return callee->isDeclaration() || body_writes(*callee, depth + 1);
+}
+
+bool body_writes(const llvm::Function &fn, int depth) {
+  if (depth > 3 || fn.isDeclaration()) return true;
+  for (const llvm::BasicBlock &block : fn) {
+    for (const Instruction &inst : block) {
+      if (const auto *call = llvm::dyn_cast<llvm::CallBase>(&inst)) {
+        if (may_write(*call, depth)) return true;
+      } else if (inst.mayWriteToMemory()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// The roots of the pointers the derivative makes and reads. Memory is told apart by
+// the roots of its address: the tape's (Enzyme's caches, read through their
+// !invariant.group), and the rest, whose contents start as the caller's (never a
+// pointer to this call's tape). What the function writes adds to what either may
+// hold: a fixed point over `foreign_` (pointers written into the tape other than by
+// a cache's own group) and `outside_` (pointers written into the rest).
+class Provenance {
+ public:
+  explicit Provenance(llvm::Function &fn) : group_(fn.getContext().getMDKindID("invariant.group")) {
+    for (llvm::BasicBlock &block : fn) {
+      for (Instruction &inst : block) {
+        if (auto *store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
+          if (llvm::MDNode *g = store->getMetadata(group_)) {
+            stored_[g].push_back(store->getValueOperand());
+          }
+          stores_.push_back(store);
+        } else if (auto *call = llvm::dyn_cast<llvm::CallBase>(&inst)) {
+          if (may_write(*call)) calls_.push_back(call);
+        }
+      }
+    }
+    for (;;) {  // each step adds bits: at most a few
+      const unsigned foreign = foreign_, outside = outside_;
+      for (llvm::StoreInst *store : stores_) {
+        Value *value = store->getValueOperand();
+        if (!value->getType()->isPointerTy()) continue;
+        const unsigned where = of(store->getPointerOperand());
+        if (where & (kTape | kUnknown) && !store->getMetadata(group_)) foreign_ |= of(value);
+        if (where & (kOutside | kUnknown)) outside_ |= of(value);
+      }
+      for (llvm::CallBase *call : calls_) written_by(*call);
+      done_.clear();
+      if (foreign == foreign_ && outside == outside_) break;
+    }
+  }
+
+  // The roots of `pointer` (through GEPs, casts, phis, selects and loads).
+  unsigned of(Value *pointer) {
+    pointer = pointer->stripPointerCasts();
+    auto found = done_.find(pointer);
+    if (found != done_.end()) return found->second;
+    if (visiting_.count(pointer)) {
+      // A cycle: what it joins is counted where it entered; nothing below this
+      // visit is remembered (its roots are the whole cycle's).
+      in_cycle_ = true;
+      return kNone;
+    }
+    if (++steps_ > kBudget) return kUnknown;
+    visiting_.insert(pointer);
+    const unsigned roots = compute(pointer);
+    visiting_.erase(pointer);
+    if (!in_cycle_) done_[pointer] = roots;
+    if (visiting_.empty()) in_cycle_ = false;
+    return roots;
+  }
+
+ private:
+  static constexpr unsigned kBudget = 200000;  // values visited in all, then unknown
+
+  // What memory at `where` may hold: a cache's group's stores (`group`, where
+  // known), whatever else was written there.
+  unsigned contents(unsigned where, llvm::MDNode *group) {
+    unsigned held = kNone;
+    if (where & kTape) {
+      auto stores = group ? stored_.find(group) : stored_.end();
+      if (stores == stored_.end()) return kUnknown;
+      for (Value *stored : stores->second) {
+        held |= stored->getType()->isPointerTy() ? of(stored) : kUnknown;
+      }
+      held |= foreign_;
+    }
+    if (where & kOutside) held |= outside_;
+    if (where & kUnknown) held |= kUnknown;
+    return held;
+  }
+
+  void written_by(llvm::CallBase &call) {
+    if (auto *transfer = llvm::dyn_cast<llvm::AnyMemTransferInst>(&call)) {
+      // memcpy, memmove: the source's contents (any cache's, where it is the tape).
+      const unsigned from = of(transfer->getRawSource());
+      unsigned held = from & kTape ? kUnknown : kNone;
+      held |= contents(from & ~kTape, nullptr);
+      const unsigned to = of(transfer->getRawDest());
+      if (to & (kTape | kUnknown)) foreign_ |= held;
+      if (to & (kOutside | kUnknown)) outside_ |= held;
+      return;
+    }
+    // Any other call may store what its pointers reach where they point: harmless
+    // while it is given memory outside the tape only.
+    unsigned given = kNone;
+    for (Value *arg : call.args()) {
+      if (arg->getType()->isPointerTy()) given |= of(arg);
+    }
+    if (given & (kTape | kUnknown)) {
+      foreign_ |= kUnknown;
+      outside_ |= kUnknown;
+    }
+  }
+
+  unsigned compute(Value *v) {
+    // An undefined value may be taken as any other (a phi's incoming one on a path
+    // where the value is never used): it adds no root.
+    if (llvm::isa<llvm::UndefValue>(v)) return kNone;
+    if (llvm::isa<llvm::Argument, llvm::AllocaInst, llvm::GlobalValue,
+                  llvm::ConstantPointerNull>(v)) {
+      return kOutside;
+    }
+    if (auto *gep = llvm::dyn_cast<llvm::GEPOperator>(v)) return of(gep->getPointerOperand());
+    if (auto *cast = llvm::dyn_cast<llvm::BitCastOperator>(v)) return of(cast->getOperand(0));
+    if (auto *phi = llvm::dyn_cast<llvm::PHINode>(v)) {
+      unsigned roots = kNone;
+      for (Value *in : phi->incoming_values()) roots |= of(in);
+      return roots;
+    }
+    if (auto *select = llvm::dyn_cast<llvm::SelectInst>(v)) {
+      return of(select->getTrueValue()) | of(select->getFalseValue());
+    }
+    if (auto *call = llvm::dyn_cast<llvm::CallBase>(v)) {
+      const llvm::Function *callee = call->getCalledFunction();
+      if (!callee) return kUnknown;
+      const std::string name = callee->getName().str();
+      if (name == kTapeAlloc || name == kTapeRealloc) return kTape;
+      if (name == "malloc" || name == "calloc" || is_numba_allocator(name)) return kOutside;
+      return kUnknown;
+    }
+    if (auto *load = llvm::dyn_cast<llvm::LoadInst>(v)) {
+      return contents(of(load->getPointerOperand()), load->getMetadata(group_));
+    }
+    return kUnknown;
+  }
+
+  unsigned group_;
+  std::map<llvm::MDNode *, std::vector<Value *>> stored_;  // by cache group
+  std::vector<llvm::StoreInst *> stores_;
+  std::vector<llvm::CallBase *> calls_;  // those that may write memory
+  unsigned foreign_ = kNone;
+  unsigned outside_ = kOutside;  // the caller's memory holds no pointer to the tape
+  std::map<Value *, unsigned> done_;
+  std::set<Value *> visiting_;
+  bool in_cycle_ = false;
+  size_t steps_ = 0;
+};
+
+// `node`'s scope list with `scope` added.
+llvm::MDNode *with_scope(llvm::MDNode *node, llvm::MDNode *scope) {
+  return llvm::MDNode::concatenate(node, llvm::MDNode::get(scope->getContext(), {scope}));
+}
+
+}  // namespace
+
+llvm::PreservedAnalyses ScopeTapeLoads::run(llvm::Function &fn, llvm::FunctionAnalysisManager &) {
+  if (fn.isDeclaration() || !fn.hasFnAttribute(kScopeTapeAttribute)) {
+    return llvm::PreservedAnalyses::all();
+  }
+  Provenance provenance(fn);
+  const unsigned group = fn.getContext().getMDKindID("invariant.group");
+  std::vector<llvm::LoadInst *> cache_loads;
+  std::vector<Instruction *> outside_writes;
+  for (llvm::BasicBlock &block : fn) {
+    for (Instruction &inst : block) {
+      if (auto *load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
+        if (load->getMetadata(group) && provenance.of(load->getPointerOperand()) == kTape) {
+          cache_loads.push_back(load);
+        }
+      } else if (auto *store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
+        if (provenance.of(store->getPointerOperand()) == kOutside) outside_writes.push_back(store);
+      } else if (auto *intrinsic = llvm::dyn_cast<llvm::AnyMemIntrinsic>(&inst)) {
+        // memset, memcpy, memmove: what they write is their destination.
+        if (provenance.of(intrinsic->getRawDest()) == kOutside) outside_writes.push_back(&inst);
+      }
+    }
+  }
+  if (cache_loads.empty() || outside_writes.empty()) return llvm::PreservedAnalyses::all();
+  llvm::MDBuilder md(fn.getContext());
+  llvm::MDNode *domain = md.createAnonymousAliasScopeDomain("enzyme_py tape");
+  llvm::MDNode *scope = md.createAnonymousAliasScope(domain, "enzyme_py cache");
+  for (llvm::LoadInst *load : cache_loads) {
+    load->setMetadata(llvm::LLVMContext::MD_alias_scope,
+                      with_scope(load->getMetadata(llvm::LLVMContext::MD_alias_scope), scope));
+  }
+  for (Instruction *write : outside_writes) {
+    write->setMetadata(llvm::LLVMContext::MD_noalias,
+                       with_scope(write->getMetadata(llvm::LLVMContext::MD_noalias), scope));
+  }
+  llvm::PreservedAnalyses kept;
+  kept.preserveSet<llvm::CFGAnalyses>();
+  return kept;
+}
+
+}  // namespace enzyme_py
