@@ -189,8 +189,6 @@ class Derivative:
         # out) of the arrays whose shadows this derivative zeroes itself.
         visible = {i: v for v, (i, _) in enumerate(fn.visible_params)}
         self.zeroed_params = frozenset(visible[p] for p, _, _ in zeroed)
-        # Custom rules apply to every derivative, made here (a function itself needs none).
-        self._built_function = fn if options.primal_only else rules.with_rules(fn)
         self._request = _build.Request(
             forward=mode is Forward,
             args=tuple(_PARAMETER_DIFFE[a] for a in params),
@@ -208,7 +206,7 @@ class Derivative:
         self._description = (
             f"'{fn.display_name}' in {mode.name} mode with activities {self._given()}"
         )
-        self._compiled = _build.derivative(self._built_function, self._request, self._description)
+        self._built_function, self._compiled = self._compile(fn, mode, options)
         self.plan = _convention.plan_call(
             fn, mode, params, ret, options.width, return_primal, options.runtime_activity
         )
@@ -229,6 +227,22 @@ class Derivative:
             )
         # The halves of split mode are called through call_split only.
         self._fast = None if options.split else self._fast_caller()
+
+    def _compile(
+        self, fn: IRFunction, mode: Mode, options: Options
+    ) -> tuple[IRFunction, _build.Compiled]:
+        """The function built (custom rules applied to any derivative; a function itself
+        needs none) and its compiled derivative: a combined reverse derivative from
+        ``fn.combined_form`` where the frontend gives one, from ``fn`` where Enzyme
+        refuses that form (a Numba function calling LAPACK: mixed activity)."""
+        if mode is Reverse and not options.split and fn.combined_form is not None:
+            combined = rules.with_rules(fn.combined_form())
+            try:
+                return combined, _build.derivative(combined, self._request, self._description)
+            except EnzymeError:
+                pass  # the function as called, below
+        built = fn if options.primal_only else rules.with_rules(fn)
+        return built, _build.derivative(built, self._request, self._description)
 
     def _given(self) -> str:
         """The activities as the user gave them: hidden parameters left out."""

@@ -163,7 +163,9 @@ class _Jacobian:
         """The gradient of scalar-valued f with respect to argument i, by forward mode."""
         x = args[i]
         row = np.empty(size_of(x), dtype=x.dtype if isinstance(x, np.ndarray) else np.float64)
-        acts = tf.activities_for(args, (i,), Forward, self._derivatives.may_write(args))
+        acts = tf.activities_for(
+            args, (i,), Forward, self._derivatives.may_write(args, combined=False)
+        )
 
         def run(batch: int) -> None:
             for start, stop in batches(row.size, batch):
@@ -185,7 +187,9 @@ class _Jacobian:
         for i in nums:
             x = args[i]
             block = np.empty((out.size, size_of(x)), dtype=out.dtype)
-            acts = tf.activities_for(args, (i, j), Forward, self._derivatives.may_write(args))
+            acts = tf.activities_for(
+                args, (i, j), Forward, self._derivatives.may_write(args, combined=False)
+            )
 
             def run(
                 batch: int, i: int = i, x: Any = x, block: np.ndarray = block, acts: Any = acts

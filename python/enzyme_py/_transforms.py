@@ -149,14 +149,18 @@ def activities_for(
     ]
 
 
-def may_write(f: Any, args: Sequence[Any]) -> tuple[bool, ...]:
+def may_write(f: Any, args: Sequence[Any], combined: bool = True) -> tuple[bool, ...]:
     """Per argument, whether f may write its memory: False only where LLVM infers the
-    parameter readonly; True wherever that cannot be told."""
+    parameter readonly; True wherever that cannot be told. Asked of the module the
+    derivative to come is built from (``combined``: a combined reverse derivative's,
+    ``IRFunction.combined_form``), so that the first call makes one module, not two."""
     unknown = (True,) * len(args)
     try:
         if numba_frontend.is_dispatcher(f):
             signature = tuple(f.typeof_pyval(a) for a in args)
             fn = read_only_question_wrapper(f, signature)
+            if combined and fn.combined_form is not None:
+                fn = fn.combined_form()
         else:
             fn = f if isinstance(f, IRFunction) else resolve_function(f)
         visible = fn.visible_params
@@ -178,12 +182,13 @@ class Derivatives:
         # reverse_call's plans, by argnums, return activity and kinds of the arguments.
         self.plans: dict[tuple[Any, ...], ReversePlan] = {}
 
-    def may_write(self, args: Sequence[Any]) -> tuple[bool, ...]:
-        """Per argument, whether f may write it (see may_write), once per kinds."""
+    def may_write(self, args: Sequence[Any], combined: bool = True) -> tuple[bool, ...]:
+        """Per argument, whether f may write it (see may_write), once per kinds
+        (``combined``: False before a forward or split derivative)."""
         key = tuple(map(argument_kind, args))
         found = self._writes.get(key)
         if found is None:
-            found = self._writes[key] = may_write(self.f, args)
+            found = self._writes[key] = may_write(self.f, args, combined)
         return found
 
     def get(
@@ -582,7 +587,7 @@ class SplitCall:
         refused = _refused.get(derivatives)
         if refused is not None and key in refused:
             raise ActivityError("split mode was refused for these arguments before")
-        acts = activities_for(args, nums, Reverse, derivatives.may_write(args))
+        acts = activities_for(args, nums, Reverse, derivatives.may_write(args, combined=False))
         try:
             split = derivatives.get(ReverseSplit, acts, Active)
             self._shadows = zero_shadows(args, acts)

@@ -223,7 +223,7 @@ def jvp(
     args = tf.with_defaults(f, primals, f"jvp({tf.name_of(f)})")
     tangents = (*tangents, *([None] * (len(args) - len(tangents))))
     derivatives = tf.derivatives_of(f)
-    writes = derivatives.may_write(args)
+    writes = derivatives.may_write(args, combined=False)
     acts: list[Activity] = []
     given: dict[int, Any] = {}
     for i, (p, t) in enumerate(zip(args, tangents, strict=True)):
@@ -315,7 +315,7 @@ def vjp(f: Any, *primals: Any, has_aux: bool = False) -> tuple[Any, ...]:
             split = None  # refused (e.g. a Numba function returning a tuple): recompute
     if split is not None:
         value = split.value
-        for i, written in enumerate(derivatives.may_write(args)):
+        for i, written in enumerate(derivatives.may_write(args, combined=False)):
             if written and isinstance(args[i], np.ndarray):
                 args[i][...] = at[i]
     else:

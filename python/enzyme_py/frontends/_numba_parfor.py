@@ -300,7 +300,7 @@ def with_launch_rules(module: Any, names: list[str]) -> Any:
 
 def inlined_into_wrapper(text: str, function: str) -> str:
     """``text`` with the Numba function made internal and marked to be inlined into
-    enzyme_py's wrapper.
+    enzyme_py's wrapper (threaded modules, and serial ones' ``combined_form``).
     Called, Enzyme would differentiate it in split mode (it needs a tape: the
     launches'), where Enzyme v0.0.289 finds the launches' arguments of another
     activity in its two halves and aborts."""

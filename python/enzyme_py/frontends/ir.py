@@ -185,6 +185,14 @@ class IRFunction:
     # How argument errors name the visible parameter at a position, where callers
     # count arguments otherwise (a kernel's launch: "x (argument 1 after n) of ...").
     describe_argument: Callable[[int, Param], str] | None = None
+    # The same function with the frontend's code inlined into its wrapper, for combined
+    # reverse derivatives (set by the Numba frontend; Derivative takes this function
+    # where Enzyme refuses that form). Enzyme v0.0.289 differentiates a called function
+    # in split mode, which takes longer to build and keeps a loop's last value on the
+    # tape at every iteration (allocated anew per run of a loop whose count varies).
+    # Split and forward derivatives take this function: inlined, split mode lost a
+    # temporary's shadow between its halves, and forward mode refused np.linalg.inv.
+    combined_form: Callable[[], IRFunction] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Made again from what made it (the source, the IR text) in the new process.

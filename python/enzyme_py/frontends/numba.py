@@ -19,8 +19,10 @@ again in Python.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -402,9 +404,10 @@ def _specialize(
     compiled: list[Any] = []  # the compile whose IR is differentiated, once made
     launches: list[Any] = []  # its prange loops, where they run on several threads
 
-    def source(noalias: bool) -> SourceModule:
+    def source(noalias: bool, combined: bool = False) -> SourceModule:
         """The module Enzyme differentiates: Numba's IR and the wrapper, with the
-        arrays' noalias promise or without it."""
+        arrays' noalias promise or without it; ``combined``: the Numba function
+        inlined into the wrapper (``combined_form``) unless it reaches recursion."""
         if not compiled:
             if threaded:  # a parallel compile, each prange loop a typed launch
                 ir_compile, found = _numba_parfor.parfor_compile(dispatcher, signature)
@@ -436,6 +439,13 @@ def _specialize(
             module = _numba_parfor.threaded_module(
                 text, own.fndesc.mangled_name, WRAPPER, launch_names, _stable(text), noalias
             )
+        elif combined:
+            inlined = _numba_parfor.inlined_into_wrapper(text, own.fndesc.mangled_name)
+            module = _simplified(parse_module(inlined, _stable(text) + _COMBINED))
+            if module.native.reaches_recursion(WRAPPER):
+                # Left a call of itself, Enzyme v0.0.289's derivative of the wrapper
+                # added the recursion's adjoints twice (test_numba's recursion test).
+                module = _simplified(parse_module(text, _stable(text) + _COMBINED))
         else:
             module = _simplified(parse_module(text, _stable(text)))
         if len(wrapper_params) != len(function_of(module, WRAPPER, name).params):
@@ -444,10 +454,13 @@ def _specialize(
 
     code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided, threads)
 
-    def module_of(noalias: bool) -> SourceModule:
+    def module_of(noalias: bool, combined: bool = False) -> SourceModule:
         if code_key is None:  # not identifiable without its IR: keyed on the IR
-            return source(noalias)
-        return SourceModule.lazy(lambda: source(noalias), f"{code_key} noalias={noalias}")
+            return source(noalias, combined)
+        return SourceModule.lazy(
+            lambda: source(noalias, combined),
+            f"{code_key} noalias={noalias}" + (_COMBINED if combined else ""),
+        )
 
     module = module_of(True)
 
@@ -484,7 +497,23 @@ def _specialize(
             ret_param,
             name,
             on_error,
+            combined_form=None if threaded else combined_form_of(False),
         )
+
+    def combined_form_of(noalias: bool) -> Callable[[], IRFunction]:
+        @functools.cache
+        def combined_form() -> IRFunction:
+            return IRFunction(
+                module_of(noalias, combined=True),
+                WRAPPER,
+                tuple(wrapper_params),
+                ret_param,
+                name,
+                on_error,
+                alias_safe if noalias else None,
+            )
+
+        return combined_form
 
     wrapper = IRFunction(
         module,
@@ -495,6 +524,8 @@ def _specialize(
         on_error,
         alias_safe,
         ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
+        # A threaded module has its Numba function inlined already.
+        combined_form=None if threaded else combined_form_of(True),
     )
     return NumbaSignature(
         name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
@@ -502,6 +533,7 @@ def _specialize(
 
 
 NOALIAS = "<noalias>"
+_COMBINED = " combined"  # the identity's mark of a module whose wrapper has the body inlined
 _CALLEE = "<callee>"  # the mangled name of the compile whose IR is differentiated
 
 
