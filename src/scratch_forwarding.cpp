@@ -200,7 +200,10 @@ bool always_passes(llvm::BasicBlock *through, llvm::BasicBlock *target, const Lo
 bool reads_fill(llvm::LoadInst *load, const CountedLoop &b, const Fill &fill, Writers &writers,
                 llvm::Function &fn, const Analyses &a) {
   const Loop *parent = fill.a.loop->getParentLoop();
-  if (b.loop == fill.a.loop || b.loop->getParentLoop() != parent ||
+  // B lies in A's parent (at any depth), not in A: each iteration of the parent runs A
+  // to its end before it reaches B's loads.
+  const bool in_parent = parent ? b.loop != parent && parent->contains(b.loop) : true;
+  if (!in_parent || fill.a.loop->contains(b.loop) ||
       load->getType() != fill.store->getValueOperand()->getType() ||
       b.iv->getType() != fill.a.iv->getType()) {
     return false;

@@ -12,10 +12,13 @@
 //
 // A load L at iteration t of loop B becomes the value V that the store S wrote at
 // iteration t of loop A when all of these hold:
-// - A and B have the same parent loop (or none) and canonical induction variables
-//   (0 by 1) of one type, with known backedge-taken counts, B's A's or provably not
-//   greater; A is in simplified form (a dedicated exit block: reaching it means A ran)
-//   and leaves only at its latch; its exit block is in that parent, and every path of
+// - B lies in A's parent loop, at any depth (anywhere, where A has none), and not in
+//   A; A and B have canonical induction variables (0 by 1) of one type, with known
+//   backedge-taken counts, B's A's or provably not greater at every run of B (a
+//   triangular `for r in range(d): for j in range(r + 1): ... xc[j]` reads within
+//   the d values filled); A is in simplified form (a dedicated exit block: reaching
+//   it means A ran) and leaves only at its latch; its exit block is in that parent,
+//   and every path of
 //   an iteration of the parent (of the function) to L passes it: A has run to its end
 //   before L, in the same iteration. Along a path, branches on one condition that
 //   keeps its value through the iteration go the same way (Numba's loops are guarded

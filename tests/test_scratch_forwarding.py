@@ -272,3 +272,91 @@ def test_an_argument_filled_then_read_keeps_its_adjoint():
     np.testing.assert_allclose(dx, (np.cos(x * x) + seed) * 2.0 * x, rtol=1e-14)
     np.testing.assert_allclose(dscratch, 0.0)  # overwritten by the fill: its adjoint spent
     assert _tape_bytes_of_last_call() < 4 * 8
+
+
+# Reads in a loop nested deeper than the fill: a triangular product of the filled
+# temporary (GMM's Cholesky factor applied to the centred sample, written densely).
+@numba.njit
+def triangular_squares(x, lower):
+    n, d = x.shape
+    xc = np.empty(d)
+    s = 0.0
+    for i in range(n):
+        for j in range(d):
+            xc[j] = x[i, j] - lower[j, j]
+        for r in range(d):
+            t = 0.0
+            for j in range(r + 1):
+                t += lower[r, j] * xc[j]
+            s += t * t
+    return s
+
+
+def triangular_squares_gradients(x, lower):
+    xc = x - np.diag(lower)[None, :]
+    tri = np.tril(lower)
+    t = xc @ tri.T  # (n, d): t[i, r] = sum_{j <= r} lower[r, j] xc[i, j]
+    dxc = 2.0 * t @ tri  # d s / d xc
+    dlower = np.tril(2.0 * t.T @ xc)
+    dlower[np.diag_indices_from(dlower)] -= dxc.sum(axis=0)
+    return dxc, dlower
+
+
+def test_reads_in_a_deeper_loop_are_computed_again():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((ROWS, COLUMNS))
+    lower = rng.standard_normal((COLUMNS, COLUMNS))
+    dx, dlower, tape = _gradients(triangular_squares, x, lower)
+    want_dx, want_dlower = triangular_squares_gradients(x, lower)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(dlower, want_dlower, rtol=1e-12, atol=1e-8)
+    # The tape keeps each row's d sums t (what t * t's derivative reads); cached, xc's
+    # loads would add d (d + 1) / 2 values a row.
+    assert tape < ONE_CACHE + ROWS * COLUMNS * (COLUMNS + 1) // 2 * 8 // 2, tape
+
+
+@numba.njit
+def triangular_past_the_fill(x, lower):
+    n, d = x.shape
+    xc = np.zeros(d + 1)
+    s = 0.0
+    for i in range(n):
+        for j in range(d - 1):
+            xc[j] = x[i, j] - lower[j, j]
+        for r in range(d):
+            t = 0.0
+            for j in range(r + 2):  # reaches xc[d - 1] and xc[d], which no fill wrote
+                t += lower[r, min(j, d - 1)] * xc[j]
+            s += t * t
+    return s
+
+
+@numba.njit
+def triangular_written_between(x, lower):
+    n, d = x.shape
+    xc = np.empty(d)
+    s = 0.0
+    for i in range(n):
+        for j in range(d):
+            xc[j] = x[i, j] - lower[j, j]
+        for r in range(d):
+            t = 0.0
+            for j in range(r + 1):
+                t += lower[r, j] * xc[j]
+            xc[r] = t  # later rows read this, not what the fill stored
+            s += t * t
+    return s
+
+
+@pytest.mark.parametrize(
+    "f", [triangular_past_the_fill, triangular_written_between], ids=lambda f: f.__name__
+)
+def test_deeper_reads_the_pass_must_leave_to_the_tape(f):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((30, COLUMNS))
+    lower = rng.standard_normal((COLUMNS, COLUMNS))
+    dx, dlower, tape = _gradients(f, x, lower)
+    np.testing.assert_allclose(dx, fd_partial(f, (x, lower), 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dlower, fd_partial(f, (x, lower), 1), rtol=1e-6, atol=1e-6)
+    # The values read stayed on the tape: at least one per row and column.
+    assert tape >= 30 * COLUMNS * 8, tape
