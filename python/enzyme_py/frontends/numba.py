@@ -453,6 +453,11 @@ def _specialize(
         return module
 
     code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided, threads)
+    # No combined form for parallel=True functions: a threaded module has the Numba
+    # function inlined already, and on one thread, its prange bodies called from the
+    # loops, the inlined form's reverse took 5x as long (Rosenbrock prange 10^6, ez.grad:
+    # 267 -> 1356 us).
+    parallel = is_parallel(dispatcher)
 
     def module_of(noalias: bool, combined: bool = False) -> SourceModule:
         if code_key is None:  # not identifiable without its IR: keyed on the IR
@@ -497,7 +502,7 @@ def _specialize(
             ret_param,
             name,
             on_error,
-            combined_form=None if threaded else combined_form_of(False),
+            combined_form=None if parallel else combined_form_of(False),
         )
 
     def combined_form_of(noalias: bool) -> Callable[[], IRFunction]:
@@ -524,8 +529,7 @@ def _specialize(
         on_error,
         alias_safe,
         ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
-        # A threaded module has its Numba function inlined already.
-        combined_form=None if threaded else combined_form_of(True),
+        combined_form=None if parallel else combined_form_of(True),
     )
     return NumbaSignature(
         name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
