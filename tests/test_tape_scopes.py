@@ -128,3 +128,33 @@ def test_split_mode_and_combined_agree():
     np.testing.assert_allclose(ez.grad(with_temporary)(x), want, rtol=1e-12)
     _, pull = ez.vjp(with_temporary, x)
     np.testing.assert_allclose(pull(1.0)[0], want, rtol=1e-12)
+
+
+STRIDED_PROGRAM = """
+import numba
+import numpy as np
+import enzyme_py as ez
+
+@numba.njit
+def norm_of_cumsum(x):
+    return np.linalg.norm(np.cumsum(x))
+
+base = np.linspace(-1.0, 1.0, 6)
+x = np.stack([base, base + 1.0], axis=1)[:, 0]  # a strided view
+g = ez.grad(norm_of_cumsum)(x)
+h = 1e-6
+fd = np.array([
+    (norm_of_cumsum(x + h * e) - norm_of_cumsum(x - h * e)) / (2 * h) for e in np.eye(6)
+])
+print(float(np.max(np.abs(g - fd))))
+"""
+
+
+def test_strided_arrays_keep_the_called_form():
+    # Inlined, the reverse derivative of this function of a strided view crashed the
+    # interpreter (Numba walks non-contiguous arrays with iterators kept in memory).
+    from conftest import run_python
+
+    proc = run_python(STRIDED_PROGRAM, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.strip().splitlines()[-1]) < 1e-6
