@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/GlobalValue.h>
 #include <llvm/IR/Instructions.h>
@@ -99,11 +100,11 @@ class Provenance {
     for (;;) {  // each step adds bits: at most a few
       const unsigned foreign = foreign_, outside = outside_;
       for (llvm::StoreInst *store : stores_) {
-        Value *value = store->getValueOperand();
-        if (!value->getType()->isPointerTy()) continue;
+        const unsigned what = stored_roots(store->getValueOperand());
+        if (what == kNone) continue;
         const unsigned where = of(store->getPointerOperand());
-        if (where & (kTape | kUnknown) && !store->getMetadata(group_)) foreign_ |= of(value);
-        if (where & (kOutside | kUnknown)) outside_ |= of(value);
+        if (where & (kTape | kUnknown) && !store->getMetadata(group_)) foreign_ |= what;
+        if (where & (kOutside | kUnknown)) outside_ |= what;
       }
       for (llvm::CallBase *call : calls_) written_by(*call);
       done_.clear();
@@ -151,6 +152,37 @@ class Provenance {
     return held;
   }
 
+  // The roots of the pointers a store writes: its value's, where it is a pointer;
+  // unknown where it is an aggregate or vector holding pointers, or an integer made
+  // from a pointer; none for other values.
+  unsigned stored_roots(Value *value) {
+    llvm::Type *type = value->getType();
+    if (type->isPointerTy()) return of(value);
+    if (holds_pointer(type)) return kUnknown;
+    auto from_pointer = [](Value *v) { return llvm::isa<llvm::PtrToIntOperator>(v); };
+    if (from_pointer(value)) return kUnknown;
+    if (auto *op = llvm::dyn_cast<llvm::BinaryOperator>(value)) {
+      if (from_pointer(op->getOperand(0)) || from_pointer(op->getOperand(1))) return kUnknown;
+    }
+    return kNone;
+  }
+
+  static bool holds_pointer(llvm::Type *type) {
+    if (type->isPointerTy()) return true;
+    if (auto *vector = llvm::dyn_cast<llvm::VectorType>(type)) {
+      return holds_pointer(vector->getElementType());
+    }
+    if (auto *array = llvm::dyn_cast<llvm::ArrayType>(type)) {
+      return holds_pointer(array->getElementType());
+    }
+    if (auto *structure = llvm::dyn_cast<llvm::StructType>(type)) {
+      for (llvm::Type *element : structure->elements()) {
+        if (holds_pointer(element)) return true;
+      }
+    }
+    return false;
+  }
+
   void written_by(llvm::CallBase &call) {
     if (auto *transfer = llvm::dyn_cast<llvm::AnyMemTransferInst>(&call)) {
       // memcpy, memmove: the source's contents (any cache's, where it is the tape).
@@ -163,11 +195,13 @@ class Provenance {
       return;
     }
     // Any other call may store what its pointers reach where they point: harmless
-    // while it is given memory outside the tape only.
+    // while it can reach memory outside the tape only (given outside memory, it
+    // reaches what that memory holds too).
     unsigned given = kNone;
     for (Value *arg : call.args()) {
       if (arg->getType()->isPointerTy()) given |= of(arg);
     }
+    if (given & kOutside) given |= outside_;
     if (given & (kTape | kUnknown)) {
       foreign_ |= kUnknown;
       outside_ |= kUnknown;

@@ -17,7 +17,10 @@
 // of (through GEPs, casts, phis and selects) is a parameter of the derivative, an
 // alloca, a global, the result of an allocator that is not the tape's (Numba's
 // NRT_MemInfo_alloc*, malloc), or a pointer loaded from a cache whose every
-// !invariant.group store stored such a pointer. Tape memory is reachable from the tape allocator's results only, and
+// !invariant.group store stored such a pointer (or from other memory, as long as no
+// store, memcpy or call may have put a tape pointer there: aggregates holding
+// pointers, integers made from pointers and calls that can reach the tape count as
+// unknown). Tape memory is reachable from the tape allocator's results only, and
 // nothing else stores them but Enzyme, into its caches. A load is taken as a cache
 // load where it carries !invariant.group and its pointer is made of tape
 // allocations only.
