@@ -103,6 +103,27 @@ def test_forward(modules, name):
     assert dy == pytest.approx(float(reference @ v), rel=1e-5, abs=1e-6 * scale)
 
 
+RECURSIVE_SOURCE = """
+double discounted(const double *x, int n) {
+  if (n == 0) return 0.0;
+  return x[n - 1] * x[n - 1] * x[0] + 0.5 * discounted(x, n - 1);
+}
+"""
+
+
+def test_grad_of_a_recursive_function():
+    # ez.grad's derivative zeroes a C pointer's shadow itself, its byte size a parameter
+    # added to the derivative; a recursive derivative calls itself, so the caller zeroes
+    # the shadow (adding the parameter raised an internal error).
+    fn = ez.c(RECURSIVE_SOURCE)["discounted"]
+    x = np.linspace(0.3, 1.2, 6)
+    reference = fd_gradient(lambda z: fn(z, 6), x)
+    np.testing.assert_allclose(ez.grad(fn)(x, 6), reference, rtol=1e-7)
+    value, gradient = ez.value_and_grad(fn)(x, 6)
+    assert value == pytest.approx(fn(x, 6), rel=1e-14)
+    np.testing.assert_allclose(gradient, reference, rtol=1e-7)
+
+
 def test_analytic_values(modules):
     # Enzyme's expected values where the maths gives them in closed form.
     loops, memory = modules["loops.c"], modules["memory.c"]

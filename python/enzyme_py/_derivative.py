@@ -135,7 +135,7 @@ def _zeroed_shadows(
     for i, p in enumerate(fn.params):
         if p.hidden is not None and p.hidden[0] == "shape":
             dims.setdefault(p.hidden[1], []).append(i)
-    return tuple(
+    zeroed = tuple(
         (i, tuple(dims.get(i, ())), p.dtype.itemsize)
         for i, (p, act) in enumerate(zip(fn.params, params, strict=True))
         if act in (Duplicated, DuplicatedOnly)
@@ -146,6 +146,11 @@ def _zeroed_shadows(
         and p.dtype is not None
         and p.dtype.kind == "f"
     )
+    if any(not shape for _, shape, _ in zeroed) and fn.module.native.reaches_recursion(fn.name):
+        # A C pointer's byte size would be a parameter added to the derivative, which
+        # a recursive derivative also calls: the caller zeroes the shadows instead.
+        return ()
+    return zeroed
 
 
 class Derivative:
