@@ -26,6 +26,9 @@ namespace {
 using llvm::Instruction;
 using llvm::Value;
 
+// Enzyme's mark of a cache's loads and stores, one group per cache.
+constexpr unsigned kGroup = llvm::LLVMContext::MD_invariant_group;
+
 // What the values a pointer is made of are: bits of a set.
 enum Roots : unsigned {
   kNone = 0,
@@ -84,11 +87,11 @@ bool body_writes(const llvm::Function &fn, int depth) {
 // a cache's own group) and `outside_` (pointers written into the rest).
 class Provenance {
  public:
-  explicit Provenance(llvm::Function &fn) : group_(fn.getContext().getMDKindID("invariant.group")) {
+  explicit Provenance(llvm::Function &fn) {
     for (llvm::BasicBlock &block : fn) {
       for (Instruction &inst : block) {
         if (auto *store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
-          if (llvm::MDNode *g = store->getMetadata(group_)) {
+          if (llvm::MDNode *g = store->getMetadata(kGroup)) {
             stored_[g].push_back(store->getValueOperand());
           }
           stores_.push_back(store);
@@ -103,7 +106,7 @@ class Provenance {
         const unsigned what = stored_roots(store->getValueOperand());
         if (what == kNone) continue;
         const unsigned where = of(store->getPointerOperand());
-        if (where & (kTape | kUnknown) && !store->getMetadata(group_)) foreign_ |= what;
+        if (where & (kTape | kUnknown) && !store->getMetadata(kGroup)) foreign_ |= what;
         if (where & (kOutside | kUnknown)) outside_ |= what;
       }
       for (llvm::CallBase *call : calls_) written_by(*call);
@@ -235,12 +238,11 @@ class Provenance {
       return kUnknown;
     }
     if (auto *load = llvm::dyn_cast<llvm::LoadInst>(v)) {
-      return contents(of(load->getPointerOperand()), load->getMetadata(group_));
+      return contents(of(load->getPointerOperand()), load->getMetadata(kGroup));
     }
     return kUnknown;
   }
 
-  unsigned group_;
   std::map<llvm::MDNode *, std::vector<Value *>> stored_;  // by cache group
   std::vector<llvm::StoreInst *> stores_;
   std::vector<llvm::CallBase *> calls_;  // those that may write memory
@@ -264,13 +266,12 @@ llvm::PreservedAnalyses ScopeTapeLoads::run(llvm::Function &fn, llvm::FunctionAn
     return llvm::PreservedAnalyses::all();
   }
   Provenance provenance(fn);
-  const unsigned group = fn.getContext().getMDKindID("invariant.group");
   std::vector<llvm::LoadInst *> cache_loads;
   std::vector<Instruction *> outside_writes;
   for (llvm::BasicBlock &block : fn) {
     for (Instruction &inst : block) {
       if (auto *load = llvm::dyn_cast<llvm::LoadInst>(&inst)) {
-        if (load->getMetadata(group) && provenance.of(load->getPointerOperand()) == kTape) {
+        if (load->getMetadata(kGroup) && provenance.of(load->getPointerOperand()) == kTape) {
           cache_loads.push_back(load);
         }
       } else if (auto *store = llvm::dyn_cast<llvm::StoreInst>(&inst)) {
