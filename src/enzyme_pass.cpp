@@ -78,6 +78,7 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
   annotations_to_attributes(*mod);
   prepare_for_enzyme(llvm::wrap(mod.get()), /*runtime_too=*/false);  // see rewrites.h
   mpm.run(*mod, mam);
+  drop_unsigned_wrap_of_negative_adds(llvm::wrap(mod.get()));  // see rewrites.h
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);
   if (llvm::verifyModule(*mod, &verify_os)) {

@@ -447,4 +447,27 @@ int divide_by_squares_in_steps(LLVMModuleRef mod) {
   return static_cast<int>(found.size());
 }
 
+int drop_unsigned_wrap_of_negative_adds(LLVMModuleRef mod) {
+  int dropped = 0;
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    for (llvm::Instruction &inst : llvm::instructions(fn)) {
+      auto *add = llvm::dyn_cast<llvm::BinaryOperator>(&inst);
+      if (!add || add->getOpcode() != llvm::Instruction::Add || !add->hasNoUnsignedWrap())
+        continue;
+      for (llvm::Value *operand : add->operands()) {
+        auto *constant = llvm::dyn_cast<llvm::Constant>(operand);
+        if (!constant) continue;
+        auto *value = llvm::dyn_cast_or_null<llvm::ConstantInt>(
+            constant->getType()->isVectorTy() ? constant->getSplatValue() : constant);
+        if (value && value->isNegative()) {
+          add->setHasNoUnsignedWrap(false);
+          ++dropped;
+          break;
+        }
+      }
+    }
+  }
+  return dropped;
+}
+
 }  // namespace enzyme_py

@@ -288,3 +288,38 @@ def test_the_overlap_check_sees_the_bytes_below_a_reversed_view():
     assert overlapping([x, y])  # they share base[4]
     assert not overlapping([base[5:][::-1], base[:5]])
     assert overlapping([base[::2], base[1::2]])  # interleaved: conservatively together
+
+
+STRIDED_COPY_PROGRAM = """
+import numba
+import numpy as np
+import enzyme_py as ez
+
+@numba.njit
+def norm_of_cumsum_minus_copy(x):
+    return np.linalg.norm(np.cumsum(x) - x.copy())
+
+base = np.linspace(-1.0, 1.0, 5)
+h = 1e-6
+for x in (np.stack([base, base + 1.0], axis=1)[:, 0], base[::-1], base.copy()):
+    g = ez.grad(norm_of_cumsum_minus_copy)(x)
+    fd = np.array([
+        (norm_of_cumsum_minus_copy(x + h * e) - norm_of_cumsum_minus_copy(x - h * e)) / (2 * h)
+        for e in np.eye(5)
+    ])
+    print(float(np.max(np.abs(g - fd))))
+"""
+
+
+def test_the_reverse_of_a_strided_copy_ends():
+    # Enzyme wrote the last index of x.copy()'s loop (x strided) as `add nuw n, -1`,
+    # which LLVM folds to -1: the reverse loop never ended and crashed the interpreter
+    # (found by the random array-expression search). In a fresh interpreter, so that a
+    # crash fails this test only.
+    from conftest import run_python
+
+    proc = run_python(STRIDED_COPY_PROGRAM, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = [float(line) for line in proc.stdout.split()]
+    assert len(errors) == 3
+    assert max(errors) < 1e-6
