@@ -271,6 +271,33 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   out.entry_name = entry_name;
   out.enzyme_ir = print_value(derivative);
   out.derivative_module = print_module(mod);
+  // Enzyme can leave in-memory IR that verifies and prints correctly yet
+  // crashes LLVM's InstCombine (seen on Numba's GMM). What follows works on what
+  // the printed text parses back to, which is immune to that: the text just
+  // printed, so the module is printed once, not twice.
+  {
+    size_t name_length = 0;
+    const char *name = LLVMGetValueName2(derivative, &name_length);
+    const std::string printed_name(name, name_length);  // as LLVM made it unique
+    const std::string &text = out.derivative_module;
+    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+        text.data(), text.size(), "derivative");
+    LLVMModuleRef reparsed = nullptr;
+    char *parse_error = nullptr;
+    if (LLVMParseIRInContext(ctx_, buffer, &reparsed, &parse_error)) {
+      std::string why = parse_error ? parse_error : "";
+      LLVMDisposeMessage(parse_error);
+      throw EnzymeFailure("the derivative of '" + req.function +
+                          "' does not parse back: " + why);
+    }
+    LLVMDisposeModule(work.mod);
+    work.mod = mod = reparsed;
+    derivative = LLVMGetNamedFunction(mod, printed_name.c_str());
+    if (!derivative) {
+      throw EnzymeFailure("the derivative of '" + req.function +
+                          "' is missing from its module once parsed back");
+    }
+  }
   // After the module kept for differentiating again, which keeps Enzyme's
   // convention (adjoints added into the shadows).
   derivative = zero_shadows_on_entry(derivative, zeroed);
@@ -297,25 +324,6 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                         "' is not valid LLVM IR: " + text);
   }
   LLVMDisposeMessage(verify_error);
-
-  // Enzyme can leave in-memory IR that verifies and prints correctly yet
-  // crashes LLVM's InstCombine (seen on Numba's GMM). Optimizing what the
-  // printed text parses back to is immune to that.
-  {
-    std::string text = print_module(mod);
-    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
-        text.data(), text.size(), "derivative");
-    LLVMModuleRef reparsed = nullptr;
-    char *parse_error = nullptr;
-    if (LLVMParseIRInContext(ctx_, buffer, &reparsed, &parse_error)) {
-      std::string why = parse_error ? parse_error : "";
-      LLVMDisposeMessage(parse_error);
-      throw EnzymeFailure("the derivative of '" + req.function +
-                          "' does not parse back: " + why);
-    }
-    LLVMDisposeModule(work.mod);
-    work.mod = mod = reparsed;
-  }
   if (req.fused_workers > 0) set_fused_workers(mod, req.fused_workers);
   jit_->optimize(mod, req.passes);
   const int dropped = drop_unread_launches(mod);
