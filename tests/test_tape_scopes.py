@@ -150,9 +150,11 @@ print(float(np.max(np.abs(g - fd))))
 """
 
 
-def test_strided_arrays_keep_the_called_form():
+def test_the_inlined_reverse_of_a_strided_cumsum_ends():
     # Inlined, the reverse derivative of this function of a strided view crashed the
-    # interpreter (Numba walks non-contiguous arrays with iterators kept in memory).
+    # interpreter: Enzyme's loop limit `add nuw n, -1`, folded to -1 by LLVM (the flag
+    # is dropped after Enzyme since; the called form crashed the same way on
+    # np.cumsum(x) - x.copy(), tests/test_numba_layouts.py).
     from conftest import run_python
 
     proc = run_python(STRIDED_PROGRAM, timeout=300)

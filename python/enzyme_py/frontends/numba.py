@@ -458,13 +458,6 @@ def _specialize(
     # loops, the inlined form's reverse took 5x as long (Rosenbrock prange 10^6, ez.grad:
     # 267 -> 1356 us).
     parallel = is_parallel(dispatcher)
-    # Nor where an array is not C-contiguous ('A', 'F'): Numba walks such arrays with
-    # iterators kept in memory, and the inlined form's reverse derivative of
-    # np.linalg.norm(np.cumsum(x)) of a strided x crashed at run time (a segmentation
-    # fault, found by a random search; called, its gradient is right).
-    combinable = not parallel and all(
-        getattr(t, "layout", "C") == "C" for t in signature if isinstance(t, types.Array)
-    )
 
     def module_of(noalias: bool, combined: bool = False) -> SourceModule:
         if code_key is None:  # not identifiable without its IR: keyed on the IR
@@ -509,7 +502,7 @@ def _specialize(
             ret_param,
             name,
             on_error,
-            combined_form=combined_form_of(False) if combinable else None,
+            combined_form=None if parallel else combined_form_of(False),
         )
 
     def combined_form_of(noalias: bool) -> Callable[[], IRFunction]:
@@ -536,7 +529,7 @@ def _specialize(
         on_error,
         alias_safe,
         ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
-        combined_form=combined_form_of(True) if combinable else None,
+        combined_form=None if parallel else combined_form_of(True),
     )
     return NumbaSignature(
         name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
