@@ -4,8 +4,9 @@
 // without memory attributes it would mis-extend, scoped noalias metadata it
 // would over-extend, fabs feeding only comparisons). After Enzyme: its tape
 // moved from malloc to enzyme_py's per-thread stack (arena.h); atomic adds of
-// private shadows made plain; flags and steps of Enzyme's arithmetic that LLVM would
-// take wrongly (divisions by squares, nuw on loop limits). And a query: whether a function reaches recursion.
+// private shadows made plain; Enzyme's arithmetic that LLVM would take wrongly
+// (divisions by squares, nuw on loop limits). And a query: whether a function
+// reaches recursion.
 // Numba's own rewrites (simplify_for_enzyme) are in numba_rewrites.h.
 #pragma once
 
@@ -106,8 +107,8 @@ int make_adds_plain(LLVMModuleRef mod, const std::string &function,
 // back. Returns how many.
 int divide_by_squares_in_steps(LLVMModuleRef mod);
 
-// Enzyme v0.0.289 computes a loop's last iteration (n - 1, for the reverse loop's
-// start and the cache's size) as `add nuw i64 %n, -1`. No unsigned add of a
+// Enzyme v0.0.289 computes some loops' last iteration (n - 1, where the reverse
+// loop starts) as `add nuw i64 %n, -1`. No unsigned add of a
 // negative constant stays below 2^64 unless %n is 0, so LLVM folds it to -1: the
 // reverse loop of a strided copy (Numba's x.copy() of a non-contiguous x, then
 // np.cumsum and np.linalg.norm) started at -1, never ended, and crashed the
