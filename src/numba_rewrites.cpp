@@ -14,6 +14,7 @@
 #include "index_signs.h"
 #include "jit.h"
 #include "numba_blas_ir.inc"
+#include "strided_addresses.h"
 
 namespace enzyme_py {
 
@@ -395,6 +396,7 @@ void simplify_for_enzyme(LLVMModuleRef mod, const HostJit &jit) {
   }
   jit.prepare(mod);
   jit.optimize(mod, kSimplifyPasses);
+  addresses_from_pointers(mod);
   drop_releases_of_temporaries(mod);
   jit.optimize(mod, std::string("function(loop-simplify,") + kForwardScratchStores + ")");
 }

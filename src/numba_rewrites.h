@@ -59,6 +59,8 @@ extern const char *const kSimplifyPasses;
 // - kSimplifyPasses run: loop-invariant loads hoisted (Enzyme then caches them
 //   once per loop instead of once per iteration) and loop exits made
 //   computable (Enzyme sizes its caches once instead of growing them);
+// - addresses in arrays of layout 'A', which Numba computes through integers, become
+//   byte offsets from the array's data pointer (strided_addresses.h);
 // - then the calls of an emptied NRT_decref on those temporaries are erased:
 //   Enzyme assumed they write the temporary and cached every value read from it;
 // - last, reads of a temporary that an earlier loop filled are computed again from
