@@ -64,9 +64,9 @@ def test_the_strided_reverse_keeps_no_tape():
     x = _views(1000)["every other"]
     df = ez.autodiff(rosenbrock, ez.Reverse, ez.Duplicated, ez.ActiveOnly)
     dx = np.zeros(2 * 1000)[::2]
-    ir = df.for_arguments((x, dx)).inspect_llvm(optimized=True)
-    assert "__enzyme_py_tape_alloc" not in ir
-    assert "inttoptr" not in ir
+    derivative = df.for_arguments((x, dx))
+    assert "__enzyme_py_tape_alloc" not in derivative.inspect_llvm(optimized=True)
+    assert "inttoptr" not in derivative.inspect_llvm()  # as Enzyme made it
     df(x, dx, 1.0)
     np.testing.assert_allclose(dx, fd_gradient(rosenbrock, x), rtol=1e-6, atol=1e-5)
 
