@@ -6,18 +6,22 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <vector>
 
+#include <llvm/ExecutionEngine/JITEventListener.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/SectionMemoryManager.h>
 #include <llvm/Object/ELFObjectFile.h>
 #include <llvm/Object/ObjectFile.h>
+#include <llvm/Object/SymbolSize.h>
 #include <llvm/Support/Memory.h>
 #include <llvm/Support/MemoryBuffer.h>
 
@@ -257,12 +261,68 @@ std::string room_problem(const std::string &object) {
          "work in a worker process";
 }
 
+namespace {
+
+// ENZYME_PY_PERF=1: each loaded function is named in /tmp/perf-PID.map, which
+// `perf report` reads, and its code is copied to /tmp/perf-PID-ADDRESS.bin (for
+// `objdump -D -b binary -mi386:x86-64 --adjust-vma=ADDRESS`): profiles of
+// derivatives name and show their code. A tool for measuring, off by default.
+class PerfMapListener : public llvm::JITEventListener {
+ public:
+  void notifyObjectLoaded(ObjectKey, const llvm::object::ObjectFile &object,
+                          const llvm::RuntimeDyld::LoadedObjectInfo &info) override {
+    const std::lock_guard<std::mutex> hold(lock_);
+    const std::string base = "/tmp/perf-" + std::to_string(getpid());
+    std::FILE *map = std::fopen((base + ".map").c_str(), "a");
+    if (!map) return;
+    for (const auto &[symbol, size] : llvm::object::computeSymbolSizes(object)) {
+      auto type = symbol.getType();
+      auto name = symbol.getName();
+      auto section = symbol.getSection();
+      auto address = symbol.getAddress();
+      if (!type || !name || !section || !address || size == 0) {
+        llvm::consumeError(type.takeError());
+        llvm::consumeError(name.takeError());
+        llvm::consumeError(section.takeError());
+        llvm::consumeError(address.takeError());
+        continue;
+      }
+      if (*type != llvm::object::SymbolRef::ST_Function) continue;
+      const uint64_t load = info.getSectionLoadAddress(**section);
+      if (load == 0) continue;
+      const uint64_t start = load + (*address - (*section)->getAddress());
+      std::fprintf(map, "%llx %llx %s\n", static_cast<unsigned long long>(start),
+                   static_cast<unsigned long long>(size), name->str().c_str());
+      char suffix[32];
+      std::snprintf(suffix, sizeof suffix, "-%llx.bin", static_cast<unsigned long long>(start));
+      if (std::FILE *code = std::fopen((base + suffix).c_str(), "wb")) {
+        std::fwrite(reinterpret_cast<const void *>(start), 1, size, code);
+        std::fclose(code);
+      }
+    }
+    std::fclose(map);
+  }
+
+ private:
+  std::mutex lock_;
+};
+
+llvm::JITEventListener &perf_map_listener() {
+  static PerfMapListener listener;
+  return listener;
+}
+
+}  // namespace
+
 LLVMOrcObjectLayerRef create_object_layer(void *, LLVMOrcExecutionSessionRef session,
                                           const char *) {
   // LLJIT's own default for ELF on x86-64 (a RuntimeDyld layer), with this memory.
   auto &es = *reinterpret_cast<llvm::orc::ExecutionSession *>(session);
   auto *layer = new llvm::orc::RTDyldObjectLinkingLayer(
       es, [] { return std::make_unique<ReservationMemoryManager>(); });
+  if (const char *perf = std::getenv("ENZYME_PY_PERF")) {
+    if (std::string(perf) == "1") layer->registerJITEventListener(perf_map_listener());
+  }
   return reinterpret_cast<LLVMOrcObjectLayerRef>(static_cast<llvm::orc::ObjectLayer *>(layer));
 }
 

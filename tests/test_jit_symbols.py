@@ -1,4 +1,9 @@
-"""Derivatives whose code calls functions: from libm, C++'s runtime, or nowhere."""
+"""Derivatives whose code calls functions: from libm, C++'s runtime, or nowhere; and
+the profiling aid that names loaded code for perf."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -58,3 +63,32 @@ extern "C" double weighted(const double *x, int n) {
     )
     x = np.linspace(0.1, 1.0, 5)
     np.testing.assert_allclose(ez.grad(m.weighted)(x, 5), np.cos(x) * x + np.sin(x), rtol=1e-14)
+
+
+def test_enzyme_py_perf_names_loaded_code_for_perf(tmp_path):
+    # The profiling aid (ENZYME_PY_PERF=1): a perf map line per loaded function and a
+    # copy of its code, in a fresh process (the listener is set up with the JIT).
+    script = (
+        "import os, enzyme_py as ez\n"
+        "m = ez.c('double cube(double x) { return x * x * x; }')\n"
+        "assert ez.grad(m.cube)(2.0) == 12.0\n"
+        "print(os.getpid())\n"
+    )
+    env = dict(os.environ, ENZYME_PY_PERF="1", ENZYME_PY_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    pid = done.stdout.split()[-1]
+    map_path = f"/tmp/perf-{pid}.map"
+    try:
+        with open(map_path) as kept:
+            lines = [line.split() for line in kept.read().splitlines()]
+        entries = [(int(a, 16), int(n, 16)) for a, n, name in lines if "__enzyme_py_entry" in name]
+        assert entries, lines
+        for address, size in entries:
+            code = f"/tmp/perf-{pid}-{address:x}.bin"
+            assert os.path.getsize(code) == size > 0
+            os.remove(code)
+    finally:
+        os.remove(map_path)
