@@ -10,6 +10,7 @@
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
 #include "tape_scopes.h"
+#include "unroll_hints.h"
 #include "wide_vectors.h"
 
 #include <dlfcn.h>
@@ -241,6 +242,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
         }
         if (name == kThreadFusedLoops) {
           passes.addPass(ThreadFusedLoops());
+          return true;
+        }
+        if (name == kKeepVectorLoopsRolled) {
+          passes.addPass(KeepVectorLoopsRolled());
           return true;
         }
         if (name == kForwardScratchStores) {

@@ -1,0 +1,31 @@
+// Vectorised loops are not unrolled again by a run-time count.
+//
+// The derivative's second pipeline (_pipeline.py) unrolls loops by a run-time count
+// after its loop vectoriser, as LLVM's default<O2> does. Two kinds of loops meet it:
+// - loops left scalar: above all sums the code does not let LLVM reorder, which the
+//   vectoriser refuses (GMM's `sq += qxc[j] * qxc[j]` over d = 10, its log-sum-exp
+//   over k = 25 components, per sample and component): unrolled, their loop
+//   overhead shrinks, and GMM's gradient is 4-6% faster than without;
+// - the vectoriser's own loops (a vector body, 4 or 8 lanes, often interleaved): the
+//   vectoriser already sized them for the CPU, and unrolling them again made none of
+//   the suite's derivatives faster (heat, Rosenbrock, GMM: A/B in one process) but
+//   made heat's module 60% larger (1716 -> 1064 lines without): 20-25 ms of its
+//   first call's optimisation and code generation.
+// So loops the vectoriser made or visited (`llvm.loop.isvectorized`) get
+// `llvm.loop.unroll.runtime.disable`; the others are unrolled as before. The
+// vectoriser already marks most of its scalar remainders so (those without run-time
+// checks). A function pass, kKeepVectorLoopsRolled, right before the second pipeline's
+// loop-unroll.
+#pragma once
+
+#include <llvm/IR/PassManager.h>
+
+namespace enzyme_py {
+
+struct KeepVectorLoopsRolled : llvm::PassInfoMixin<KeepVectorLoopsRolled> {
+  llvm::PreservedAnalyses run(llvm::Function &fn, llvm::FunctionAnalysisManager &analyses);
+};
+
+inline constexpr const char *kKeepVectorLoopsRolled = "enzyme-py-keep-vector-loops-rolled";
+
+}  // namespace enzyme_py

@@ -1,0 +1,100 @@
+"""Loops the loop vectoriser made or visited are not unrolled again by a run-time
+count (src/unroll_hints.h): the second pipeline's loop-unroll still unrolls the loops
+left scalar (sums LLVM may not reorder), not the vector bodies, whose copies only
+made derivatives' modules larger (heat's 60%) and their first calls slower."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import enzyme_py as ez
+from benchmarks import kernels
+from enzyme_py._pipeline import KEEP_VECTOR_LOOPS_ROLLED, PASSES
+from enzyme_py.frontends.ir import parse_module
+
+from reference import fd_gradient
+
+pytestmark = pytest.mark.needs_enzyme
+
+# Two loops summing a[0..n): the first marked as the vectoriser marks its loops.
+TWO_LOOPS = """
+define double @two_sums(double* %a, i64 %n) {
+entry:
+  %some = icmp sgt i64 %n, 0
+  br i1 %some, label %first, label %done
+first:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %first ]
+  %s = phi double [ 0.0, %entry ], [ %s.next, %first ]
+  %p = getelementptr double, double* %a, i64 %i
+  %x = load double, double* %p
+  %s.next = fadd double %s, %x
+  %i.next = add nuw nsw i64 %i, 1
+  %first.stop = icmp eq i64 %i.next, %n
+  br i1 %first.stop, label %between, label %first, !llvm.loop !0
+between:
+  br label %second
+second:
+  %j = phi i64 [ 0, %between ], [ %j.next, %second ]
+  %t = phi double [ %s.next, %between ], [ %t.next, %second ]
+  %q = getelementptr double, double* %a, i64 %j
+  %y = load double, double* %q
+  %t.next = fadd double %t, %y
+  %j.next = add nuw nsw i64 %j, 1
+  %second.stop = icmp eq i64 %j.next, %n
+  br i1 %second.stop, label %done, label %second, !llvm.loop !2
+done:
+  %r = phi double [ 0.0, %entry ], [ %t.next, %second ]
+  ret double %r
+}
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.isvectorized", i32 1}
+!2 = distinct !{!2}
+"""
+
+
+def _loop_id_line(ir: str, branch: str) -> str:
+    """The metadata line of the loop ID on ``branch``'s ``!llvm.loop``."""
+    line = next(line for line in ir.splitlines() if branch in line)
+    loop_id = line.split("!llvm.loop ")[1].split()[0]
+    return next(line for line in ir.splitlines() if line.startswith(f"{loop_id} ="))
+
+
+def test_the_pass_marks_only_the_vectorised_loop():
+    module = parse_module(TWO_LOOPS)
+    module.native.optimize(f"function({KEEP_VECTOR_LOOPS_ROLLED})")
+    ir = module.native.ir()
+    assert ir.count('!"llvm.loop.unroll.runtime.disable"') == 1, ir
+    first = _loop_id_line(ir, "br i1 %first.stop")
+    second = _loop_id_line(ir, "br i1 %second.stop")
+    # "!0 = distinct !{!0, !1, !2}": itself twice, the vectoriser's mark, the new one.
+    assert len(re.findall(r"!\d+", first)) == 4, first
+    assert len(re.findall(r"!\d+", second)) == 2, second  # itself only: unchanged
+
+
+def test_loop_unroll_then_unrolls_only_the_scalar_loop():
+    module = parse_module(TWO_LOOPS)
+    module.native.optimize(f"function({KEEP_VECTOR_LOOPS_ROLLED},loop-unroll<O2>)")
+    ir = module.native.ir()
+    assert "second.epil" in ir or "second.prol" in ir, ir  # unrolled by a run-time count
+    assert "first.epil" not in ir and "first.prol" not in ir
+    f = ez.llvm_ir(ir, "two_sums")
+    a = np.linspace(0.5, 3.0, 11)
+    for n in (0, 1, 3, 4, 5, 11):
+        assert f(a, n) == pytest.approx(2.0 * a[:n].sum(), rel=1e-15)
+
+
+def test_heats_vector_bodies_stay_rolled_and_its_gradient_right():
+    assert KEEP_VECTOR_LOOPS_ROLLED in PASSES
+    u0, target = kernels.heat_inputs(40)
+    df = ez.autodiff(kernels.heat_loss, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active)
+    du = np.zeros_like(u0)
+    df(u0, du, target, 25, 1.0)
+    expected = fd_gradient(lambda u: kernels.heat_loss(u, target, 25), u0)
+    np.testing.assert_allclose(du, expected, rtol=1e-6, atol=1e-12)
+    ir = df.for_arguments((u0, du, target, 25, 1.0)).inspect_llvm(optimized=True)
+    assert "vector.body" in ir
+    bodies = [line for line in ir.splitlines() if line.startswith("vector.body")]
+    assert not [b for b in bodies if ".epil" in b.split(":")[0] or ".prol" in b.split(":")[0]]
