@@ -6,9 +6,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -101,6 +104,23 @@ void byte_span(const py::array &a, uint64_t &begin, uint64_t &bytes) {
   }
   begin = reinterpret_cast<uint64_t>(a.data()) + low;
   bytes = static_cast<uint64_t>(high - low + a.itemsize());
+}
+
+// Whether two elements of `a` may share memory, as _arguments.overlaps_itself:
+// with the axes of more than one element taken from the smallest stride up, each
+// stride must step over everything the smaller ones span.
+bool overlaps_itself(const py::array &a) {
+  std::vector<std::pair<int64_t, int64_t>> axes;  // (|stride|, extent)
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    if (a.shape(d) > 1) axes.emplace_back(std::llabs(a.strides(d)), a.shape(d));
+  }
+  std::sort(axes.begin(), axes.end());
+  int64_t span = a.itemsize();
+  for (const auto &[stride, n] : axes) {
+    if (stride < span) return true;
+    span += stride * (n - 1);
+  }
+  return false;
 }
 
 bool native_order(const py::dtype &dt) {
@@ -236,6 +256,9 @@ py::object Caller::call(py::args args) const {
         // Views of any strides (their strides are hidden parameters) and read-only
         // arrays where the parameter takes them, as the checked path does.
         if (!contiguous && !(step.strided && step.source < 0)) throw ArgumentsRejected();
+        // Elements sharing memory (a stride of 0): the checked path copies or refuses
+        // such an array where it has a shadow (_arguments.apart).
+        if (!contiguous && overlaps_itself(a)) throw ArgumentsRejected();
         if (!a.writeable() && !step.readonly) throw ArgumentsRejected();
         if (step.source >= 0) {
           // A derivative's shadow parameter, indexed with the shape and strides of

@@ -211,6 +211,7 @@ class Case:
                 [
                     "dtype",
                     "strided",
+                    "broadcast",
                     "shadow_shape",
                     "shadow_is_array",
                     "shadow_overlap",
@@ -248,6 +249,10 @@ class Case:
             elif choice == "strided":
                 big = guarded(np.repeat(a, 2, axis=-1))
                 self.args[i] = big[..., ::2]
+            elif choice == "broadcast" and a.ndim and a.size:
+                # Every element along the last axis in one place (stride 0, read-only):
+                # derivatives must still be per element (or the array refused).
+                self.args[i] = np.broadcast_to(a[..., :1], a.shape)
             elif choice == "shadow_shape" and self.shadow_args:
                 # (A primal of the wrong size is the caller's error, as in C and Numba.)
                 self.args[pick(rng, self.shadow_args)] = guarded(np.zeros(a.size + 1))

@@ -201,6 +201,11 @@ def test_shadow_unlike_its_array_is_refused(built):
     assert module.call_wsum(x, np.zeros(12)[::-2][:5], w, np.zeros(6))[0] == 1  # shape
     # A shadow that is its array's memory.
     assert module.call_wsum(np.ones(6), np.zeros(6), w, w)[0] == 1
+    # An array whose elements share memory (stride 0), with a shadow laid out so: the
+    # six adjoints would add into one place.
+    shared = np.lib.stride_tricks.as_strided(np.ones(1), shape=(6,), strides=(0,))
+    shared_dx = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(6,), strides=(0,))
+    assert module.call_wsum(shared, shared_dx, w, np.zeros(6))[0] == 1
 
 
 def test_a_written_const_array_sharing_memory_with_a_shadowed_one_is_refused(built):

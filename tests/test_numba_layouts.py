@@ -350,3 +350,50 @@ def test_the_reverse_of_a_strided_copy_ends():
     errors = [float(line) for line in proc.stdout.split()]
     assert len(errors) == 3
     assert max(errors) < 1e-6
+
+
+def test_which_arrays_overlap_themselves():
+    from enzyme_py._arguments import overlaps_itself
+
+    base = np.arange(12.0)
+    windows = np.lib.stride_tricks.sliding_window_view(base, 3)  # rows overlap
+    apart = [base, base[::2], base[::-1], base.reshape(3, 4).T, base.reshape(3, 4)[:, ::2]]
+    sharing = [np.broadcast_to(base[:1], (4,)), np.broadcast_to(base[:4], (3, 4)), windows]
+    assert not any(overlaps_itself(a) for a in apart)
+    assert all(overlaps_itself(a) for a in sharing)
+
+
+def test_a_broadcast_arrays_derivatives_are_per_element():
+    # np.broadcast_to gives every element the same memory (stride 0): a shadow laid
+    # out so added every element's adjoint into one place (all four read 40, not
+    # 4, 8, 12, 16). The derivative gets a contiguous copy of the values instead.
+    x = np.broadcast_to(np.array([2.0]), (4,))
+    w = np.ones(4)
+    expected = 3.0 * w * x**2  # weighted_cubes: d/dx_i of w_i x_i^3
+    np.testing.assert_allclose(ez.grad(weighted_cubes)(x, w), expected, rtol=1e-12)
+    value, g = ez.value_and_grad(weighted_cubes)(x, w)
+    assert value == pytest.approx(8.0 * 4)
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+    tangent = np.arange(1.0, 5.0)
+    _, dy = ez.jvp(weighted_cubes, (x, w), (tangent, np.zeros(4)))
+    assert dy == pytest.approx(float(expected @ tangent), rel=1e-12)
+    dx = np.zeros(4)
+    df = ez.autodiff(weighted_cubes, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    df(x, dx, w, 1.0)
+    np.testing.assert_allclose(dx, expected, rtol=1e-12)
+    # Two dimensions: a row repeated.
+    a = np.broadcast_to(np.array([0.5, 1.0, 1.5, 2.0]), (3, 4))
+    expected_2d = fd_gradient(row_weighted_squares, np.ascontiguousarray(a))
+    np.testing.assert_allclose(ez.grad(row_weighted_squares)(a), expected_2d, rtol=1e-6)
+
+
+def test_a_writable_array_sharing_memory_or_such_a_shadow_is_refused():
+    shared = np.lib.stride_tricks.as_strided(np.arange(1.0, 4.0), shape=(4,), strides=(0,))
+    w = np.ones(4)
+    with pytest.raises(ValueError, match=r"'x'.* share memory.*np\.ascontiguousarray"):
+        ez.grad(weighted_cubes)(shared, w)
+    x = np.linspace(0.5, 2.0, 4)
+    shadow = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(4,), strides=(0,))
+    df = ez.autodiff(weighted_cubes, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    with pytest.raises(ValueError, match=r"shadow.* share memory"):
+        df(x, shadow, w, 1.0)

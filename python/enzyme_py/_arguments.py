@@ -31,6 +31,23 @@ def byte_span(a: np.ndarray) -> tuple[int, int]:
     return start + low, start + high + a.itemsize
 
 
+def overlaps_itself(a: np.ndarray) -> bool:
+    """Whether two elements of ``a`` may share memory: a stride of 0 along an axis of
+    more than one element (``np.broadcast_to``), or strides too small for the axes
+    inside them (``as_strided`` views). Conservative: with the axes taken from the
+    smallest stride up, each stride must step over everything the smaller ones span."""
+    if a.flags.c_contiguous or a.flags.f_contiguous:
+        return False
+    span = a.itemsize
+    for stride, n in sorted((abs(s), n) for n, s in zip(a.shape, a.strides, strict=True)):
+        if n <= 1:
+            continue
+        if stride < span:
+            return True
+        span += stride * (n - 1)
+    return False
+
+
 def overlapping(arrays: Sequence[np.ndarray]) -> bool:
     """Whether the byte spans of any two of the arrays passed meet (the same array twice
     does; views interleaved in one buffer do too, conservatively)."""
@@ -199,7 +216,29 @@ def check_shadow(value: Any, primal: np.ndarray, k: int, where: str) -> np.ndarr
         raise ValueError(f"{where} must be writable: derivatives are accumulated into it")
     if np.shares_memory(value, primal):
         raise ValueError(f"{where} overlaps its array; give it memory of its own")
+    if overlaps_itself(value):
+        raise ValueError(
+            f"{where} has elements that share memory (a stride of 0, as np.broadcast_to "
+            "makes, or strides that overlap): each element's derivative needs memory of "
+            "its own; pass np.zeros(...) of its shape"
+        )
     return value
+
+
+def apart(array: np.ndarray, param: Param, where: str) -> np.ndarray:
+    """An array with a shadow whose elements share memory (``overlaps_itself``): the
+    derivative would add the adjoints of all the elements sharing a place into one
+    place of the shadow laid out like it, so it gets a C-contiguous copy of the
+    values, with a shadow of its own, where the function cannot write it (a read-only
+    parameter); otherwise a ValueError, as the function's writes through shared
+    memory could not be kept."""
+    if param.readonly or not array.flags.writeable:
+        return np.ascontiguousarray(array)
+    raise ValueError(
+        f"{where} has elements that share memory (a stride of 0, as np.broadcast_to makes, "
+        "or strides that overlap): their derivatives cannot be told apart, and the "
+        "function may write it; pass np.ascontiguousarray(...) of it"
+    )
 
 
 def laid_out_like(array: np.ndarray) -> np.ndarray:

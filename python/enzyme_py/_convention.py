@@ -21,16 +21,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from enzyme_py._arguments import (
+    apart,
     check_array,
     check_shadow,
     check_shadows_apart,
     laid_out_like,
     lanes,
+    overlaps_itself,
     scalar,
 )
 from enzyme_py._signature import Param
@@ -156,6 +159,11 @@ class CallPlan:
             if step.kind == StepKind.SHAPE:
                 found[step.source] = found.get(step.source, 0) + 1
         return found
+
+    @cached_property
+    def shadowed(self) -> frozenset[int]:
+        """The Python arguments that are arrays with a shadow."""
+        return frozenset(s.source for s in self.steps if s.kind == StepKind.SHADOW)
 
     @property
     def in_codes(self) -> str:
@@ -414,6 +422,8 @@ def fill_slots(plan: CallPlan, args: Sequence[Any], codes: str) -> FilledSlots:
             if step.param.layout_of is not None:
                 like = arrays[step.source]
                 array = _laid_out_as(array, like, step, wheres[step.source], stand_ins)
+            elif step.arg in plan.shadowed and overlaps_itself(array):
+                array = apart(array, step.param, step.where)
             wheres[step.arg] = step.where
             arrays[step.arg] = array
             named_arrays.append((step.where, array))

@@ -15,9 +15,12 @@ value (the primal, each Active parameter's adjoint, the tangent), any of them NU
 skip it. It returns 0, or:
 
 - ``1`` (``BAD_ARGUMENTS``): a shadow whose shape or strides differ from its array's,
-  or that shares memory with an array argument; in a second derivative of a function
-  over strided views, a shadow parameter of the first (``dx``, indexed with its
-  array's shape and strides) whose shape or strides differ from its array's (``x``);
+  or that shares memory with an array argument; an array with a shadow whose elements
+  share memory (a stride of 0 along an axis of more than one element, as
+  ``np.broadcast_to`` makes: each element's adjoint needs a place of its own); in a
+  second derivative of a function over strided views, a shadow parameter of the first
+  (``dx``, indexed with its array's shape and strides) whose shape or strides differ
+  from its array's (``x``);
 - ``2`` (``OUT_OF_MEMORY``): an allocation inside the derivative failed;
 - ``3`` (``FAILED``): the function failed inside the derivative (an exception it raised,
   a bounds check's IndexError, also on another thread's chunk of a prange loop: only
@@ -213,6 +216,12 @@ def declaration(derivative: Any, name: str | None = None) -> str:
             checks.append(
                 f"    if {shadow}.shape[{d}] != {own}.shape[{d}] or "
                 f"{shadow}.strides[{d}] != {own}.strides[{d}]:\n"
+                f"        return {BAD_ARGUMENTS}"
+            )
+            # Elements sharing memory (a broadcast view): their adjoints would add
+            # into one place (_arguments.overlaps_itself; here its stride-0 case).
+            checks.append(
+                f"    if {own}.strides[{d}] == 0 and {own}.shape[{d}] > 1:\n"
                 f"        return {BAD_ARGUMENTS}"
             )
     spans = arrays  # their byte spans, as _convention.byte_span measures them

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from enzyme_py._arguments import laid_out_like
+from enzyme_py._arguments import laid_out_like, overlaps_itself
 from enzyme_py._shadow_pool import LARGE_SHADOW_BYTES, uninitialised
 
 __all__ = ["ReversePlan", "plan_key"]
@@ -72,7 +72,7 @@ class ReversePlan:
             a = args[i]
             if i in self.zeroed and a.nbytes >= LARGE_SHADOW_BYTES:
                 out[i] = uninitialised(a.shape, a.dtype)
-            elif not a.flags.c_contiguous:
+            elif not a.flags.c_contiguous and not overlaps_itself(a):
                 out[i] = laid_out_like(a)
             else:
                 out[i] = self.zeros(a)
