@@ -261,6 +261,7 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   const std::string derivative_name = entry_name + "_derivative";
   LLVMSetValueName2(derivative, derivative_name.c_str(), derivative_name.size());
   LLVMSetLinkage(derivative, LLVMExternalLinkage);
+  erase_type_marks(mod);
   const int unwrapped = drop_unsigned_wrap_of_negative_adds(mod);
   if (log && unwrapped) {
     std::fprintf(stderr, "[enzyme_py] '%s': nuw dropped from %d add(s) of a negative constant\n",

@@ -470,4 +470,25 @@ int drop_unsigned_wrap_of_negative_adds(LLVMModuleRef mod) {
   return dropped;
 }
 
+int erase_type_marks(LLVMModuleRef mod) {
+  int erased = 0;
+  llvm::Module &module = *llvm::unwrap(mod);
+  for (const char *name : {"__enzyme_integer", "__enzyme_float", "__enzyme_double",
+                           "__enzyme_pointer"}) {
+    llvm::Function *mark = module.getFunction(name);
+    if (!mark) continue;
+    std::vector<llvm::CallBase *> calls;
+    for (llvm::User *user : mark->users()) {
+      if (auto *call = llvm::dyn_cast<llvm::CallBase>(user)) calls.push_back(call);
+    }
+    for (llvm::CallBase *call : calls) {
+      if (!call->use_empty()) continue;  // returns nothing: never used
+      call->eraseFromParent();
+      ++erased;
+    }
+    if (mark->use_empty()) mark->eraseFromParent();
+  }
+  return erased;
+}
+
 }  // namespace enzyme_py

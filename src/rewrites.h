@@ -116,6 +116,13 @@ int divide_by_squares_in_steps(LLVMModuleRef mod);
 // nuw flag (dropping a flag only makes the code more defined). Returns how many.
 int drop_unsigned_wrap_of_negative_adds(LLVMModuleRef mod);
 
+// Calls to Enzyme's type marks (__enzyme_integer, __enzyme_float, __enzyme_double,
+// __enzyme_pointer: "this memory holds such values", for its type analysis; the
+// Numba wrapper marks its result's shapes and strides) erased, and the marks'
+// declarations with them: after Enzyme, and where no Enzyme ran (a primal-only
+// build), nothing may call them. Returns how many calls.
+int erase_type_marks(LLVMModuleRef mod);
+
 // Whether `function` can reach a call of itself or of a function it is called
 // from, through direct calls of functions defined in `mod` (recursion). Enzyme
 // v0.0.289 batches (width > 1) such derivatives wrongly.

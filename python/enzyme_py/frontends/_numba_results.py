@@ -103,6 +103,35 @@ def _array_struct(part: ResultPart) -> str:
     return f"{{ i8*, i8*, i64, i64, {part.element}*, [{nd} x i64], [{nd} x i64] }}"
 
 
+# Enzyme's type analysis is told that memory holds integers by a call to this
+# function (pointer, bytes), which it then drops; enzyme_py's engine erases any call
+# left (src/rewrites.h), and it reads and writes nothing.
+INTEGER_MARK = "__enzyme_integer"
+INTEGER_MARK_DECLARATION = (
+    f"declare void @{INTEGER_MARK}(i8* nocapture readnone, i64) readnone nounwind"
+)
+
+
+def integer_fields(array: str, struct: str, nd: int, tag: str) -> list[str]:
+    """IR lines telling Enzyme that the array structure ``array`` holds integers in its
+    item count, item size, shape and strides. Enzyme infers them from the code that
+    writes them, except where they are computed in ways its type analysis does not
+    follow: a reversed view's negative stride (``x[::-1]`` returned) left the strides
+    untyped, and Enzyme refused the forward derivative ("mixed activity")."""
+    lines = [
+        f"  %counts{tag}.at = getelementptr inbounds {struct}, {struct}* {array}, i32 0, i32 2",
+        f"  %counts{tag} = bitcast i64* %counts{tag}.at to i8*",
+        f"  call void @{INTEGER_MARK}(i8* %counts{tag}, i64 16)",
+    ]
+    if nd:
+        lines += [
+            f"  %dims{tag}.at = getelementptr inbounds {struct}, {struct}* {array}, i32 0, i32 5",
+            f"  %dims{tag} = bitcast [{nd} x i64]* %dims{tag}.at to i8*",
+            f"  call void @{INTEGER_MARK}(i8* %dims{tag}, i64 {16 * nd})",
+        ]
+    return lines
+
+
 def copy_out(parts: tuple[ResultPart, ...], slot_type: str, errors: str) -> list[str]:
     """IR lines, entered after Numba's call with ``%status64`` stored, that copy each part
     of ``%result`` (of type ``slot_type``) into its output array, unless the call failed
@@ -134,6 +163,7 @@ def copy_out(parts: tuple[ResultPart, ...], slot_type: str, errors: str) -> list
         struct, nd = _array_struct(part), part.ndim
         lines += [
             f"  %array{k} = bitcast {part.llvm_type}* {held} to {struct}*",
+            *integer_fields(f"%array{k}", struct, nd, str(k)),
             f"  %data{k}.at = getelementptr inbounds {struct}, {struct}* %array{k}, i32 0, i32 4",
             f"  %data{k} = load {element}*, {element}** %data{k}.at",
             f"  %bytes{k} = bitcast {element}* %data{k} to i8*",

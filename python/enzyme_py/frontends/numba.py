@@ -43,6 +43,8 @@ from enzyme_py.frontends._numba_errors import raise_numba_error
 from enzyme_py.frontends._numba_identity import code_key as _code_key
 from enzyme_py.frontends._numba_parfor_launch import PARFOR_OVERLAP
 from enzyme_py.frontends._numba_results import (
+    INTEGER_MARK,
+    INTEGER_MARK_DECLARATION,
     ResultPart,
     copy_out,
     mismatched_part,
@@ -435,6 +437,8 @@ def _specialize(
         text += "\n"
         if not re.search(r"^declare void @llvm\.assume\(", numba_ir, re.MULTILINE):
             text += "declare void @llvm.assume(i1)\n"  # the wrapper's assumes
+        if f"@{INTEGER_MARK}(" in wrapper_text:
+            text += INTEGER_MARK_DECLARATION + "\n"  # copy_out's type marks
         if launch_names:
             module = _numba_parfor.threaded_module(
                 text, own.fndesc.mangled_name, WRAPPER, launch_names, _stable(text), noalias
