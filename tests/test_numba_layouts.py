@@ -8,7 +8,7 @@ import pytest
 
 import enzyme_py as ez
 
-from reference import fd_gradient
+from reference import fd_gradient, fd_jacobian
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -397,3 +397,30 @@ def test_a_writable_array_sharing_memory_or_such_a_shadow_is_refused():
     df = ez.autodiff(weighted_cubes, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
     with pytest.raises(ValueError, match=r"shadow.* share memory"):
         df(x, shadow, w, 1.0)
+
+
+@numba.njit
+def reshaped_twice(x):
+    return x.reshape(2, 3) * 2.0
+
+
+@numba.njit
+def reshaped_squares(x):
+    return np.sum(x.reshape(2, 3) ** 2)
+
+
+def test_code_for_contiguous_arrays_given_a_view():
+    # Numba compiles x.reshape only for contiguous arrays. The Jacobian helpers call
+    # the derivative with contiguous copies: they asked about the view whether the
+    # function returns an array, got Numba's refusal, took it for a scalar function
+    # and failed (an ActivityError; a NumPy broadcast error).
+    x = np.linspace(0.5, 2.0, 6)[::-1]
+    expected = fd_jacobian(lambda v: reshaped_twice(np.ascontiguousarray(v)), x)
+    np.testing.assert_allclose(ez.jacrev(reshaped_twice)(x), expected, atol=1e-9)
+    np.testing.assert_allclose(ez.jacfwd(reshaped_twice)(x), expected, atol=1e-9)
+    # ez.grad passes the view itself: refused, saying what Numba refused and what to do.
+    with pytest.raises(TypeError, match=r"'x'.*np\.ascontiguousarray.*reshape\(\) supports"):
+        ez.grad(reshaped_squares)(x)
+    np.testing.assert_allclose(
+        ez.grad(reshaped_squares)(np.ascontiguousarray(x)), 2.0 * x, rtol=1e-12
+    )

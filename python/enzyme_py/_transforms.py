@@ -348,11 +348,16 @@ def returns_arrays(f: Any, args: Sequence[Any]) -> bool:
     from numba.core.errors import TypingError
 
     def compute() -> bool:
-        types = tuple(f.typeof_pyval(a) for a in args)
-        try:
-            return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
-        except TypingError:
-            return False
+        # The helpers call derivatives with fresh copies (C-contiguous: ``fresh``) where
+        # f may write its arguments: a function Numba compiles only for those (x.reshape
+        # of a strided x) is asked about them too.
+        for given in (args, fresh(args)):
+            types = tuple(f.typeof_pyval(a) for a in given)
+            try:
+                return numba_frontend.returns_arrays(f, numba_frontend.resolve_signature(f, types))
+            except TypingError:
+                continue
+        return False
 
     return _by_kinds(_returns_arrays, f, args, compute)
 

@@ -349,6 +349,42 @@ def _fixed_lists_as_arena_allocations(ir: str) -> str:
     return out
 
 
+# Numba's variable-size allocations (its lists' storage): made, grown, freed.
+_LIST_STORAGE = (
+    "NRT_MemInfo_new_varsize_dtor",
+    "NRT_MemInfo_varsize_alloc",
+    "NRT_MemInfo_varsize_realloc",
+    "NRT_MemInfo_varsize_free",
+)
+
+
+def _growing_integer_lists_inactive(ir: str) -> str:
+    """Lists that grow, where every list the module makes holds integers (the shape
+    that ``a.sum(axis=0)``, ``np.sum(a, axis=1)`` and ``np.mean(a, axis=...)`` build
+    with ``list.append``): their storage made, grown and freed through inactive thunks.
+    Integers carry no derivative; Enzyme, which knows no derivative of the runtime's
+    reallocation, refused every axis reduction ("No augmented forward pass found for
+    NRT_MemInfo_new_varsize_dtor"). Left as they are where some list holds other items
+    or some other variable-size allocation is made."""
+    if "@NRT_MemInfo_new_varsize_dtor(" not in ir or not _GROWS_LIST.search(ir):
+        return ir
+    made = re.findall(r"^[^\n;]*call [^\n]*@NRT_MemInfo_new_varsize_dtor\(", ir, re.M)
+    lists = _LIST_ALLOCATION.findall(ir)
+    if len(lists) != len(made) or not all(_INTEGER_ITEMS.match(items) for _, _, items in lists):
+        return ir
+    if re.search(r"@NRT_MemInfo_new_varsize\(", ir):
+        return ir
+    for name in _LIST_STORAGE:
+        declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
+        if declared is None:
+            continue
+        ret = declared.group(1).replace("noalias ", "").strip()
+        types = [_type_of(a.strip()) for a in _split_arguments(declared.group(2)) if a.strip()]
+        ir = re.sub(rf"(call [^\n]*?)@{name}\(", rf"\1@enzyme_py.inactive.{name}(", ir)
+        ir += _inactive_thunk(name, types, ret)
+    return ir
+
+
 def _inactive_definition(thunk: str, ret: str, params: str, call: str) -> str:
     """An inactive function ``thunk`` (never inlined) of ``params`` returning what the
     instruction ``call`` over them returns (type ``ret``)."""
@@ -413,7 +449,8 @@ def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     ir = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
     ir = _random_state_inactive(ir)
     if integer_arrays_inactive:
-        ir = _integer_allocations_inactive(_fixed_lists_as_arena_allocations(ir))
+        ir = _fixed_lists_as_arena_allocations(ir)
+        ir = _integer_allocations_inactive(_growing_integer_lists_inactive(ir))
     called = _called_runtime(ir)
     for name in SHAPE_ONLY:
         if name in called:
