@@ -8,15 +8,12 @@ namespace enzyme_py {
 llvm::PreservedAnalyses KeepVectorLoopsRolled::run(llvm::Function &fn,
                                                    llvm::FunctionAnalysisManager &analyses) {
   llvm::LoopInfo &loops = analyses.getResult<llvm::LoopAnalysis>(fn);
-  bool changed = false;
   for (llvm::Loop *loop : loops.getLoopsInPreorder()) {
     if (!llvm::getBooleanLoopAttribute(loop, "llvm.loop.isvectorized")) continue;
     if (llvm::getBooleanLoopAttribute(loop, "llvm.loop.unroll.runtime.disable")) continue;
     llvm::addStringMetadataToLoop(loop, "llvm.loop.unroll.runtime.disable");
-    changed = true;
   }
-  // Only loop metadata changed: every analysis still holds.
-  (void)changed;
+  // Only loops' metadata changes: every analysis still holds.
   return llvm::PreservedAnalyses::all();
 }
 

@@ -64,9 +64,10 @@ class ReversePlan:
     def shadows(self, args: Sequence[Any]) -> dict[int, np.ndarray]:
         """Fresh shadows: a large one the derivative zeroes from kept memory
         (``_shadow_pool``); for an array that is not C-contiguous, zeros laid out as
-        it is (a derivative indexes a shadow as its array: zeros of another layout
-        would be copied into such a stand-in and back, strided Rosenbrock 10^6: 70%
-        of its gradient's time); any other zeros."""
+        it is (a derivative indexes a shadow as its array: zeros of another layout were
+        copied into such a stand-in and back; strided Rosenbrock 10^6's gradient 3.3 ->
+        2.3 ms), unless its elements share memory (the call then passes a contiguous
+        copy of it, ``_arguments.apart``); any other zeros."""
         out = {}
         for i in self.shadowed:
             a = args[i]

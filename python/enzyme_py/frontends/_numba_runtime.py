@@ -360,8 +360,8 @@ _LIST_STORAGE = (
 
 def _growing_integer_lists_inactive(ir: str) -> str:
     """Lists that grow, where every list the module makes holds integers (the shape
-    that ``a.sum(axis=0)``, ``np.sum(a, axis=1)`` and ``np.mean(a, axis=...)`` build
-    with ``list.append``): their storage made, grown and freed through inactive thunks.
+    that ``a.sum(axis=0)`` and ``np.sum(a, axis=1)`` build with ``list.append``): their
+    storage made, grown and freed through inactive thunks.
     Integers carry no derivative; Enzyme, which knows no derivative of the runtime's
     reallocation, refused every axis reduction ("No augmented forward pass found for
     NRT_MemInfo_new_varsize_dtor"). Left as they are where some list holds other items
