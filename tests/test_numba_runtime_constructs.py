@@ -531,3 +531,30 @@ def test_a_scalar_made_of_an_axis_reduction():
     a = np.array([[0.3, 1.1, -0.7], [0.45, 2.0, 0.1]])
     norms = np.sqrt(np.sum(a * a, axis=1))
     np.testing.assert_allclose(ez.grad(row_norms_total)(a), a / norms[:, None], rtol=1e-12)
+
+
+def test_header_zeroing_is_rewritten_only_where_the_name_is_a_header():
+    # Value names are per function: %1 is an array structure in the first function and
+    # a shape tuple ([2 x i64]) in the second, whose memset must stay a memset (it got
+    # null pointers, and Enzyme's type analysis gave up on np.outer(x, x[::-1])).
+    from enzyme_py.frontends import _numba_runtime
+
+    ir = """
+define void @f({ i8*, i8*, i64, i64, double*, [1 x i64], [1 x i64] }* %a) {
+  %1 = bitcast { i8*, i8*, i64, i64, double*, [1 x i64], [1 x i64] }* %a to i8*
+  call void @llvm.memset.p0i8.i64(i8* %1, i8 0, i64 16, i1 false)
+  ret void
+}
+
+define void @g() {
+  %s = alloca [2 x i64]
+  %1 = bitcast [2 x i64]* %s to i8*
+  call void @llvm.memset.p0i8.i64(i8* %1, i8 0, i64 16, i1 false)
+  ret void
+}
+"""
+    out = _numba_runtime._typed_header_zeroing(ir)
+    f_body = out[out.index("define void @f") : out.index("define void @g")]
+    g_body = out[out.index("define void @g") :]
+    assert "llvm.memset" not in f_body and f_body.count("store i8* null") == 2
+    assert "llvm.memset" in g_body and "store i8* null" not in g_body

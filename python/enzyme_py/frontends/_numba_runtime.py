@@ -204,33 +204,44 @@ def _typed_header_zeroing(ir: str) -> str:
     """A memset of an array structure's first 16 bytes (its meminfo and parent
     pointers, zeroed by Numba's code for 0-d views such as np.max's) as two stores of
     null: Enzyme's type analysis cannot tell what a memset of a structure writes
-    ("Cannot deduce type of memset")."""
-    headers = set(_ARRAY_HEADER_BITCAST.findall(ir))
-    if not headers:
+    ("Cannot deduce type of memset"). Per function: value names are a function's own
+    (``%1`` a bitcast of an array structure in one function, of np.outer's shape
+    tuple in another: its 16 bytes of integers were given null pointers, and Enzyme's
+    type analysis gave up on the forward derivative of ``np.outer(x, x[::-1])``)."""
+    if not _ARRAY_HEADER_BITCAST.search(ir):
         return ir
     count = 0
 
-    def replace(m: re.Match[str]) -> str:
-        nonlocal count
-        ptr = m.group(1)
-        if ptr not in headers:
-            return m.group(0)
-        count += 1
-        v = f"%enzyme_py.header{count}"
-        return (
-            f"  {v} = bitcast i8* {ptr} to i8**\n"
-            f"  store i8* null, i8** {v}, align 8\n"
-            f"  {v}.parent = getelementptr i8*, i8** {v}, i64 1\n"
-            f"  store i8* null, i8** {v}.parent, align 8"
-        )
+    def in_function(fn: re.Match[str]) -> str:
+        body = fn.group(0)
+        headers = set(_ARRAY_HEADER_BITCAST.findall(body))
+        if not headers:
+            return body
 
-    return re.sub(
-        r"^  call void @llvm\.memset\.p0i8\.i64\(i8\*[^,\n]* (%[\w.]+), i8 0, i64 16, i1 false\)"
-        r"[^\n]*$",
-        replace,
-        ir,
-        flags=re.MULTILINE,
-    )
+        def replace(m: re.Match[str]) -> str:
+            nonlocal count
+            ptr = m.group(1)
+            if ptr not in headers:
+                return m.group(0)
+            count += 1
+            v = f"%enzyme_py.header{count}"
+            return (
+                f"  {v} = bitcast i8* {ptr} to i8**\n"
+                f"  store i8* null, i8** {v}, align 8\n"
+                f"  {v}.parent = getelementptr i8*, i8** {v}, i64 1\n"
+                f"  store i8* null, i8** {v}.parent, align 8"
+            )
+
+        return _HEADER_MEMSET.sub(replace, body)
+
+    return _DEFINE.sub(in_function, ir)
+
+
+_HEADER_MEMSET = re.compile(
+    r"^  call void @llvm\.memset\.p0i8\.i64\(i8\*[^,\n]* (%[\w.]+), i8 0, i64 16, i1 false\)"
+    r"[^\n]*$",
+    re.MULTILINE,
+)
 
 
 def _allocations_as_malloc(ir: str) -> str:
