@@ -60,6 +60,9 @@ class ReversePlan:
     zeroed: frozenset[int]
     zeros: Callable[[np.ndarray], np.ndarray]
     actives: tuple[int, ...]
+    # The shadowed arguments that are not C-contiguous (the same at every call of a
+    # plan: plan_key has each array's layout flags).
+    views: frozenset[int] = frozenset()
 
     def shadows(self, args: Sequence[Any]) -> dict[int, np.ndarray]:
         """Fresh shadows: a large one the derivative zeroes from kept memory
@@ -73,7 +76,7 @@ class ReversePlan:
             a = args[i]
             if i in self.zeroed and a.nbytes >= LARGE_SHADOW_BYTES:
                 out[i] = uninitialised(a.shape, a.dtype)
-            elif not a.flags.c_contiguous and not overlaps_itself(a):
+            elif i in self.views and not overlaps_itself(a):
                 out[i] = laid_out_like(a)
             else:
                 out[i] = self.zeros(a)
@@ -93,7 +96,11 @@ class ReversePlan:
         flat.append(seed)
         primal, *adjoints = self.run(tuple(flat))
         grads = dict(zip(self.actives, adjoints, strict=True))
-        return primal, tuple(_compact(shadows[i]) if i in shadows else grads[i] for i in nums)
+        views = self.views
+        return primal, tuple(
+            (_compact(shadows[i]) if i in views else shadows[i]) if i in shadows else grads[i]
+            for i in nums
+        )
 
 
 def _compact(gradient: np.ndarray) -> np.ndarray:

@@ -448,6 +448,7 @@ def _plan(df: Any, args: Sequence[Any], acts: Sequence[Activity], seed: Any) -> 
         zeroed=frozenset(zeroed or ()),
         zeros=lambda a: shadow_like(a, 1, threads),
         actives=tuple(i for i, act in enumerate(acts) if act is Active),
+        views=frozenset(i for i in standing_in if not args[i].flags.c_contiguous),
     )
 
 
