@@ -47,12 +47,13 @@ on their variadic calls (print). Here:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from enzyme_py.frontends._gamma_rules import mark_inactive, with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
-REVISION = 4
+REVISION = 5
 # Helpers that compute shapes and strides only.
 SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
 # Numba's random number generators (np.random, random): the address of a thread's
@@ -385,15 +386,7 @@ def _growing_integer_lists_inactive(ir: str) -> str:
         return ir
     if re.search(r"@NRT_MemInfo_new_varsize\(", ir):
         return ir
-    for name in _LIST_STORAGE:
-        declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
-        if declared is None:
-            continue
-        ret = declared.group(1).replace("noalias ", "").strip()
-        types = [_type_of(a.strip()) for a in _split_arguments(declared.group(2)) if a.strip()]
-        ir = re.sub(rf"(call [^\n]*?)@{name}\(", rf"\1@enzyme_py.inactive.{name}(", ir)
-        ir += _inactive_thunk(name, types, ret)
-    return ir
+    return _calls_through_inactive_thunks(ir, _LIST_STORAGE)
 
 
 def _inactive_definition(thunk: str, ret: str, params: str, call: str) -> str:
@@ -422,7 +415,13 @@ def _random_state_inactive(ir: str) -> str:
     Enzyme still asks a rule of the state pointer they return). A derivative call
     draws as one call of the function does, and its reverse pass uses the draws of
     its own forward pass (Enzyme caches them: the generator's state changes)."""
-    for name in RANDOM_STATE:
+    return _calls_through_inactive_thunks(ir, RANDOM_STATE)
+
+
+def _calls_through_inactive_thunks(ir: str, names: Iterable[str]) -> str:
+    """Every call of each of ``names`` that ``ir`` declares made through an inactive
+    thunk of its type (``enzyme_py.inactive.<name>``)."""
+    for name in names:
         declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
         if declared is None:
             continue
