@@ -38,7 +38,7 @@ loop stayed scalar there; for "generic" hosts (the AMD EPYC above) nothing chang
 The second's run-time unrolling takes only the loops its vectoriser left scalar
 (``enzyme-py-keep-vector-loops-rolled``, ``src/unroll_hints.h``, right before it):
 unrolling the vector bodies again sped no suite kernel up and cost heat's first call
-20-30 ms (its module 60% larger).
+about 20 ms (its module 60% larger).
 
 After the first loop vectoriser and before the SLP vectoriser, enzyme_py's own pass
 ``enzyme-py-split-scatter-adds`` (``src/scatter_adds.h``, registered by name in
@@ -123,7 +123,7 @@ _SECOND = (
 
 # src/unroll_hints.h: loops the vectoriser made or visited are not unrolled again by a
 # run-time count (the second pipeline's loop-unroll, right after it, unrolls the loops
-# left scalar only). Heat's module 1716 -> 1064 lines, its first call 115 -> 87 ms.
+# left scalar only). Heat's module 1716 -> 1064 lines, its first call 117 -> 99 ms.
 KEEP_VECTOR_LOOPS_ROLLED = "enzyme-py-keep-vector-loops-rolled"
 
 # src/scatter_adds.h: reverse stencil loops the loop vectoriser refused, split into
