@@ -113,8 +113,7 @@ _LLVM15_O2 = (
 # the clean-up default<O2> runs after it.
 _SECOND = (
     "function(loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only;>,"
-    "loop-load-elim,instcombine,enzyme-py-keep-vector-loops-rolled,loop-unroll<O2>,"
-    "simplifycfg<bonus-inst-threshold=1;forward-switch-cond;"
+    "loop-load-elim,instcombine,loop-unroll<O2>,simplifycfg<bonus-inst-threshold=1;forward-switch-cond;"
     "switch-range-to-icmp;switch-to-lookup;no-keep-loops;hoist-common-insts;"
     "sink-common-insts>,instcombine,loop-mssa(licm<allowspeculation>),instsimplify,"
     "simplifycfg<bonus-inst-threshold=1;no-forward-switch-cond;switch-range-to-icmp;"
@@ -173,5 +172,7 @@ PASSES = (
     )
     .replace(",loop-unroll<O2>,", ",loop-unroll<O2;no-runtime>,")
     + "|"
-    + _SECOND.replace(f"function({_VECTORIZE},", f"function({WIDEN_STREAMING_LOOPS},{_VECTORIZE},")
+    + _SECOND.replace(
+        f"function({_VECTORIZE},", f"function({WIDEN_STREAMING_LOOPS},{_VECTORIZE},"
+    ).replace(",loop-unroll<O2>,", f",{KEEP_VECTOR_LOOPS_ROLLED},loop-unroll<O2>,")
 )
