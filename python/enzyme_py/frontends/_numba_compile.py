@@ -9,6 +9,7 @@ By default a private clone's compile without Numba's full module optimisation
 from __future__ import annotations
 
 import contextlib
+import re
 import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -16,7 +17,11 @@ from typing import Any, NamedTuple
 from enzyme_py.frontends import _numba_parfor_capture
 from enzyme_py.frontends._numba_capture import kept_modules, module_defining
 from enzyme_py.frontends._numba_signatures import compile_if_missing
-from enzyme_py.frontends._numba_substitutes import uses_substitutes, with_substitutes
+from enzyme_py.frontends._numba_substitutes import (
+    njit_callees,
+    uses_substitutes,
+    with_substitutes,
+)
 
 
 class IRCompile(NamedTuple):
@@ -91,22 +96,28 @@ def _from_primal(dispatcher: Any, signature: tuple[Any, ...]) -> IRCompile | Non
         return None
     with global_compiler_lock:
         module = ll.parse_assembly(text)
-        return IRCompile(_linked_first_stage(module, cres.library, kept_callees=True), cres.fndesc)
+        linked = _linked_first_stage(module, cres.library, kept_callees=True, roots=(dispatcher,))
+        return IRCompile(linked, cres.fndesc)
 
 
-def _linked_first_stage(module: Any, library: Any, kept_callees: bool = False) -> str:
+def _linked_first_stage(
+    module: Any, library: Any, kept_callees: bool = False, roots: tuple[Any, ...] = ()
+) -> str:
     """What CPUCodeLibrary.finalize does before handing a module to Numba's JIT, up to
     its first module stage: ``library``'s callees linked into ``module`` (Numba's fully
     optimised modules; ``kept_callees``: as ``_link_callees`` links them), then that stage only
     (opt=0: inlining, as in _ad_compile_full); the IR text. Hold Numba's compiler
-    lock."""
+    lock. ``roots``: the dispatchers whose @njit callees may recurse (see
+    ``_link_recursion_targets``)."""
     seen: set[int] = set()
     if kept_callees:
-        _link_callees(module, library, seen)
+        _link_callees(module, library._linking_libraries, seen)
     for callee in library._linking_libraries:
         if id(callee) not in seen:
             seen.add(id(callee))
             module.link_in(callee._get_module_for_linking(), preserve=True)
+    _link_recursion_targets(module, roots, seen, kept_callees)
+    module = with_recursion_resolved(module)
     pm = library._codegen._module_pass_manager(
         loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
     )
@@ -114,8 +125,79 @@ def _linked_first_stage(module: Any, library: Any, kept_callees: bool = False) -
     return str(module)
 
 
-def _link_callees(module: Any, library: Any, seen: set[int]) -> None:
-    """Link ``library``'s callees into ``module``: each as the modules of its compile
+_UNRESOLVED = ".numba.unresolved$"
+
+
+def refuse_unresolved_recursion(ir: str, name: str) -> None:
+    """Raise EnzymeError where ``ir`` still calls a function through Numba's
+    ``.numba.unresolved$`` global (``with_recursion_resolved`` found no definition):
+    Enzyme aborts on such a load (in the build process by default; in this one with
+    ENZYME_PY_ISOLATE=0)."""
+    from enzyme_py.core import EnzymeError
+
+    found = re.search(rf'@"?{re.escape(_UNRESOLVED)}(\w+)', ir)
+    if found is None:
+        return
+    callee = _python_name(found.group(1))
+    raise EnzymeError(
+        f"'{name}' reaches a recursive call of the @njit function {callee} that "
+        "enzyme_py could not resolve (Numba calls it through a global it fills when it "
+        "loads the code, .numba.unresolved$..., which Enzyme cannot follow). What to "
+        f"do: write the recursion in {callee} as a loop, or keep the types of its "
+        "arguments the same in the recursive call as in the first one."
+    )
+
+
+def _python_name(mangled: str) -> str:
+    """The dotted name in a Numba symbol (``_ZN8__main__8fact_recB2v3...``:
+    ``__main__.fact_rec``); the symbol itself where it is not of that form."""
+    parts, at = [], 3 if mangled.startswith("_ZN") else len(mangled)
+    while at < len(mangled) and mangled[at].isdigit():
+        digits = re.match(r"\d+", mangled[at:])
+        assert digits is not None
+        size, at = int(digits.group()), at + len(digits.group())
+        parts.append(mangled[at : at + size])
+        at += size
+    return "'" + (".".join(parts) if parts else mangled) + "'"
+
+
+def with_recursion_resolved(module: Any) -> Any:
+    """``module`` with its recursive calls direct: Numba calls a function that
+    recurses through a global it fills only when it loads the code
+    (``.numba.unresolved$NAME``), which Enzyme cannot follow (it aborted on such a
+    load). Where ``module`` defines NAME, the global becomes a constant holding NAME
+    under another name (Numba's loader scans that prefix), so that the first module
+    stage turns the loads into calls of NAME. ``module`` itself where there is none."""
+    from llvmlite import binding as ll
+
+    targets = {}
+    for variable in module.global_variables:
+        if variable.name.startswith(_UNRESOLVED):
+            try:
+                function = module.get_function(variable.name[len(_UNRESOLVED) :])
+            except NameError:  # defined elsewhere: left to Numba's loader
+                continue
+            if not function.is_declaration:
+                targets[variable.name] = function
+    if not targets:
+        return module
+    text = str(module)
+    for name, function in targets.items():
+        resolved = f'@".enzyme_py.resolved${function.name}"'
+        declared = re.compile(rf'^@"?{re.escape(name)}"? = [^\n]*$', re.MULTILINE)
+        text = declared.sub(
+            f"{resolved} = internal unnamed_addr constant i8* bitcast "
+            f'({function.type} @"{function.name}" to i8*)',
+            text,
+        )
+        text = re.sub(rf'@"?{re.escape(name)}"?(?![\w.$-])', resolved, text)
+    resolved_module = ll.parse_assembly(text)
+    resolved_module.verify()
+    return resolved_module
+
+
+def _link_callees(module: Any, callees: Any, seen: set[int]) -> None:
+    """Link the libraries ``callees`` into ``module``: each as the modules of its compile
     that ``_numba_capture`` kept (before Numba's module optimisation), then its own
     callees so; a callee with none kept as Numba's fully optimised module (which holds
     its callees). Serial compiles link them so (``_from_primal`` and the clones of
@@ -126,7 +208,7 @@ def _link_callees(module: Any, library: Any, seen: set[int]) -> None:
     prange body so took 15 -> 21 ms on two threads."""
     from llvmlite import binding as ll
 
-    for callee in library._linking_libraries:
+    for callee in callees:
         if id(callee) in seen:
             continue
         seen.add(id(callee))
@@ -142,7 +224,70 @@ def _link_callees(module: Any, library: Any, seen: set[int]) -> None:
                 if not fn.is_declaration and fn.linkage == ll.Linkage.external:
                     fn.linkage = ll.Linkage.linkonce_odr
             module.link_in(kept)
-        _link_callees(module, callee, seen)
+        _link_callees(module, callee._linking_libraries, seen)
+
+
+def _link_recursion_targets(
+    module: Any, roots: tuple[Any, ...], seen: set[int], kept_callees: bool
+) -> None:
+    """Link into ``module`` the functions its recursive calls reach but no library it
+    links holds: Numba types a recursive call ``f(x, n - 1)`` made from
+    ``f(x, 3)`` (n a literal) as another compile of ``f``, which the caller reaches
+    only through ``.numba.unresolved$NAME``. That compile is found among the overloads
+    of the @njit functions ``roots`` reach (through globals and closure cells) and
+    linked as its callees are (``kept_callees``: as ``_link_callees`` links them); the
+    functions it reaches are then looked for in turn (mutual recursion)."""
+    from llvmlite import binding as ll
+
+    while True:
+        defined = {fn.name for fn in module.functions if not fn.is_declaration}
+        wanted = {
+            variable.name[len(_UNRESOLVED) :]
+            for variable in module.global_variables
+            if variable.name.startswith(_UNRESOLVED)
+        } - defined
+        found = [(name, _library_defining(name, roots)) for name in sorted(wanted)]
+        found = [(name, library) for name, library in found if library is not None]
+        if not found or all(id(library) in seen for _, library in found):
+            return
+        for name, library in found:
+            if id(library) in seen:
+                continue
+            seen.add(id(library))
+            texts = kept_modules(library) if kept_callees else []
+            parts = [ll.parse_assembly(text) for text in texts]
+            if not parts:
+                parts = [library._get_module_for_linking()]
+            for part in parts:
+                for fn in part.functions:
+                    if fn.is_declaration:
+                        continue
+                    # The target external (nothing in ``module`` calls it by name yet,
+                    # and the linker drops an uncalled linkonce_odr definition); the
+                    # rest linkonce_odr, as _link_callees links them.
+                    if fn.name == name:
+                        fn.linkage = ll.Linkage.external
+                    elif fn.linkage == ll.Linkage.external:
+                        fn.linkage = ll.Linkage.linkonce_odr
+                module.link_in(part)
+            if texts:
+                _link_callees(module, library._linking_libraries, seen)
+
+
+def _library_defining(name: str, roots: tuple[Any, ...]) -> Any:
+    """The library of the compile named ``name`` among the overloads of the @njit
+    functions ``roots`` reach, or None."""
+    stack, visited = list(roots), set()
+    while stack:
+        dispatcher = stack.pop()
+        if id(dispatcher) in visited:
+            continue
+        visited.add(id(dispatcher))
+        for compiled in list(dispatcher.overloads.values()):
+            if compiled.fndesc.mangled_name == name:
+                return compiled.library
+        stack.extend(njit_callees(dispatcher.py_func))
+    return None
 
 
 def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
@@ -168,6 +313,7 @@ def first_stage_only() -> Iterator[None]:
     full = library_class._optimize_final_module
 
     def inline_only(self: Any) -> None:
+        self._final_module = with_recursion_resolved(self._final_module)
         pm = self._codegen._module_pass_manager(
             loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
         )
@@ -213,7 +359,8 @@ def ad_compile_ir(clone: Any, signature: tuple[Any, ...], kept_callees: bool = F
             raise RuntimeError("not a plain nopython compile")
         library = cres.library
         return IRCompile(
-            _linked_first_stage(library._final_module, library, kept_callees), cres.fndesc
+            _linked_first_stage(library._final_module, library, kept_callees, roots=(clone,)),
+            cres.fndesc,
         )
 
 

@@ -215,7 +215,7 @@ def _cells(func: Any) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def _callees(func: Any) -> list[Any]:
+def njit_callees(func: Any) -> list[Any]:
     """The @njit dispatchers ``func`` reads from its globals or closure cells."""
     found = [func.__globals__.get(name) for name in sorted(_names(func.__code__))]
     found += _cells(func)
@@ -255,7 +255,7 @@ def _uses(func: Any, seen: set[int]) -> bool:
     seen.add(id(func))
     if _uses_directly(func):
         return True
-    return any(_uses(callee.py_func, seen) for callee in _callees(func))
+    return any(_uses(callee.py_func, seen) for callee in njit_callees(func))
 
 
 def _substituted(
@@ -269,7 +269,7 @@ def _substituted(
     ``register`` is called with the copy before the callees' clones are made."""
     made = _definitions()
     replaced = _replacements(func, made)
-    using = {id(callee): callee for callee in _callees(func) if _uses(callee.py_func, set())}
+    using = {id(callee): callee for callee in njit_callees(func) if _uses(callee.py_func, set())}
     if not replaced and not using:
         if register is not None:
             register(func)

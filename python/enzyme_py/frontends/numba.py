@@ -35,6 +35,7 @@ from enzyme_py.frontends._numba_capture import install_when_imported
 from enzyme_py.frontends._numba_compile import (
     IRCompile,
     is_parallel,
+    refuse_unresolved_recursion,
     serial_compile,
     with_boundscheck,
 )
@@ -420,6 +421,7 @@ def _specialize(
             else:
                 compiled.append(_shared_ad_compile(dispatcher, signature))
         own = compiled[0]
+        refuse_unresolved_recursion(own.ir, name)
         numba_ir = _numba_runtime.prepare(
             _without_reference_counting(own.ir),
             not _numba_runtime.reinterprets_memory(dispatcher.py_func),
