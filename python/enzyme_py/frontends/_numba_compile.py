@@ -295,22 +295,43 @@ def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
     stage (opt=0: inlining, for its refcount pruning)."""
     from numba.core.compiler_lock import global_compiler_lock
 
-    with global_compiler_lock, first_stage_only():
+    before_codegen: dict[int, str] = {}
+    with global_compiler_lock, first_stage_only(before_codegen):
         clone.compile(signature)
-    return IRCompile.of(clone.overloads[tuple(signature)])
+    compiled = clone.overloads[tuple(signature)]
+    return IRCompile(before_codegen[id(compiled.library)], compiled.fndesc)
 
 
 @contextlib.contextmanager
-def first_stage_only() -> Iterator[None]:
+def first_stage_only(before_codegen: dict[int, str] | None = None) -> Iterator[None]:
     """While active, every library Numba finalises gets only its first module stage
     (opt=0: inlining): the clone's, and that of any callee compiled for the first
     time inside it (the substitutes' helpers of ``_numba_substitutes``, whose fully
     optimised, vectorised loops Enzyme cannot type). Callees compiled before keep
-    their full optimisation. Hold Numba's compiler lock."""
+    their full optimisation. Hold Numba's compiler lock.
+
+    ``before_codegen`` (the full compile of ``_ad_compile_full``): filled with each
+    such library's module text after that stage and before Numba's code generation
+    (by ``id`` of the library), and libraries are linked into one another in that
+    form, those compiled before as the modules ``_numba_capture`` kept (with their
+    callees, as ``_link_callees`` links them) where it kept them:
+
+    - code generation rewrites a module in place (sunk addresses, loop strength
+      reduction), and Enzyme v0.0.289's reverse of a max and min loop in that form
+      (``if v > m: m = v`` and ``if v < mn: mn = v`` over ``x[1:]``, in a function
+      that also calls print) put the minimum's adjoint on another element, with no
+      error; np.max called next to np.sort did so in this compile too;
+    - np.diag's code, compiled with the function itself, came fully optimised (a
+      vectorised gather, which Enzyme has no reverse for) into the compile of a
+      function that also calls np.linalg.cholesky, and its derivative was refused.
+
+    The compile enzyme_py differentiates by default (``_from_primal``) links so."""
+    from llvmlite import binding as ll
     from numba.core import codegen
 
     library_class = codegen.CPUCodeLibrary
     full = library_class._optimize_final_module
+    for_linking = library_class._get_module_for_linking
 
     def inline_only(self: Any) -> None:
         self._final_module = with_recursion_resolved(self._final_module)
@@ -318,12 +339,35 @@ def first_stage_only() -> Iterator[None]:
             loop_vectorize=False, slp_vectorize=False, opt=0, cost="cheap"
         )
         pm.run(self._final_module)
+        if before_codegen is not None:
+            before_codegen[id(self)] = str(self._final_module)
+
+    def linked_before_codegen(self: Any) -> Any:
+        if before_codegen is None:
+            return for_linking(self)
+        text = before_codegen.get(id(self))
+        if text is not None:
+            module = ll.parse_assembly(text)
+        else:
+            texts = kept_modules(self)
+            if not texts:
+                return for_linking(self)
+            module = ll.parse_assembly(texts[0])
+            for more in texts[1:]:
+                module.link_in(ll.parse_assembly(more))
+            _link_callees(module, self._linking_libraries, set())
+        for fn in module.functions:  # as Numba's _get_module_for_linking makes them
+            if not fn.is_declaration and fn.linkage == ll.Linkage.external:
+                fn.linkage = ll.Linkage.linkonce_odr
+        return module
 
     library_class._optimize_final_module = inline_only
+    library_class._get_module_for_linking = linked_before_codegen
     try:
         yield
     finally:
         library_class._optimize_final_module = full
+        library_class._get_module_for_linking = for_linking
 
 
 def ad_compile_ir(clone: Any, signature: tuple[Any, ...], kept_callees: bool = False) -> IRCompile:
