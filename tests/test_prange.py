@@ -643,3 +643,37 @@ def test_threads_derivatives_called_from_several_python_threads_at_once():
         t.join()
     assert len(errors) == 160
     assert max(errors) < 1e-12
+
+
+@numba.njit(parallel=True)
+def row_extremes(a):
+    s = 0.0
+    for i in numba.prange(a.shape[0]):
+        largest = a[i, 0]
+        smallest = a[i, 0]
+        for v in a[i, 1:]:
+            if v > largest:
+                largest = v
+            if v < smallest:
+                smallest = v
+        s += (2.0 * largest - smallest) * (i + 1)
+    return s
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_threads_a_body_keeping_each_rows_extremes(threads):
+    # The bodies were linked after Numba's code generation (which rewrites a module in
+    # place); Enzyme's reverse of this body in that form put adjoints on the wrong
+    # elements on two and four threads, with no error.
+    generator = np.random.default_rng(11)
+    for _ in range(3):
+        a = generator.normal(size=(6, 5))
+        row_extremes(a)
+        expected = np.zeros_like(a)
+        for i, row in enumerate(a):
+            expected[i, np.argmax(row)] += 2.0 * (i + 1)
+            expected[i, np.argmin(row)] -= i + 1
+        da = np.zeros_like(a)
+        ez.autodiff(row_extremes, ez.Reverse, ez.Duplicated, ez.Active, threads=threads)(a, da, 1.0)
+        np.testing.assert_allclose(da, expected, rtol=1e-14)
+        np.testing.assert_allclose(ez.grad(row_extremes)(a), expected, rtol=1e-14)

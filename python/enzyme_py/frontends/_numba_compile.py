@@ -303,7 +303,9 @@ def _ad_compile_full(clone: Any, signature: tuple[Any, ...]) -> IRCompile:
 
 
 @contextlib.contextmanager
-def first_stage_only(before_codegen: dict[int, str] | None = None) -> Iterator[None]:
+def first_stage_only(
+    before_codegen: dict[int, str] | None = None, kept_callees: bool = True
+) -> Iterator[None]:
     """While active, every library Numba finalises gets only its first module stage
     (opt=0: inlining): the clone's, and that of any callee compiled for the first
     time inside it (the substitutes' helpers of ``_numba_substitutes``, whose fully
@@ -314,7 +316,8 @@ def first_stage_only(before_codegen: dict[int, str] | None = None) -> Iterator[N
     such library's module text after that stage and before Numba's code generation
     (by ``id`` of the library), and libraries are linked into one another in that
     form, those compiled before as the modules ``_numba_capture`` kept (with their
-    callees, as ``_link_callees`` links them) where it kept them:
+    callees, as ``_link_callees`` links them) where it kept them and
+    ``kept_callees``, else as Numba links them (fully optimised):
 
     - code generation rewrites a module in place (sunk addresses, loop strength
       reduction), and Enzyme v0.0.289's reverse of a max and min loop in that form
@@ -349,7 +352,7 @@ def first_stage_only(before_codegen: dict[int, str] | None = None) -> Iterator[N
         if text is not None:
             module = ll.parse_assembly(text)
         else:
-            texts = kept_modules(self)
+            texts = kept_modules(self) if kept_callees else []
             if not texts:
                 return for_linking(self)
             module = ll.parse_assembly(texts[0])

@@ -147,7 +147,11 @@ def parfor_compile(dispatcher: Any, signature: tuple[Any, ...]) -> tuple[Any, tu
         return _numba_compile.IRCompile(ir, fndesc), launches
     options = dict(_numba_compile.serial_options(dispatcher), parallel=True)
     clone = numba.njit(**options)(dispatcher.py_func)
-    with global_compiler_lock, _numba_compile.first_stage_only(), typed_launches() as found:
+    # The bodies, compiled inside, linked before Numba's code generation (see
+    # first_stage_only), the functions compiled before fully optimised.
+    before_codegen: dict[int, str] = {}
+    stage = _numba_compile.first_stage_only(before_codegen, kept_callees=False)
+    with global_compiler_lock, stage, typed_launches() as found:
         compiled = _numba_compile.ad_compile_ir(clone, signature)
     if not found:
         raise ParforUnsupported("no prange loop was found")

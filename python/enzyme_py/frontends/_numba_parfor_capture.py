@@ -227,11 +227,6 @@ def from_primal(
             kept = ll.parse_assembly(body)
             _link(kept, callees, set())
             _first_stage(kept, codegen)
-            # The body as the second compile left it, its machine code made: Numba's
-            # code generation rewrites the module in place (loop strength reduction,
-            # addresses sunk into loops), from which Enzyme's reverse of GMM's body was
-            # 10% faster (55 against 61 ms on a 2-core Xeon).
-            codegen._tm.emit_object(kept)
             # As Numba links a library in (_get_module_for_linking).
             for fn in kept.functions:
                 if not fn.is_declaration and fn.linkage == ll.Linkage.external:
