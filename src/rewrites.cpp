@@ -1,4 +1,5 @@
 #include "rewrites.h"
+#include <algorithm>
 
 #include <cstring>
 #include <functional>
@@ -129,6 +130,7 @@ void prepare_for_enzyme(LLVMModuleRef mod, bool runtime_too) {
   compare_without_fabs(mod);
   freeze_values_entering_loops(mod);
   freeze_phi_dividends(mod);
+  freeze_running_extrema(mod);
 }
 
 int strip_scoped_noalias(LLVMModuleRef mod) {
@@ -297,6 +299,53 @@ int freeze_phi_dividends(LLVMModuleRef mod) {
         }
         inst.setOperand(0, freeze);
         ++frozen;
+      }
+    }
+  }
+  return frozen;
+}
+
+int freeze_running_extrema(LLVMModuleRef mod) {
+  int frozen = 0;
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    if (fn.isDeclaration()) continue;
+    llvm::DominatorTree dominators(fn);
+    llvm::LoopInfo loops(dominators);
+    for (llvm::Loop *loop : loops.getLoopsInPreorder()) {
+      for (llvm::PHINode &phi : loop->getHeader()->phis()) {
+        if (!phi.getType()->isFPOrFPVectorTy()) continue;
+        // The selections the running value goes through (an unrolled loop chains
+        // them), and whether any of them, or the PHI, has another user in the loop.
+        std::vector<llvm::Value *> chain{&phi};
+        std::vector<llvm::SelectInst *> reading_phi;
+        bool used_in_loop = false;
+        for (size_t k = 0; k < chain.size() && !used_in_loop; ++k) {
+          for (llvm::User *user : chain[k]->users()) {
+            auto *inst = llvm::dyn_cast<llvm::Instruction>(user);
+            if (!inst || !loop->contains(inst) || user == &phi ||
+                llvm::isa<llvm::CmpInst>(inst)) {
+              continue;
+            }
+            auto *select = llvm::dyn_cast<llvm::SelectInst>(inst);
+            if (!select || select->getCondition() == chain[k]) {
+              used_in_loop = true;
+              break;
+            }
+            if (std::find(chain.begin(), chain.end(), select) == chain.end()) {
+              chain.push_back(select);
+              if (k == 0) reading_phi.push_back(select);
+            }
+          }
+        }
+        if (!used_in_loop || reading_phi.empty()) continue;
+        llvm::IRBuilder<> after(phi.getParent(), phi.getParent()->getFirstInsertionPt());
+        llvm::Value *freeze = after.CreateFreeze(&phi, phi.getName() + ".selected");
+        for (llvm::SelectInst *select : reading_phi) {
+          for (unsigned operand : {1u, 2u}) {
+            if (select->getOperand(operand) == &phi) select->setOperand(operand, freeze);
+          }
+          ++frozen;
+        }
       }
     }
   }

@@ -64,6 +64,21 @@ int freeze_values_entering_loops(LLVMModuleRef mod);
 // division whose dividend is a PHI gets one. Returns how many divisions.
 int freeze_phi_dividends(LLVMModuleRef mod);
 
+// Enzyme v0.0.289 differentiates a running maximum or minimum wrongly, without an
+// error, where its value is used inside the loop (`m = max(m, x[i]); s += m`, a
+// drawdown's running peak): it rewrites the selection `m' = x[i] > m ? x[i] : m`
+// to track the index of the element selected, and its reverse pass reads that
+// index's value after the loop's last iteration for every iteration (the C kernel
+// `s += m` over [1, 0.5, 2, 0.3, 3, 0.1]: gradient [0, 0, 0, 0, 6, 0] for
+// [2, 0, 2, 0, 2, 0]). Through a `freeze` of the loop-header PHI the select reads
+// (the value itself, differentiated as the identity) the selection is cached per
+// iteration and the gradient is right. Only where the selections the running value
+// goes through (one, or a chain of them in an unrolled loop) or the PHI have a user
+// inside the loop besides each other and comparisons: a pure reduction (np.max, a
+// logsumexp's maximum, unrolled or not) keeps Enzyme's index, which is right there.
+// Returns how many selects.
+int freeze_running_extrema(LLVMModuleRef mod);
+
 // Before every run of Enzyme (its C API, engine.cpp; its passes on marker calls,
 // enzyme_pass.cpp): each rewrite above, in this order. The marker pass (C code's
 // __enzyme_autodiff calls; a prange body's reverse, made before the derivative that
