@@ -89,6 +89,22 @@ std::string tail(const std::string &text, size_t max_chars) {
   return t.size() <= max_chars ? t : "..." + t.substr(t.size() - max_chars);
 }
 
+// `text` without the functions Enzyme v0.0.289 prints whenever it takes a custom
+// augmented forward pass that returns a tape alone (" aug: todiff: <function>" then
+// "aug foundcalled: <function>", on a successful build): a prange loop's launch rule
+// printed about 800 lines of IR into ENZYME_PY_LOG=1's output and into the tail of
+// a failed build's message, hiding what that build said.
+std::string without_rule_dumps(std::string text) {
+  static const std::string kStart = " aug: todiff: ", kRule = "aug foundcalled: ";
+  for (size_t at = text.find(kStart); at != std::string::npos; at = text.find(kStart, at)) {
+    const size_t rule = text.find(kRule, at);
+    const size_t close = rule == std::string::npos ? rule : text.find("\n}\n", rule);
+    if (close == std::string::npos) break;  // not as printed: left whole
+    text.erase(at, close + 3 - at);
+  }
+  return text;
+}
+
 // Exit statuses of the build child when its result cannot be written.
 constexpr int kExitResultTooBig = 120;  // EFBIG: over RLIMIT_FSIZE (ulimit -f)
 constexpr int kExitWriteFailed = 121;
@@ -323,7 +339,7 @@ Artifact build_in_child(const std::string &function, const std::function<void()>
   const ChildEnd end = wait_for_child(pid, done.fd, wstatus, interrupted, while_waiting);
   if (end == ChildEnd::kResult) reap_later(pid);
   const bool interrupt = end == ChildEnd::kInterrupted;
-  std::string child_stderr = read_all(errors.fd);
+  std::string child_stderr = without_rule_dumps(read_all(errors.fd));
   if (!child_stderr.empty() && log_enabled()) std::fputs(child_stderr.c_str(), stderr);
   uint64_t status = kError;
   std::string message;

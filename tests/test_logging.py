@@ -106,3 +106,35 @@ def test_a_slow_build_reports_progress_while_it_runs(caplog, monkeypatch, tmp_pa
     # The line came out while Enzyme's child ran, a second in: the GIL is released while
     # this process waits for it, so the timer thread is not held up until the build ends.
     assert asked + 0.9 <= start.created <= returned[0]
+
+
+def test_the_log_leaves_out_enzymes_dump_of_a_prange_launch_rule(monkeypatch, tmp_path, capfd):
+    # Enzyme prints both functions of a custom augmented forward pass that returns a
+    # tape alone (the prange launch's rule), about 800 lines of IR for a body with a
+    # loop; ENZYME_PY_LOG=1 shows the build process's output without them.
+    import numba
+    import numpy as np
+
+    monkeypatch.setenv("ENZYME_PY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ENZYME_PY_LOG", "1")
+    scale = 1.0 + (uuid.uuid4().int % 10**6) / 10**7  # a function no cache has seen
+
+    @numba.njit(parallel=True)
+    def row_sums(a):
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            t = 0.0
+            for j in range(a.shape[1]):
+                t += a[i, j] * a[i, j]
+            s += scale * t
+        return s
+
+    a = np.arange(12.0).reshape(3, 4)
+    row_sums(a)
+    capfd.readouterr()
+    da = np.zeros_like(a)
+    ez.autodiff(row_sums, ez.Reverse, ez.Duplicated, ez.Active, threads=2)(a, da, 1.0)
+    np.testing.assert_allclose(da, 2.0 * scale * a, rtol=1e-14)
+    err = capfd.readouterr().err
+    assert "aug: todiff" not in err and "aug foundcalled" not in err
+    assert "define " not in err
