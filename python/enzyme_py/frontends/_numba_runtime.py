@@ -53,7 +53,7 @@ from enzyme_py.frontends._gamma_rules import mark_inactive, with_gamma_rules
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
-REVISION = 5
+REVISION = 6
 # Helpers that compute shapes and strides only.
 SHAPE_ONLY = ("numba_attempt_nocopy_reshape",)
 # Numba's random number generators (np.random, random): the address of a thread's
@@ -453,10 +453,58 @@ def reinterprets_memory(func: object, depth: int = 4) -> bool:
     return False
 
 
+_FLOAT_TO_BYTES = re.compile(r"^  (%[\w.$-]+) = bitcast (double|float)\* %[\w.$-]+ to i8\*$", re.M)
+_MEMORY_INTRINSIC = re.compile(
+    r"^  (?:tail )?call void @llvm\.mem(?:set|cpy|move)\.p0i8(?:\.p0i8)?\.i64\(([^\n]*)\)[^\n]*$",
+    re.M,
+)
+_TYPE_MARKS = {"double": "__enzyme_double", "float": "__enzyme_float"}
+_MARKED_BYTES = {"__enzyme_double": 8, "__enzyme_float": 4}
+
+
+def _typed_memory_intrinsics(ir: str) -> str:
+    """Each memset, memcpy and memmove of memory Numba's code addresses as doubles
+    (floats), its pointer a bitcast of a ``double*`` (``float*``), preceded by Enzyme's
+    type mark for that pointer's first element (``__enzyme_double(p, 8)``: the mark
+    takes a constant size, and one element is enough for the call's type; the engine
+    erases the marks after Enzyme). Its type analysis could not tell what such a call
+    moves where the function making the array reads it nowhere itself:
+    ``np.zeros_like(x)``'s helper, its result only scattered into (``out[idx[i]] +=
+    ...``) and summed through an array expression ("Cannot deduce type of memset");
+    a graph Laplacian's smoothing steps (``nv = v.copy()``, scatters along edges)."""
+    used: set[str] = set()
+
+    def in_function(fn: re.Match[str]) -> str:
+        body = fn.group(0)
+        floats = dict(_FLOAT_TO_BYTES.findall(body))
+        if not floats:
+            return body
+
+        def marked(m: re.Match[str]) -> str:
+            pointers = [p for p in re.findall(r"(%[\w.$-]+)", m.group(1)) if p in floats]
+            if not pointers:
+                return m.group(0)
+            marks = []
+            for pointer in dict.fromkeys(pointers):
+                mark = _TYPE_MARKS[floats[pointer]]
+                used.add(mark)
+                marks.append(f"  call void @{mark}(i8* {pointer}, i64 {_MARKED_BYTES[mark]})\n")
+            return "".join(marks) + m.group(0)
+
+        return _MEMORY_INTRINSIC.sub(marked, body)
+
+    ir = _DEFINE.sub(in_function, ir)
+    for mark in sorted(used):
+        if not re.search(rf"^declare [^\n]*@{mark}\(", ir, re.M):
+            ir += f"\ndeclare void @{mark}(i8* nocapture readnone, i64) readnone nounwind\n"
+    return ir
+
+
 def prepare(ir: str, integer_arrays_inactive: bool = True) -> str:
     """Numba's IR with its runtime helpers made differentiable where they carry no
     derivative (see the module's docstring)."""
-    ir = with_gamma_rules(_allocations_as_malloc(_typed_header_zeroing(ir)))
+    ir = _typed_memory_intrinsics(_typed_header_zeroing(ir))
+    ir = with_gamma_rules(_allocations_as_malloc(ir))
     ir = _random_state_inactive(ir)
     if integer_arrays_inactive:
         ir = _fixed_lists_as_arena_allocations(ir)
