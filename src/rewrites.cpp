@@ -1,6 +1,6 @@
 #include "rewrites.h"
-#include <algorithm>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
