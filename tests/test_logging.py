@@ -108,6 +108,7 @@ def test_a_slow_build_reports_progress_while_it_runs(caplog, monkeypatch, tmp_pa
     assert asked + 0.9 <= start.created <= returned[0]
 
 
+@pytest.mark.needs_enzyme
 def test_the_log_leaves_out_enzymes_dump_of_a_prange_launch_rule(monkeypatch, tmp_path, capfd):
     # Enzyme prints both functions of a custom augmented forward pass that returns a
     # tape alone (the prange launch's rule), about 800 lines of IR for a body with a
