@@ -69,7 +69,7 @@ int freeze_phi_dividends(LLVMModuleRef mod);
 // drawdown's running peak): it rewrites the selection `m' = x[i] > m ? x[i] : m`
 // to track the index of the element selected, and its reverse pass reads that
 // index's value after the loop's last iteration for every iteration (the C kernel
-// `s += m` over [1, 0.5, 2, 0.3, 3, 0.1]: gradient [0, 0, 0, 0, 6, 0] for
+// `s += m` over [1, 0.5, 2, 0.3, 3, 0.1]: gradient [0, 0, 0, 0, 2, 0] for
 // [2, 0, 2, 0, 2, 0]). Through a `freeze` of the loop-header PHI the select reads
 // (the value itself, differentiated as the identity) the selection is cached per
 // iteration and the gradient is right. Only where the selections the running value

@@ -1,7 +1,7 @@
 """A running maximum or minimum used inside its loop (`m = max(m, x[i]); s += m`, a
 drawdown's running peak, a cumulative maximum): Enzyme v0.0.289 tracks the index of the
 element selected and its reverse pass reads that index's value after the loop's last
-iteration for every iteration, a silently wrong gradient ([0, 0, 0, 0, 6, 0] for
+iteration for every iteration, a silently wrong gradient ([0, 0, 0, 0, 2, 0] for
 [2, 0, 2, 0, 2, 0] on a running-maximum sum). The engine selects from a `freeze` of the
 running value instead (src/rewrites.h: freeze_running_extrema). Checked against central
 differences, in the Numba and C frontends, in reverse and forward mode; a pure
