@@ -103,13 +103,17 @@ def _array_struct(part: ResultPart) -> str:
     return f"{{ i8*, i8*, i64, i64, {part.element}*, [{nd} x i64], [{nd} x i64] }}"
 
 
-# Enzyme's type analysis is told that memory holds integers by a call to this
-# function (pointer, bytes), which it then drops; enzyme_py's engine erases any call
-# left (src/rewrites.h), and it reads and writes nothing.
+def type_mark_declaration(mark: str) -> str:
+    """The declaration of Enzyme's type mark ``mark`` (``__enzyme_integer``,
+    ``__enzyme_double``, ...): a call (pointer, constant bytes) tells its type analysis
+    what that memory holds, and it then drops the call; enzyme_py's engine erases any
+    call left (src/rewrites.h). It reads and writes nothing."""
+    return f"declare void @{mark}(i8* nocapture readnone, i64) readnone nounwind"
+
+
+# That memory holds integers (copy_out's array structures).
 INTEGER_MARK = "__enzyme_integer"
-INTEGER_MARK_DECLARATION = (
-    f"declare void @{INTEGER_MARK}(i8* nocapture readnone, i64) readnone nounwind"
-)
+INTEGER_MARK_DECLARATION = type_mark_declaration(INTEGER_MARK)
 
 
 def integer_fields(array: str, struct: str, nd: int, tag: str) -> list[str]:

@@ -50,6 +50,7 @@ import re
 from collections.abc import Iterable
 
 from enzyme_py.frontends._gamma_rules import mark_inactive, with_gamma_rules
+from enzyme_py.frontends._numba_results import type_mark_declaration
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
 # (or _numba_substitutes) makes of the same code changes.
@@ -458,8 +459,8 @@ _MEMORY_INTRINSIC = re.compile(
     r"^  (?:tail )?call void @llvm\.mem(?:set|cpy|move)\.p0i8(?:\.p0i8)?\.i64\(([^\n]*)\)[^\n]*$",
     re.M,
 )
-_TYPE_MARKS = {"double": "__enzyme_double", "float": "__enzyme_float"}
-_MARKED_BYTES = {"__enzyme_double": 8, "__enzyme_float": 4}
+# Enzyme's type mark of each element type, and the bytes of one element.
+_TYPE_MARKS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
 
 
 def _typed_memory_intrinsics(ir: str) -> str:
@@ -486,9 +487,9 @@ def _typed_memory_intrinsics(ir: str) -> str:
                 return m.group(0)
             marks = []
             for pointer in dict.fromkeys(pointers):
-                mark = _TYPE_MARKS[floats[pointer]]
+                mark, size = _TYPE_MARKS[floats[pointer]]
                 used.add(mark)
-                marks.append(f"  call void @{mark}(i8* {pointer}, i64 {_MARKED_BYTES[mark]})\n")
+                marks.append(f"  call void @{mark}(i8* {pointer}, i64 {size})\n")
             return "".join(marks) + m.group(0)
 
         return _MEMORY_INTRINSIC.sub(marked, body)
@@ -496,7 +497,7 @@ def _typed_memory_intrinsics(ir: str) -> str:
     ir = _DEFINE.sub(in_function, ir)
     for mark in sorted(used):
         if not re.search(rf"^declare [^\n]*@{mark}\(", ir, re.M):
-            ir += f"\ndeclare void @{mark}(i8* nocapture readnone, i64) readnone nounwind\n"
+            ir += f"\n{type_mark_declaration(mark)}\n"
     return ir
 
 
