@@ -5,6 +5,7 @@ Enzyme aborted; the compile differentiated links the callee's compile in and cal
 directly (``_numba_compile.with_recursion_resolved``). Each derivative against float64
 central differences of the function itself (Numba's code), or its analytic form."""
 
+import json
 import math
 
 import numba
@@ -14,6 +15,7 @@ import pytest
 import enzyme_py as ez
 from enzyme_py.frontends import _numba_compile
 
+from conftest import run_python
 from reference import fd_gradient, fd_jacobian
 
 pytestmark = pytest.mark.needs_enzyme
@@ -121,3 +123,46 @@ def test_the_python_name_of_a_numba_symbol():
     name = "_ZN8__main__8fact_recB2v3B38c8tJTIeFIjxB2IKSgI4CrvQClQZ6FczSBAA_3dEdx"
     assert _numba_compile._python_name(name) == "'__main__.fact_rec'"
     assert _numba_compile._python_name("plain") == "'plain'"
+
+
+_COMPILED_BEFORE_IMPORT = """
+import json
+import numba, numpy as np
+
+@numba.njit
+def power(x, n):
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+@numba.njit
+def literal_depths(x):
+    return power(x[0], 3) + 2.0 * power(x[1], 2)
+
+x = np.array([1.1, 0.7])
+literal_depths(x)  # compiled before enzyme_py is imported: no module kept of it
+
+import enzyme_py as ez
+
+print(json.dumps(list(ez.grad(literal_depths)(x))))
+
+@numba.njit
+def compiled_after(y):  # Numba links the library of power(float64, int64) again
+    s = 0.0
+    for i in range(3):
+        s += power(y, i)
+    return s
+
+print(compiled_after(1.5))
+"""
+
+
+def test_a_recursion_compiled_before_import_leaves_numbas_modules_whole(tmp_path):
+    # The recursion's target comes from Numba's own module for linking, which linking
+    # consumes: enzyme_py links a copy, so that Numba's later compiles that link the
+    # same library still work (they failed with a dead module pointer).
+    done = run_python(_COMPILED_BEFORE_IMPORT, env={"ENZYME_PY_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    gradient, value = done.stdout.split("\n")[:2]
+    np.testing.assert_allclose(json.loads(gradient), [3.0 * 1.1**2, 4.0 * 0.7], rtol=1e-14)
+    assert float(value) == pytest.approx(1.0 + 1.5 + 1.5**2, rel=1e-14)

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "KEEP_BYTES",
     "after_import",
+    "for_linking",
     "install",
     "install_when_imported",
     "kept_modules",
@@ -157,6 +158,24 @@ def module_defining(library: Any, name: str) -> str | None:
     pattern = re.compile(r"^define [^\n]*@\"?" + re.escape(name) + r"\"?\(", re.MULTILINE)
     found = [t for t in (zlib.decompress(b).decode() for b in texts) if pattern.search(t)]
     return found[0] if len(found) == 1 else None
+
+
+def for_linking(module: Any, keep: str | None = None) -> Any:
+    """``module`` (an llvmlite module enzyme_py owns, never Numba's own) with its
+    external definitions linkonce_odr, as Numba's ``_get_module_for_linking`` makes a
+    library's: linked into several modules they merge, and the first module stage may
+    inline and drop them. ``keep``: a definition made external instead (the linker
+    drops a linkonce_odr definition nothing in the module it joins calls yet)."""
+    from llvmlite import binding as ll
+
+    for fn in module.functions:
+        if fn.is_declaration:
+            continue
+        if fn.name == keep:
+            fn.linkage = ll.Linkage.external
+        elif fn.linkage == ll.Linkage.external:
+            fn.linkage = ll.Linkage.linkonce_odr
+    return module
 
 
 def kept_modules(library: Any) -> list[str]:

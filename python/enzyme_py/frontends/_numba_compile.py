@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from enzyme_py.frontends import _numba_parfor_capture
-from enzyme_py.frontends._numba_capture import kept_modules, module_defining
+from enzyme_py.frontends._numba_capture import for_linking, kept_modules, module_defining
 from enzyme_py.frontends._numba_signatures import compile_if_missing
 from enzyme_py.frontends._numba_substitutes import (
     njit_callees,
@@ -217,13 +217,8 @@ def _link_callees(module: Any, callees: Any, seen: set[int]) -> None:
             module.link_in(callee._get_module_for_linking(), preserve=True)
             continue
         for text in texts:
-            kept = ll.parse_assembly(text)
-            # As Numba links a callee (_get_module_for_linking): its definitions
-            # linkonce_odr, which the first stage may inline and drop.
-            for fn in kept.functions:
-                if not fn.is_declaration and fn.linkage == ll.Linkage.external:
-                    fn.linkage = ll.Linkage.linkonce_odr
-            module.link_in(kept)
+            # As Numba links a callee (_get_module_for_linking).
+            module.link_in(for_linking(ll.parse_assembly(text)))
         _link_callees(module, callee._linking_libraries, seen)
 
 
@@ -255,21 +250,13 @@ def _link_recursion_targets(
                 continue
             seen.add(id(library))
             texts = kept_modules(library) if kept_callees else []
+            # A copy of Numba's module: linking consumes what it links, and Numba
+            # links that module into the libraries it compiles later.
             parts = [ll.parse_assembly(text) for text in texts]
-            if not parts:
-                parts = [library._get_module_for_linking()]
+            parts = parts or [library._get_module_for_linking().clone()]
             for part in parts:
-                for fn in part.functions:
-                    if fn.is_declaration:
-                        continue
-                    # The target external (nothing in ``module`` calls it by name yet,
-                    # and the linker drops an uncalled linkonce_odr definition); the
-                    # rest linkonce_odr, as _link_callees links them.
-                    if fn.name == name:
-                        fn.linkage = ll.Linkage.external
-                    elif fn.linkage == ll.Linkage.external:
-                        fn.linkage = ll.Linkage.linkonce_odr
-                module.link_in(part)
+                # The target external: nothing in ``module`` calls it by name yet.
+                module.link_in(for_linking(part, keep=name))
             if texts:
                 _link_callees(module, library._linking_libraries, seen)
 
@@ -334,7 +321,7 @@ def first_stage_only(
 
     library_class = codegen.CPUCodeLibrary
     full = library_class._optimize_final_module
-    for_linking = library_class._get_module_for_linking
+    numbas_for_linking = library_class._get_module_for_linking
 
     def inline_only(self: Any) -> None:
         self._final_module = with_recursion_resolved(self._final_module)
@@ -347,22 +334,19 @@ def first_stage_only(
 
     def linked_before_codegen(self: Any) -> Any:
         if before_codegen is None:
-            return for_linking(self)
+            return numbas_for_linking(self)
         text = before_codegen.get(id(self))
         if text is not None:
             module = ll.parse_assembly(text)
         else:
             texts = kept_modules(self) if kept_callees else []
             if not texts:
-                return for_linking(self)
+                return numbas_for_linking(self)
             module = ll.parse_assembly(texts[0])
             for more in texts[1:]:
                 module.link_in(ll.parse_assembly(more))
             _link_callees(module, self._linking_libraries, set())
-        for fn in module.functions:  # as Numba's _get_module_for_linking makes them
-            if not fn.is_declaration and fn.linkage == ll.Linkage.external:
-                fn.linkage = ll.Linkage.linkonce_odr
-        return module
+        return for_linking(module)  # as Numba's _get_module_for_linking makes them
 
     library_class._optimize_final_module = inline_only
     library_class._get_module_for_linking = linked_before_codegen
@@ -370,7 +354,7 @@ def first_stage_only(
         yield
     finally:
         library_class._optimize_final_module = full
-        library_class._get_module_for_linking = for_linking
+        library_class._get_module_for_linking = numbas_for_linking
 
 
 def ad_compile_ir(clone: Any, signature: tuple[Any, ...], kept_callees: bool = False) -> IRCompile:

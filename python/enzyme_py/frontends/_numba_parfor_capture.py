@@ -28,7 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from enzyme_py.frontends._numba_capture import after_import, module_defining
+from enzyme_py.frontends._numba_capture import after_import, for_linking, module_defining
 from enzyme_py.frontends._numba_parfor_launch import (
     LAUNCH_PREFIX,
     Launch,
@@ -228,10 +228,7 @@ def from_primal(
             _link(kept, callees, set())
             _first_stage(kept, codegen)
             # As Numba links a library in (_get_module_for_linking).
-            for fn in kept.functions:
-                if not fn.is_declaration and fn.linkage == ll.Linkage.external:
-                    fn.linkage = ll.Linkage.linkonce_odr
-            module.link_in(kept)
+            module.link_in(for_linking(kept))
         _link(module, cres.library._linking_libraries, seen)
         _first_stage(module, codegen)
         # SELECT inlined: Numba's launches are on a branch never taken.
