@@ -44,7 +44,7 @@ from enzyme_py.frontends._numba_parfor import (
     has_prange_with_inner_loop,
     prange_loops_once_per_call,
 )
-from enzyme_py.frontends._numba_signatures import argument_kind
+from enzyme_py.frontends._numba_signatures import argument_kind, does_not_compile
 
 
 def _signature_of(dispatcher: Any, sig: Any) -> tuple[Any, ...] | None:
@@ -133,19 +133,6 @@ __all__ = ["NumbaDerivative"]
 
 
 # The lines of Numba's typing errors that say where, not what.
-_NUMBA_FRAMING = ("Failed in ", "- Resolution failure", "During:", "File ", "^")
-
-
-def numba_reason(text: str) -> str:
-    """The line of a Numba typing error that says what failed (``reshape() supports
-    contiguous array only``), not the pass or the place it failed in."""
-    lines = [line.strip() for line in text.strip().splitlines()]
-    for line in lines:
-        if line and not line.startswith(_NUMBA_FRAMING):
-            return line
-    return lines[-1] if lines else ""
-
-
 class NumbaDerivative:
     """The derivative of a Numba dispatcher, specialised per argument types."""
 
@@ -389,19 +376,7 @@ class NumbaDerivative:
                     self._by_scalar_types[kinds] = found.derivative
             except TypingError as exc:
                 types = [self.dispatcher.typeof_pyval(a) for a in args]
-                listed = ", ".join(f"'{n}': {t}" for n, t in zip(self._names, types, strict=False))
-                views = any(isinstance(a, np.ndarray) and not a.flags.c_contiguous for a in args)
-                hint = (
-                    " (code written for contiguous arrays, such as x.reshape(...), does not "
-                    "compile for views: np.ascontiguousarray(...) of the views)"
-                    if views
-                    else ""
-                )
-                raise TypeError(
-                    f"'{self.name}' does not compile for the types of these arguments "
-                    f"(parameters {listed}): pass arguments of the types it is written "
-                    f"for{hint} (Numba: {numba_reason(str(exc))[:300]})"
-                ) from None
+                raise does_not_compile(self.dispatcher, types, exc) from None
         return found
 
     def _types_of(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:

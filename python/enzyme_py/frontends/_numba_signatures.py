@@ -9,6 +9,7 @@ a write into a read-only array is a TypeError naming the parameter.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -60,13 +61,48 @@ def compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
             if isinstance(numba_type, types.Array) and not numba_type.mutable
         ]
         if not read_only or "readonly array" not in str(exc):
-            raise
+            raise does_not_compile(dispatcher, signature, exc) from None
         which = ", ".join(read_only)
         raise TypeError(
             f"'{dispatcher.py_func.__name__}' writes into a read-only array: parameter "
             f"{which} {'was' if len(read_only) == 1 else 'were'} given one (Numba: Cannot "
             "modify readonly array); pass a writable array (a copy, np.array(a))"
         ) from None
+
+
+_NUMBA_FRAMING = ("Failed in ", "- Resolution failure", "During:", "File ", "^")
+
+
+def numba_reason(text: str) -> str:
+    """The line of a Numba typing error that says what failed (``reshape() supports
+    contiguous array only``), not the pass or the place it failed in."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    for line in lines:
+        if line and not line.startswith(_NUMBA_FRAMING):
+            return line
+    return lines[-1] if lines else ""
+
+
+def does_not_compile(dispatcher: Any, signature: Sequence[Any], exc: Exception) -> TypeError:
+    """The error for a Numba function that does not compile for ``signature`` (Numba's
+    TypingError): each parameter with its type, Numba's reason, and for views of
+    arrays what to pass instead."""
+    from numba.core import types
+
+    names = list(inspect.signature(dispatcher.py_func).parameters)
+    listed = ", ".join(f"'{n}': {t}" for n, t in zip(names, signature, strict=False))
+    views = any(isinstance(t, types.Array) and t.layout != "C" for t in signature)
+    hint = (
+        " (code written for contiguous arrays, such as x.reshape(...), does not "
+        "compile for views: np.ascontiguousarray(...) of the views)"
+        if views
+        else ""
+    )
+    return TypeError(
+        f"'{dispatcher.py_func.__name__}' does not compile for the types of these "
+        f"arguments (parameters {listed}): pass arguments of the types it is written "
+        f"for{hint} (Numba: {numba_reason(str(exc))[:300]})"
+    )
 
 
 def refuse_unsigned(dispatcher: Any, signature: tuple[Any, ...]) -> None:
