@@ -25,7 +25,8 @@ pointer); where the pointer is a Const argument's, Enzyme cannot tell the slot's
 activity ("mixed activity"): OpenMP reverse derivatives are built with runtime activity.
 
 The runtime is LLVM's ``libomp.so.5``: Debian's ``libomp5-19``, which ``liboffload-22``
-(in enzyme_py's toolchain) depends on; ``ENZYME_PY_LIBOMP`` names another.
+(in enzyme_py's toolchain) depends on; ``ENZYME_PY_LIBOMP`` names another. It is loaded
+privately and its functions given to the JIT by address (``load_runtime``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from enzyme_py import _state
 from enzyme_py.core import CompileError, EnzymeError
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ _DIFFERENTIATED = frozenset(
         "__kmpc_end_critical",
     }
 )
+
+# What Enzyme's reverse of a parallel region calls besides (per-thread caches).
+_ENZYME_ADDS = frozenset({"omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads"})
 
 # Prefix of a runtime function -> (what the user wrote, what to write instead).
 _CONSTRUCTS = (
@@ -116,18 +121,22 @@ def openmp_calls(fn: IRFunction) -> frozenset[str]:
     return found
 
 
-def load_runtime() -> None:
-    """Make OpenMP's runtime visible to the JIT's symbol search (once)."""
+def load_runtime() -> ctypes.CDLL:
+    """LLVM's OpenMP runtime, loaded once and privately (RTLD_LOCAL): the JIT is given
+    its functions by address (``_give_to_jit``), not through the process's symbols,
+    where another OpenMP runtime (GNU's libgomp, loaded by Numba's threading layer or
+    PyTorch) may define omp_get_thread_num too: code forking with one runtime and
+    numbering threads with the other would be wrong."""
     global _runtime
     with _runtime_lock:
         if _runtime is not None:
-            return
+            return _runtime
         explicit = os.environ.get("ENZYME_PY_LIBOMP")
         candidates = [explicit] if explicit else ["libomp.so.5", "libomp.so"]
         for candidate in candidates:
             try:
-                _runtime = ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
-                return
+                _runtime = ctypes.CDLL(candidate, mode=ctypes.RTLD_LOCAL)
+                return _runtime
             except OSError:
                 continue
         raise CompileError(
@@ -135,6 +144,18 @@ def load_runtime() -> None:
             f"(tried {', '.join(candidates)}): install it (Debian: apt-get install "
             "libomp5-19) or set ENZYME_PY_LIBOMP to its path; or compile without -fopenmp"
         )
+
+
+def _give_to_jit(names: frozenset[str]) -> None:
+    """Resolve ``names`` (and what Enzyme's reverse passes add: the thread number and
+    count) to OpenMP's runtime in code the JIT loads later."""
+    runtime = load_runtime()
+    symbols = {}
+    for name in sorted(names | _DIFFERENTIATED | _ENZYME_ADDS):
+        function = getattr(runtime, name, None)
+        if function is not None:
+            symbols[name] = ctypes.cast(function, ctypes.c_void_p).value or 0
+    _state.native.define_symbols({n: a for n, a in symbols.items() if a})
 
 
 def _refusal(fn: IRFunction, unsupported: list[str]) -> EnzymeError:
@@ -166,7 +187,7 @@ def prepare(fn: IRFunction, request: Any) -> tuple[IRFunction, Any]:
     calls = openmp_calls(fn)
     if not calls:
         return fn, request
-    load_runtime()
+    _give_to_jit(calls)
     if request.primal_only:
         return fn, request
     if request.forward:
