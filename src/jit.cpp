@@ -100,6 +100,7 @@ HostJit::HostJit() {
   cpu_ = take_message(LLVMGetHostCPUName());
   features_ = take_message(LLVMGetHostCPUFeatures());
   wide_vectors_ = wide_vectors_pay(cpu_, features_);
+  features_ = tuned_features(features_);
 
   LLVMTargetRef target = nullptr;
   char *error = nullptr;

@@ -114,10 +114,16 @@ bool wide_vectors_pay(const std::string &cpu, const std::string &features) {
   }
   if (features.find("+avx512f") == std::string::npos) return false;
   static const char *const kCores[] = {"icelake-client", "icelake-server", "rocketlake",
-                                       "tigerlake", "sapphirerapids"};
+                                       "tigerlake", "sapphirerapids", "znver3", "znver4"};
   for (const char *core : kCores)
     if (cpu == core) return true;
   return false;
+}
+
+std::string tuned_features(const std::string &features) {
+  if (features.find("+avx512f") == std::string::npos) return features;
+  if (features.find("prefer-256-bit") != std::string::npos) return features;
+  return features + (features.empty() ? "" : ",") + "+prefer-256-bit";
 }
 
 }  // namespace enzyme_py

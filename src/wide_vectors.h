@@ -49,9 +49,18 @@ struct WidenStreamingLoops : llvm::PassInfoMixin<WidenStreamingLoops> {
 inline constexpr const char *kWidenStreamingLoops = "enzyme-py-widen-streaming-loops";
 
 // Whether the host (LLVM's name for its CPU, its feature string) has AVX-512 and
-// keeps its clock with it: Ice Lake and later Intel cores. ENZYME_PY_WIDE_VECTORS=0
-// says no anywhere, =1 yes on any x86 host (code generation splits 512-bit vectors
-// where the CPU lacks AVX-512: slower, never wrong).
+// keeps its clock with it: Ice Lake and later Intel cores, and AMD's Zen 4 (which LLVM
+// 15 calls "znver3", a core without AVX-512, and gives its AVX-512 features).
+// ENZYME_PY_WIDE_VECTORS=0 says no anywhere, =1 yes on any x86 host (code generation
+// splits 512-bit vectors where the CPU lacks AVX-512: slower, never wrong).
 bool wide_vectors_pay(const std::string &cpu, const std::string &features);
+
+// The host's feature string as the JIT compiles for it: on an AVX-512 host, tuned for
+// 256-bit vectors ("+prefer-256-bit"), as LLVM 15 tunes every Intel core with AVX-512,
+// so that only the loops this pass picks get 512-bit ones. LLVM 15 does not tune a Zen
+// 4 ("znver3" with AVX-512) so, and vectorised every loop at 512 bits there: whole
+// functions at 512 bits were 5-20% slower on Ice Lake (ADBench's GMM and HAND above),
+// and the width enzyme_py chose per loop was not the one that ran.
+std::string tuned_features(const std::string &features);
 
 }  // namespace enzyme_py

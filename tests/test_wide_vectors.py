@@ -133,3 +133,15 @@ def test_no_512_bit_vectors_when_turned_off(tmp_path):
     assert out["float32"]["error"] < 1e-3
     assert out["dot"]["error"] < 1e-12
     assert max(out["sizes"]) < 1e-6, out["sizes"]
+
+
+def test_avx512_hosts_are_compiled_for_with_256_bit_tuning():
+    # LLVM 15 calls a Zen 4 "znver3" and tunes it for nothing narrower than 512 bits:
+    # every loop was vectorised at 512 bits there (the reduction above included).
+    from enzyme_py import _state
+
+    _, _, features, *_ = _state.native.host()
+    if "+avx512f" in features:
+        assert "+prefer-256-bit" in features.split(",")
+    else:
+        assert "+prefer-256-bit" not in features.split(",")
