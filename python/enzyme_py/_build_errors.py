@@ -75,8 +75,34 @@ def missing_symbols_error(message: str, fn: IRFunction, description: str) -> Enz
     )
 
 
+# Longer messages carry Enzyme's dump of the function it failed on (its IR, its
+# activity analysis): half a megabyte for a second derivative through np.linalg.solve.
+_LONGEST_MESSAGE = 4000
+_DUMPED = re.compile(r"[\w.$-]+:(\s|$)|(define|declare|attributes) ")
+
+
+def _shortened(message: str) -> str:
+    """Enzyme's message without its dump: the first line, then the last line of its
+    own words (where it says what it could not handle)."""
+    if len(message) <= _LONGEST_MESSAGE:
+        return message
+    lines = message.splitlines()
+    # The dump's lines are indented (instructions, "constantinst[...]" verdicts), block
+    # labels, definitions or braces.
+    said = [line for line in lines[1:] if line[:1].isalpha() and not _DUMPED.match(line)]
+    last = [line[:400] for line in said[-1:]]
+    left_out = len(lines) - 1 - len(last)
+    return (
+        f"{lines[0][:300]} [...]\n[{left_out} lines of Enzyme's dump of the function (its "
+        "IR and activity analysis) left out; this error's enzyme_output holds them]\n"
+        + "\n".join(last)
+    )
+
+
 def enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
-    """EnzymeError with Enzyme's words, the user's names, and what to do instead."""
+    """EnzymeError with Enzyme's words (its dump of the function left out, kept in the
+    error's ``enzyme_output``), the user's names, and what to do instead."""
+    full = message
     message = message.replace(f"'{fn.name}'", f"'{fn.display_name}'")
     hints = []
     missing = sorted(set(_NO_RULE.findall(message)))
@@ -213,7 +239,9 @@ def enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
             "in a global), whose code Enzyme cannot see: write that function with @njit "
             "or compile its C source with ez.c."
         )
-    text = f"{message}\n(while differentiating {description})"
+    text = f"{_shortened(message)}\n(while differentiating {description})"
     if hints:
         text += "\nWhat to do: " + " ".join(hints)
-    return EnzymeError(text)
+    error = EnzymeError(text)
+    error.enzyme_output = full
+    return error

@@ -108,7 +108,10 @@ DualOnly = Activity("DualOnly", shadow=True, primal_needed=False, modes=_FORWARD
 
 
 class EnzymeError(RuntimeError):
-    """Enzyme could not differentiate a function; the message is Enzyme's own."""
+    """Enzyme could not differentiate a function; the message is Enzyme's own (without
+    the dump of the function it may print, which ``enzyme_output`` keeps where set)."""
+
+    enzyme_output: str = ""
 
 
 class ActivityError(TypeError):
