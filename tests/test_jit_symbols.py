@@ -24,8 +24,12 @@ def test_a_derivative_calling_a_function_nobody_defines_is_an_enzyme_error_namin
     for _ in range(2):  # the failed code is unloaded: the same error again
         with pytest.raises(
             ez.EnzymeError, match=r"calls functions this process does not have: digamma"
-        ):
+        ) as caught:
             ez.grad(m.gamma_of)(1.5)
+        advice = str(caught.value).split("What to do: ")[1]
+        assert "call them directly" in advice
+        # Advice for this code only: nothing of Numba's, C++'s or OpenMP's.
+        assert not any(word in advice for word in ("Numba", "@njit", "cfunc", "C++", "OpenMP"))
     m = ez.c("#include <math.h>\ndouble fine(double x) { return x * sin(x); }")
     assert ez.grad(m.fine)(1.5) == pytest.approx(np.sin(1.5) + 1.5 * np.cos(1.5), rel=1e-15)
 
@@ -42,8 +46,11 @@ define double @twice(double %x) {
 """,
         "twice",
     )
-    with pytest.raises(ez.EnzymeError, match="does not have: nowhere_defined"):
+    with pytest.raises(ez.EnzymeError, match="does not have: nowhere_defined") as caught:
         ez.autodiff(f, ez.Forward, ez.Const, ez.Const)(1.0)
+    advice = str(caught.value).split("What to do: ")[1]
+    assert "define it in the source or IR given to enzyme_py" in advice
+    assert not any(word in advice for word in ("Numba", "@njit", "cfunc", "digamma"))
 
 
 def test_cpp_code_using_the_standard_library_differentiates():

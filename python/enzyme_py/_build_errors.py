@@ -60,19 +60,54 @@ _NOT_FOUND = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
 
 
 def missing_symbols_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
-    """EnzymeError for a derivative whose code calls functions this process lacks."""
+    """EnzymeError for a derivative whose code calls functions this process lacks, with
+    advice for the functions missing and the frontend the code came from."""
     names = sorted({n for found in _NOT_FOUND.findall(message) for n in found.split(", ")})
     which = ", ".join(names) if names else "(see below)"
-    return EnzymeError(
+    kind = fn.origin[0] if fn.origin else ""
+    hints = []
+    if "digamma" in names:
+        hints.append(
+            "Enzyme's derivative of tgamma calls digamma, which libm lacks; enzyme_py's "
+            "rules for tgamma and lgamma apply where the code calls them, not where it "
+            "takes their address: call them directly."
+        )
+    openmp = [n for n in names if n.startswith(("__kmpc_", "omp_"))]
+    if openmp:
+        hints.append(
+            "These are OpenMP's runtime functions: compile the code with ez.c or ez.cpp and "
+            "flags=['-fopenmp'], for which enzyme_py loads LLVM's runtime (libomp.so.5)."
+        )
+    cxx = [n for n in names if n.startswith(("_Z", "__cxa_", "_Unwind"))]
+    if cxx:
+        hints.append(
+            f"{', '.join(cxx)}: C++ library code without its definition here (a template "
+            "instantiated elsewhere, a library's function): define it in the source "
+            "given to ez.cpp, or give it a custom rule (ez.register_gradient)."
+        )
+    numba_runtime = [n for n in names if n.startswith(("NRT_", "numba_"))]
+    if numba_runtime:
+        hints.append(
+            f"{', '.join(numba_runtime)}: Numba's runtime, which a @numba.cfunc rule that "
+            "can raise (or allocates) calls: give the rule no raise and no allocation."
+        )
+    rest = [n for n in names if n not in {"digamma", *openmp, *cxx, *numba_runtime}]
+    if rest:
+        where = {
+            "numba": "write it as an @njit function the differentiated one calls",
+            "cython": "write it as a cdef function of the Cython module",
+        }.get(kind, "define it in the source or IR given to enzyme_py")
+        hints.append(
+            f"{', '.join(rest)}: no definition in this process: {where}, or give it a "
+            "custom rule (ez.register_gradient)."
+        )
+    text = (
         f"the derivative of '{fn.display_name}' calls functions this process does not "
-        f"have: {which}\n(while loading {description}: {message})\n"
-        "What to do: Enzyme's derivatives of some math functions call others that libm "
-        "lacks (tgamma's calls digamma where the code takes tgamma's address); C++ code "
-        "needs its runtime library (operator new, exceptions), which enzyme_py does not "
-        "link; a @numba.cfunc rule that can raise needs Numba's runtime. Avoid those "
-        "functions in the code you differentiate, or give them a custom rule "
-        "(ez.register_gradient)."
+        f"have: {which}\n(while loading {description}: {message})"
     )
+    if hints:
+        text += "\nWhat to do: " + " ".join(hints)
+    return EnzymeError(text)
 
 
 # Longer messages carry Enzyme's dump of the function it failed on (its IR, its
