@@ -221,6 +221,26 @@ def test_what_enzyme_does_not_differentiate_is_refused_by_name(construct):
     assert tangent == pytest.approx(expected, rel=1e-6, abs=1e-9)
 
 
+def test_a_second_derivative_is_refused_with_what_to_do(threads):
+    threads(2)
+    n = 20
+    x, w = np.linspace(0.5, 1.5, n), np.ones(n)
+    f = ez.c(STENCIL, flags=OPENMP).stencil
+    with pytest.raises(ez.EnzymeError) as caught:
+        ez.hessian(f)(x, w, n)
+    assert "Take second derivatives of the function compiled without -fopenmp" in str(caught.value)
+    # As it says: the function compiled without OpenMP.
+    serial = ez.c(STENCIL).stencil
+    hessian = ez.hessian(serial)(x, w, n)
+    step = 1e-6
+    expected = np.empty((n, n))
+    for j in range(n):  # central differences of the OpenMP gradient, column by column
+        e = np.zeros(n)
+        e[j] = step
+        expected[:, j] = (ez.grad(f)(x + e, w, n) - ez.grad(f)(x - e, w, n)) / (2 * step)
+    np.testing.assert_allclose(hessian, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_only_fopenmp_itself_asks_for_the_runtime():
     assert _openmp.compiled_with_openmp(["-O2", "-fopenmp"])
     assert _openmp.compiled_with_openmp(["-fopenmp=libomp"])

@@ -266,6 +266,14 @@ def enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
             "0.0: nothing flows back from the return value, as with Const (add "
             "strong_zero=True if the derivative may be inf or nan there)."
         )
+    if "visitOMPCall" in message or "unhandled openmp function" in message:
+        hints.append(
+            "Enzyme v0.0.289 differentiates OpenMP's parallel loops in reverse mode only: "
+            "a second derivative (ez.hessian, ez.hvp, ez.jacfwd of ez.grad) of code compiled "
+            "with -fopenmp differentiates the reverse pass's parallel loops in forward mode, "
+            "which it cannot. Take second derivatives of the function compiled without "
+            "-fopenmp (its first derivatives can keep it)."
+        )
     if "Bad function type of custom" in message:
         hints.append("Give the rule the argument types Enzyme expects (listed above).")
     if "numba.dynamic.globals" in message:
