@@ -100,6 +100,7 @@ _calls: weakref.WeakKeyDictionary[SourceModule, frozenset[str]] = weakref.WeakKe
 _twins: weakref.WeakKeyDictionary[IRFunction, IRFunction] = weakref.WeakKeyDictionary()
 _runtime_lock = threading.Lock()
 _runtime: ctypes.CDLL | None = None
+_given: set[str] = set()  # names the JIT resolves to the runtime already
 
 
 def compiled_with_openmp(flags: Sequence[str] | None) -> bool:
@@ -148,14 +149,16 @@ def load_runtime() -> ctypes.CDLL:
 
 def _give_to_jit(names: frozenset[str]) -> None:
     """Resolve ``names`` (and what Enzyme's reverse passes add: the thread number and
-    count) to OpenMP's runtime in code the JIT loads later."""
+    count) to OpenMP's runtime in code the JIT loads later (each name once)."""
     runtime = load_runtime()
     symbols = {}
-    for name in sorted(names | _DIFFERENTIATED | _ENZYME_ADDS):
+    for name in sorted((names | _DIFFERENTIATED | _ENZYME_ADDS) - _given):
         function = getattr(runtime, name, None)
-        if function is not None:
-            symbols[name] = ctypes.cast(function, ctypes.c_void_p).value or 0
-    _state.native.define_symbols({n: a for n, a in symbols.items() if a})
+        address = ctypes.cast(function, ctypes.c_void_p).value if function else None
+        if address:
+            symbols[name] = address
+    _state.native.define_symbols(symbols)
+    _given.update(symbols)
 
 
 def _refusal(fn: IRFunction, unsupported: list[str]) -> EnzymeError:
