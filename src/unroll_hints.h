@@ -13,12 +13,12 @@
 //   made heat's module 60% larger (1716 lines of IR, 1064 with this pass): about
 //   20 ms of its first call's optimisation and code generation (117 -> 99 ms).
 // - loops holding such a loop: LLVM unrolls an outer loop by a run-time count where
-//   the CPU's model allows a large loop body (Zen 3's does; Ice Lake's did not), each
-//   copy with the inner vector loop's run-time checks and remainders. The reverse of
-//   ADBench's C++ GMM (a triangular loop nest per sample) unrolled its loop over rows
-//   by 4: some 30 induction pointers, spilled and updated on the stack at every row;
-//   its gradient 50-56 -> 28 ms on a 2-core AMD EPYC, heat's and GMM's unchanged or
-//   faster, their modules smaller.
+//   the CPU's scheduling model allows a large loop body (LLVM 15's znver3, as it names
+//   a Zen 4 host), each copy with the inner vector loop's run-time checks and
+//   remainders. The reverse of ADBench's C++ GMM (a triangular loop nest per sample)
+//   unrolled its loop over rows by 4 there: some 30 induction pointers, spilled and
+//   updated on the stack at every row; its gradient 50-56 -> 28 ms on a 2-core AMD
+//   EPYC (21.7 ms on the icelake-client VM before, where that loop stayed rolled).
 // So loops the vectoriser made or visited (`llvm.loop.isvectorized`), and loops around
 // them, get `llvm.loop.unroll.runtime.disable`; the others are unrolled as before. The
 // vectoriser already marks most of its scalar remainders so (those without run-time
