@@ -112,20 +112,22 @@ def missing_symbols_error(message: str, fn: IRFunction, description: str) -> Enz
 
 # Longer messages carry Enzyme's dump of the function it failed on (its IR, its
 # activity analysis): half a megabyte for a second derivative through np.linalg.solve.
-_LONGEST_MESSAGE = 4000
-_DUMPED = re.compile(r"[\w.$-]+:(\s|$)|(define|declare|attributes) ")
+_LONGEST_MESSAGE = 20000
+# Lines of the dump that start with a letter: block labels ("for.body:  ; preds = ..."),
+# definitions and declarations.
+_DUMPED = re.compile(r"[\w.$-]+:(\s*;.*)?$|(define|declare|attributes) ")
 
 
 def _shortened(message: str) -> str:
-    """Enzyme's message without its dump: the first line, then the last line of its
-    own words (where it says what it could not handle)."""
+    """Enzyme's message without its dump: the first line, then the last lines of its
+    own words (where it says what it could not handle, or the assertion it failed)."""
     if len(message) <= _LONGEST_MESSAGE:
         return message
     lines = message.splitlines()
     # The dump's lines are indented (instructions, "constantinst[...]" verdicts), block
     # labels, definitions or braces.
     said = [line for line in lines[1:] if line[:1].isalpha() and not _DUMPED.match(line)]
-    last = [line[:400] for line in said[-1:]]
+    last = [line[:400] for line in said[-3:]]
     left_out = len(lines) - 1 - len(last)
     return (
         f"{lines[0][:300]} [...]\n[{left_out} lines of Enzyme's dump of the function (its "
@@ -202,7 +204,14 @@ def enzyme_error(message: str, fn: IRFunction, description: str) -> EnzymeError:
             "instead of a compiled library or ctypes/cffi call, or give it a custom rule "
             "(ez.register_gradient)."
         )
-    if any(mark in message for mark in _VARIADIC_CALL) or _prints(fn):
+    variadic = any(mark in message for mark in _VARIADIC_CALL)
+    if variadic and fn.origin and fn.origin[0] in ("c", "llvm_ir", "cython"):
+        hints.append(
+            f"'{fn.display_name}' calls a variadic function with a body (a parameter list "
+            "ending in '...', va_arg), which Enzyme v0.0.289 cannot differentiate through: "
+            "give that function a fixed parameter list (pass an array and its length)."
+        )
+    elif variadic or _prints(fn):
         hints.append(
             "Numba's code for some operations calls Python's C API through variadic "
             "functions (PyTuple_Pack, PySys_FormatStdout), which Enzyme v0.0.289 cannot "

@@ -53,7 +53,7 @@ from enzyme_py.core import (
 )
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import numba as numba_frontend
-from enzyme_py.frontends._numba_signatures import argument_kind
+from enzyme_py.frontends._numba_signatures import argument_kind, does_not_compile
 
 Argnums = int | Sequence[int]
 
@@ -332,9 +332,15 @@ def returns_nothing(f: Any, args: Sequence[Any]) -> bool:
     if not numba_frontend.is_dispatcher(f):
         return resolve_function(f).ret is None
 
+    from numba.core.errors import TypingError
+
     def compute() -> bool:
         types = tuple(f.typeof_pyval(a) for a in args)
-        return not numba_frontend.returns_value(f, numba_frontend.resolve_signature(f, types))
+        try:
+            signature = numba_frontend.resolve_signature(f, types)
+            return not numba_frontend.returns_value(f, signature)
+        except TypingError as exc:  # the helpers' first question (jvp, vjp)
+            raise does_not_compile(f, types, exc) from None
 
     return _by_kinds(_returns_nothing, f, args, compute)
 

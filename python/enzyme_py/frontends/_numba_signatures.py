@@ -61,7 +61,7 @@ def compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
             if isinstance(numba_type, types.Array) and not numba_type.mutable
         ]
         if not read_only or "readonly array" not in str(exc):
-            raise does_not_compile(dispatcher, signature, exc) from None
+            raise  # callers that ask about other arguments next catch it
         which = ", ".join(read_only)
         raise TypeError(
             f"'{dispatcher.py_func.__name__}' writes into a read-only array: parameter "
