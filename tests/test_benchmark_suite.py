@@ -157,3 +157,15 @@ def test_suite_quick_without_jax_and_torch(tmp_path: Path) -> None:
     for kernel in results["kernels"].values():
         for name in OPTIONAL:
             assert "BENCH_DISABLE" in kernel["contenders"][name]["reason"]
+
+
+def test_times_are_written_in_their_unit_negative_ones_too() -> None:
+    # "less one call" is a difference of two noisy times and can come out negative:
+    # it was written "-2.16e+06 ns" for -2.16 ms.
+    from benchmarks.suite.report import fmt_time
+
+    assert fmt_time(-2.16e-3) == "-2.16 ms"
+    assert fmt_time(2.16e-3) == "2.16 ms"
+    assert fmt_time(-0.5e-6) == "-500 ns"
+    assert fmt_time(1.5) == "1.50 s"
+    assert fmt_time(float("nan")) == "-"

@@ -89,6 +89,8 @@ def environment(
 def fmt_time(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "-"
+    if seconds < 0:  # a difference of noisy times ("less one call")
+        return "-" + fmt_time(-seconds)
     if seconds >= 1.0:
         return f"{seconds:.2f} s"
     if seconds >= 1e-3:
