@@ -132,7 +132,6 @@ def _inserts_nothing(bound: _Bound) -> bool:
 __all__ = ["NumbaDerivative"]
 
 
-# The lines of Numba's typing errors that say where, not what.
 class NumbaDerivative:
     """The derivative of a Numba dispatcher, specialised per argument types."""
 

@@ -70,6 +70,7 @@ def compile_if_missing(dispatcher: Any, signature: tuple[Any, ...]) -> None:
         ) from None
 
 
+# The lines of Numba's typing errors that say where, not what.
 _NUMBA_FRAMING = ("Failed in ", "- Resolution failure", "During:", "File ", "^")
 
 
