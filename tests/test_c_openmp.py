@@ -6,16 +6,14 @@ dynamic schedules, num_threads and if clauses, thread numbers) is refused by nam
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import enzyme_py as ez
 from enzyme_py.frontends import _openmp
 
-from reference import fd_gradient
+from conftest import run_python
+from reference import fd_gradient, fd_jacobian
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -161,7 +159,7 @@ def test_a_new_process_runs_openmp_code_without_loading_the_runtime_itself():
         "    return s\n"
         "assert total(np.ones(1000)) == 1000.0\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    run = run_python(script)
     assert run.returncode == 0, run.stderr
     parallel, serial = map(float, run.stdout.split())
     assert parallel == pytest.approx(serial, rel=1e-14)
@@ -232,12 +230,7 @@ def test_a_second_derivative_is_refused_with_what_to_do(threads):
     # As it says: the function compiled without OpenMP.
     serial = ez.c(STENCIL).stencil
     hessian = ez.hessian(serial)(x, w, n)
-    step = 1e-6
-    expected = np.empty((n, n))
-    for j in range(n):  # central differences of the OpenMP gradient, column by column
-        e = np.zeros(n)
-        e[j] = step
-        expected[:, j] = (ez.grad(f)(x + e, w, n) - ez.grad(f)(x - e, w, n)) / (2 * step)
+    expected = fd_jacobian(lambda v: ez.grad(f)(v, w, n), x)  # of the OpenMP gradient
     np.testing.assert_allclose(hessian, expected, rtol=1e-5, atol=1e-6)
 
 
