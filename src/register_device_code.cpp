@@ -11,6 +11,7 @@
 
 #include "kernel_ir.h"
 #include "offload.h"
+#include "parfor_reductions.h"
 #include "ptx.h"
 
 namespace py = pybind11;
@@ -59,6 +60,15 @@ void register_device_code(py::module_ &m, std::function<LLVMContextRef()> contex
       },
       py::arg("ir_text"), py::arg("function"),
       "Per parameter of `function`: whether it provably writes nothing through it.");
+  m.def(
+      "reductions_only_accumulated",
+      [context](const std::string &ir_text, const std::string &function,
+                const std::vector<unsigned> &params) {
+        return reductions_only_accumulated(context(), ir_text, function, params);
+      },
+      py::arg("ir_text"), py::arg("function"), py::arg("params"),
+      "Whether the values loaded through each pointer parameter in `params` are only\n"
+      "added to and stored back there; see parfor_reductions.h.");
 
   m.def("gpu_alloc", &gpu_alloc, py::arg("device"), py::arg("bytes"));
   m.def("gpu_free", &gpu_free, py::arg("address"));

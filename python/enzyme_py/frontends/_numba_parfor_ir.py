@@ -14,7 +14,9 @@ For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
   (``noinline``: what is added to ``K.body`` later, the signs of ``assume_body_signs``
   and the reordered sums of ``reorder_loop_sums``, reaches the primal launches too);
 - ``K.reverse`` is the body's reverse derivative over one chunk (an
-  ``__enzyme_autodiff`` marker, lowered by Enzyme's pass);
+  ``__enzyme_autodiff`` marker, lowered by Enzyme's pass), called once per index of
+  the chunk where the body has a loop of its own and its indices are independent (a
+  tape of one index's values, not the chunk's);
 - ``K.augment`` and ``K.gradient`` are Enzyme's rules for ``K``: the snapshot and the
   launch; the chunks' reverse derivatives with the shadow policy of the module
   docstring of ``_numba_parfor``.
@@ -179,11 +181,13 @@ def _launch_ir(
     indices: Indices,
     threads: int,
     never_negative: bool,
+    sums_only: bool,
 ) -> tuple[str, int]:
     """The functions of a launch but its body, and its chunk count (its thread count
     in Numba's eyes). ``never_negative``: the launch's range never starts below 0, so
     its chunks run ``K.body`` alone (Numba's own body, which wraps negative indices
-    around, is neither called nor differentiated)."""
+    around, is neither called nor differentiated). ``sums_only``: every reduction of
+    the body is a sum that nothing else reads (``reductions_only_accumulated``)."""
     reach = indices.reach
     n = len(types)
     k = launch.name
@@ -292,8 +296,31 @@ def _launch_ir(
     bodies = [("from_zero", f"@{k}.body")]
     if not never_negative:
         bodies.append(("anywhere", f"@{launch.body}"))
+    # A body with a loop of its own differentiated one index at a time: its tape is one
+    # index's (GMM prange's was 25 MB a thread for chunks of 5,000 samples: 12,900
+    # fresh pages at a new process's first call). Where indices are independent: the
+    # chunks run together, it writes no array but floats, and its reductions are sums
+    # nothing else reads (each index's pass starts from the thread's entry of the
+    # reduction array, not from the partial sum before it).
+    per_index = (
+        not indices.light
+        and parallel
+        and sums_only
+        and not any(writes[g.start + ARRAY_DATA] for g in arrays if g.array == "const")
+    )
+    if per_index:
+        b.insert(1, "entry:")
+        b.append("  %any = icmp sle i64 %first, %last")
+        b.append("  br i1 %any, label %index, label %end")
+        b.append("index:")
+        b.append("  %i = phi i64 [ %first, %entry ], [ %i.next, %next ]")
+        b.append("  store i64 %i, i64* %s0")
+        b.append("  store i64 %i, i64* %s1")
+        at = "%i"
+    else:
+        at = "%first"
     labels = ", ".join(f"label %{block}" for block, _ in bodies)
-    b.append("  %nonneg = icmp sge i64 %first, 0")
+    b.append(f"  %nonneg = icmp sge i64 {at}, 0")
     b.append(f"  br i1 %nonneg, {labels}" if len(bodies) == 2 else f"  br {labels}")
     for block, body in bodies:
         b.append(f"{block}:")
@@ -306,7 +333,18 @@ def _launch_ir(
         b.append("  br label %done")
     b.append("done:")
     statuses = ", ".join(f"[ %status.{block}, %{block} ]" for block, _ in bodies)
-    b.append(f"  %status = phi i32 {statuses}")
+    if per_index:
+        b.append(f"  %status.i = phi i32 {statuses}")
+        b.append("  %failed = icmp ne i32 %status.i, 0")
+        b.append("  br i1 %failed, label %end, label %next")
+        b.append("next:")
+        b.append("  %i.next = add i64 %i, 1")
+        b.append("  %more = icmp sle i64 %i.next, %last")
+        b.append("  br i1 %more, label %index, label %end")
+        b.append("end:")
+        b.append("  %status = phi i32 [ %status.i, %done ], [ 0, %next ], [ 0, %entry ]")
+    else:
+        b.append(f"  %status = phi i32 {statuses}")
     _return_status(b)
     out += b
 
@@ -431,6 +469,7 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
             flags=re.M,
         )
     writes: dict[str, list[bool]] = {}
+    sums_only: dict[str, bool] = {}
     for launch in launches:
         # The body's parameters: its return and exception slots and its schedule,
         # then the launch's after first and last.
@@ -438,6 +477,11 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
         writes[launch.name] = [False, False, *body_writes[2 + len(SCHED_TYPES) :]]
         if len(writes[launch.name]) != len(declared[launch.name]):
             raise ParforUnsupported(f"the body of {launch.name} has an unexpected signature")
+        # The body's parameter of each reduction array's data (after its schedule).
+        sums = [len(SCHED_TYPES) + g.start + ARRAY_DATA for g in launch.groups if g.reduction]
+        sums_only[launch.name] = not sums or _state.native.reductions_only_accumulated(
+            ir_text, launch.body, sums
+        )
     text = numba_threads_from(ir_text, THREAD_INDEX, "__enzyme_py_parfor_count")
     bodies = [body_ir(launch, declared[launch.name]) for launch in launches]
     analysed = body_indices(text, bodies, launches, declared)
@@ -450,6 +494,7 @@ def threaded_ir(ir_text: str, launches: tuple[Launch, ...], threads: int) -> tup
             analysed[launch.name],
             threads,
             first_never_negative(text, launch.name),
+            sums_only[launch.name],
         )
         defined.append(part)
         counts.append(chunks)
