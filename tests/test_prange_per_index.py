@@ -31,6 +31,21 @@ def row_norms(a):
 
 
 @numba.njit(parallel=True)
+def counted_rows(a):
+    # An integer count beside the sum: its reduction array is written, and is a sum too.
+    s = 0.0
+    n = 0
+    for i in numba.prange(a.shape[0]):
+        r = 0.0
+        for j in range(a.shape[1]):
+            r += a[i, j]
+        if r > 0.0:
+            n += 1
+            s += r * r
+    return s * n
+
+
+@numba.njit(parallel=True)
 def running_rows(a, out):
     # s is read in the loop (out[i] = s): each index's value depends on the indices
     # before it in its chunk.
@@ -82,6 +97,7 @@ def test_only_independent_heavy_bodies_with_plain_sums_run_per_index():
     a = np.ones((6, 3))
     per_index = "%i = phi i64 [ %first, %entry ], [ %i.next, %next ]"
     assert per_index in _reverse_text(row_norms, a)
+    assert per_index in _reverse_text(counted_rows, a)
     assert per_index not in _reverse_text(running_rows, a, np.zeros(6))
     assert per_index not in _reverse_text(row_product, a)
     assert per_index not in _reverse_text(row_max, a)
@@ -111,6 +127,14 @@ def test_per_index_reverse_of_a_sum_matches_the_analytic_gradient(threads):
     (got,) = _grad(row_norms, [small], (0,), threads)
     fd = fd_gradient(lambda v: row_norms(v.reshape(small.shape)), small.ravel())
     np.testing.assert_allclose(got, fd.reshape(small.shape), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_per_index_reverse_beside_an_integer_count(threads):
+    a = np.random.default_rng(4).normal(size=(40, 3))
+    (got,) = _grad(counted_rows, [a], (0,), threads)
+    want = fd_gradient(lambda v: counted_rows(v.reshape(a.shape)), a.ravel()).reshape(a.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("threads", [2, 4])

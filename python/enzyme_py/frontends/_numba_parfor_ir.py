@@ -306,7 +306,9 @@ def _launch_ir(
         not indices.light
         and parallel
         and sums_only
-        and not any(writes[g.start + ARRAY_DATA] for g in arrays if g.array == "const")
+        and not any(
+            writes[g.start + ARRAY_DATA] for g in arrays if g.array == "const" and not g.reduction
+        )
     )
     if per_index:
         b.insert(1, "entry:")
