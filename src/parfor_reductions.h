@@ -10,7 +10,7 @@ namespace enzyme_py {
 
 // Numba's outlined prange body starts each reduction variable from its thread's entry
 // of a reduction array, updates it in its loop over the chunk and stores it back at
-// the end. Its reverse derivative can then run one index at a time (each call
+// the end. Its reverse derivative can then run a block of indices at a time (each call
 // starting again from that entry: python/enzyme_py/frontends/_numba_parfor_ir.py)
 // only where the derivative never depends on the variable's value: every reduction
 // is a sum (or difference) into which values are added, and the partial sums go

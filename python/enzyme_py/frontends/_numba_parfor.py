@@ -16,8 +16,8 @@ Enzyme's rules for it, and ``threaded_module`` makes the module Enzyme different
   later code may overwrite; not the function's own arrays that it only reads), then
   runs the call;
 - the reverse pass runs the body's own reverse derivative (Enzyme's, from an
-  ``__enzyme_autodiff`` marker) over the same chunks on the snapshot (index by index
-  where the body has a loop of its own: ``_numba_parfor_ir``). Where each
+  ``__enzyme_autodiff`` marker) over the same chunks on the snapshot (in blocks of
+  indices where the body has a loop of its own: ``_numba_parfor_ir``). Where each
   index provably touches only entries within a reach r of its own (``index_reach``
   on the body at one index: ``_numba_parfor_indices``), a shadow is used in place,
   the chunks (two per thread) running in two waves, even then odd, each chunk at

@@ -14,9 +14,9 @@ For a launch ``__enzyme_py_parfor_K(first, last, args...)``:
   (``noinline``: what is added to ``K.body`` later, the signs of ``assume_body_signs``
   and the reordered sums of ``reorder_loop_sums``, reaches the primal launches too);
 - ``K.reverse`` is the body's reverse derivative over one chunk (an
-  ``__enzyme_autodiff`` marker, lowered by Enzyme's pass), called once per index of
-  the chunk where the body has a loop of its own and its indices are independent (a
-  tape of one index's values, not the chunk's);
+  ``__enzyme_autodiff`` marker, lowered by Enzyme's pass), called once per block of
+  ``_REVERSE_BLOCK`` indices where the body has a loop of its own and its indices are
+  independent (a tape of one block's values, not the chunk's);
 - ``K.augment`` and ``K.gradient`` are Enzyme's rules for ``K``: the snapshot and the
   launch; the chunks' reverse derivatives with the shadow policy of the module
   docstring of ``_numba_parfor``.
@@ -161,6 +161,12 @@ def _return_status(b: list[str]) -> None:
     b += ["  ret i32 %status", "}"]
 
 
+# Indices per call of a body's reverse derivative where it runs block by block (a body
+# with a loop of its own: _launch_ir): its tape a block's, GMM prange's 128 samples
+# about 640 KB; a call per index cost a body with an inner loop of two trips 4-6x
+# (5.5 -> 20-32 ms for 10^6 indices on two threads).
+_REVERSE_BLOCK = 128
+
 # Indices per chunk at least, for a light body (no loop of its own): a chunk shorter
 # than that costs more to hand to a thread than to run (waking one, about 2-5 us).
 _LIGHT_GRAIN = 16384
@@ -296,13 +302,13 @@ def _launch_ir(
     bodies = [("from_zero", f"@{k}.body")]
     if not never_negative:
         bodies.append(("anywhere", f"@{launch.body}"))
-    # A body with a loop of its own differentiated one index at a time: its tape is one
-    # index's (GMM prange's was 25 MB a thread for chunks of 5,000 samples: 12,900
-    # fresh pages at a new process's first call). Where indices are independent: the
-    # chunks run together, it writes no array but floats, and its reductions are sums
-    # nothing else reads (each index's pass starts from the thread's entry of the
-    # reduction array, not from the partial sum before it).
-    per_index = (
+    # A body with a loop of its own differentiated a block of _REVERSE_BLOCK indices at
+    # a time: its tape is a block's (GMM prange's was 25 MB a thread for chunks of
+    # 5,000 samples: 12,900 fresh pages at a new process's first call). Where indices
+    # are independent: the chunks run together, it writes no array but floats, and its
+    # reductions are sums nothing else reads (each block's pass starts from the
+    # thread's entry of the reduction array, not from the partial sum before it).
+    in_blocks = (
         not indices.light
         and parallel
         and sums_only
@@ -310,14 +316,17 @@ def _launch_ir(
             writes[g.start + ARRAY_DATA] for g in arrays if g.array == "const" and not g.reduction
         )
     )
-    if per_index:
+    if in_blocks:
         b.insert(1, "entry:")
         b.append("  %any = icmp sle i64 %first, %last")
-        b.append("  br i1 %any, label %index, label %end")
-        b.append("index:")
+        b.append("  br i1 %any, label %block, label %end")
+        b.append("block:")
         b.append("  %i = phi i64 [ %first, %entry ], [ %i.next, %next ]")
+        b.append(f"  %i.end = add i64 %i, {_REVERSE_BLOCK - 1}")
+        b.append("  %i.past = icmp sgt i64 %i.end, %last")
+        b.append("  %i.last = select i1 %i.past, i64 %last, i64 %i.end")
         b.append("  store i64 %i, i64* %s0")
-        b.append("  store i64 %i, i64* %s1")
+        b.append("  store i64 %i.last, i64* %s1")
         at = "%i"
     else:
         at = "%first"
@@ -335,14 +344,14 @@ def _launch_ir(
         b.append("  br label %done")
     b.append("done:")
     statuses = ", ".join(f"[ %status.{block}, %{block} ]" for block, _ in bodies)
-    if per_index:
+    if in_blocks:
         b.append(f"  %status.i = phi i32 {statuses}")
         b.append("  %failed = icmp ne i32 %status.i, 0")
         b.append("  br i1 %failed, label %end, label %next")
         b.append("next:")
-        b.append("  %i.next = add i64 %i, 1")
+        b.append(f"  %i.next = add i64 %i, {_REVERSE_BLOCK}")
         b.append("  %more = icmp sle i64 %i.next, %last")
-        b.append("  br i1 %more, label %index, label %end")
+        b.append("  br i1 %more, label %block, label %end")
         b.append("end:")
         b.append("  %status = phi i32 [ %status.i, %done ], [ 0, %next ], [ 0, %entry ]")
     else:

@@ -1,6 +1,6 @@
-"""A prange body with a loop of its own has its reverse derivative run one index at a
-time (``_numba_parfor_ir``: its tape is one index's, not a chunk's), where the indices
-are independent and its reductions are sums nothing else reads
+"""A prange body with a loop of its own has its reverse derivative run a block of
+indices at a time (``_numba_parfor_ir``: its tape is a block's, not a chunk's), where
+the indices are independent and its reductions are sums nothing else reads
 (``reductions_only_accumulated``, src/parfor_reductions.h). Elsewhere (a running sum,
 a product or a maximum, a light body) the reverse runs over the whole chunk as
 before. Gradients against central differences either way."""
@@ -93,15 +93,15 @@ def _reverse_text(f, *args):
     return text[start : text.index("\n}\n", start)]
 
 
-def test_only_independent_heavy_bodies_with_plain_sums_run_per_index():
+def test_only_independent_heavy_bodies_with_plain_sums_run_in_blocks():
     a = np.ones((6, 3))
-    per_index = "%i = phi i64 [ %first, %entry ], [ %i.next, %next ]"
-    assert per_index in _reverse_text(row_norms, a)
-    assert per_index in _reverse_text(counted_rows, a)
-    assert per_index not in _reverse_text(running_rows, a, np.zeros(6))
-    assert per_index not in _reverse_text(row_product, a)
-    assert per_index not in _reverse_text(row_max, a)
-    assert per_index not in _reverse_text(rosenbrock_prange, np.ones(6))  # light
+    in_blocks = "%i = phi i64 [ %first, %entry ], [ %i.next, %next ]"
+    assert in_blocks in _reverse_text(row_norms, a)
+    assert in_blocks in _reverse_text(counted_rows, a)
+    assert in_blocks not in _reverse_text(running_rows, a, np.zeros(6))
+    assert in_blocks not in _reverse_text(row_product, a)
+    assert in_blocks not in _reverse_text(row_max, a)
+    assert in_blocks not in _reverse_text(rosenbrock_prange, np.ones(6))  # light
 
 
 def _grad(f, args, diff, threads):
@@ -118,7 +118,7 @@ def _grad(f, args, diff, threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
-def test_per_index_reverse_of_a_sum_matches_the_analytic_gradient(threads):
+def test_block_reverse_of_a_sum_matches_the_analytic_gradient(threads):
     a = np.random.default_rng(0).normal(size=(301, 7))
     (got,) = _grad(row_norms, [a], (0,), threads)
     want = a / np.sqrt(np.sum(a * a, axis=1, keepdims=True) + 1.0)  # analytic
@@ -130,7 +130,7 @@ def test_per_index_reverse_of_a_sum_matches_the_analytic_gradient(threads):
 
 
 @pytest.mark.parametrize("threads", [2, 4])
-def test_per_index_reverse_beside_an_integer_count(threads):
+def test_block_reverse_beside_an_integer_count(threads):
     a = np.random.default_rng(4).normal(size=(40, 3))
     (got,) = _grad(counted_rows, [a], (0,), threads)
     want = fd_gradient(lambda v: counted_rows(v.reshape(a.shape)), a.ravel()).reshape(a.shape)
@@ -141,7 +141,7 @@ def test_per_index_reverse_beside_an_integer_count(threads):
 def test_a_running_sum_keeps_the_chunk_reverse(threads):
     """out[i] holds the sum of the rows before it in its chunk (what Numba's prange
     computes too): the gradient agrees with central differences of the derivative's
-    own value (the same chunks); a per-index reverse would see each row alone."""
+    own value (the same chunks); a block-wise reverse would see each block alone."""
     a = np.random.default_rng(1).normal(size=(40, 3))
     # out carries the derivative (Duplicated; a Const out would be taken for constant).
     df = ez.autodiff(
@@ -167,10 +167,10 @@ def test_products_and_maxima_keep_the_chunk_reverse(f, threads):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
 
 
-def test_the_tape_is_one_index_not_the_chunk():
+def test_the_tape_is_a_blocks_not_the_chunks():
     """The calling thread runs the first chunk (threads=1 takes the serial twin): its
-    tape at most is what one row needs, however many rows (a chunk's reverse kept a
-    value per row: 8,320 and 80,320 bytes)."""
+    tape at most is what one block of rows needs, however many rows (a chunk's reverse
+    kept a value per row: 8,320 and 80,320 bytes)."""
     from enzyme_py import _state
 
     peaks = []
