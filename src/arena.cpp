@@ -3,10 +3,12 @@
 #include "tape_prefault.h"
 
 #include <setjmp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -248,9 +250,19 @@ size_t header_at(size_t top, size_t align) {
 // touching them again faults on the host too. The GMM gradient (24 ms a call once
 // warm), first call in new processes 3 s apart on the 2-core AMD EPYC VM: 47-228 ms
 // with huge pages, 58-66 ms without; later calls the same either way.
+// posix_memalign may hand back part of a heap region that other code advised for huge
+// pages (NumPy advises its arrays of 4 MiB and more, and glibc serves large blocks from
+// the heap once freed ones have raised its mmap threshold): the chunk's pages are
+// advised against them (a test suite's order once gave a chunk "hg"). The advice
+// changes no data, so the pages it shares at either end with other blocks may take it.
 char *allocate_chunk(size_t capacity) {
   void *p = nullptr;
-  return posix_memalign(&p, kMaxTapeAlign, capacity) == 0 ? static_cast<char *>(p) : nullptr;
+  if (posix_memalign(&p, kMaxTapeAlign, capacity) != 0) return nullptr;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(p) + capacity + page - 1) / page * page;
+  madvise(reinterpret_cast<void *>(begin), end - begin, MADV_NOHUGEPAGE);
+  return static_cast<char *>(p);
 }
 
 class Tape {
