@@ -37,8 +37,6 @@ void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef mach
   }
 }
 
-namespace {
-
 LLVMValueRef defined_function(LLVMModuleRef mod, const std::string &name) {
   LLVMValueRef fn = LLVMGetNamedFunction(mod, name.c_str());
   if (!fn || LLVMIsDeclaration(fn)) {
@@ -46,6 +44,8 @@ LLVMValueRef defined_function(LLVMModuleRef mod, const std::string &name) {
   }
   return fn;
 }
+
+namespace {
 
 // coef * i + offset, for the kernel's index i.
 struct Linear {

@@ -18,6 +18,9 @@ namespace enzyme_py {
 // Parses `ir_text` into `owner`; throws std::runtime_error with LLVM's message.
 void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &owner);
 
+// The function `name` of `mod`, which has a body; throws std::runtime_error otherwise.
+LLVMValueRef defined_function(LLVMModuleRef mod, const std::string &name);
+
 // Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
 void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
                 const char *what);

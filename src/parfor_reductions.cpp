@@ -101,10 +101,7 @@ bool reductions_only_accumulated(LLVMContextRef ctx, const std::string &ir_text,
                                  const std::vector<unsigned> &params) {
   ModuleOwner work;
   parse_kernel(ctx, ir_text, work);
-  LLVMValueRef fn = LLVMGetNamedFunction(work.mod, function.c_str());
-  if (!fn || LLVMIsDeclaration(fn)) {
-    throw std::runtime_error("no function named '" + function + "' in the module");
-  }
+  LLVMValueRef fn = defined_function(work.mod, function);
   // Numba keeps its variables in stack slots: SROA makes the sums values.
   run_passes(work.mod, "function(sroa,early-cse)", nullptr, "simplifying the prange body");
   Function &body = *unwrap<Function>(fn);
