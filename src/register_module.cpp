@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "const_memory.h"
 #include "index_signs.h"
 #include "jit.h"
 #include "llvm_util.h"
@@ -115,6 +116,16 @@ void register_module(py::module_ &m) {
           },
           py::arg("function"),
           "Whether `function` reaches recursion through direct calls (see rewrites.h).")
+      .def(
+          "const_params_carrying_derivatives",
+          [](const SourceModule &self, const std::string &function,
+             const std::vector<int> &activities, const std::vector<bool> &float_pointee) {
+            return const_params_carrying_derivatives(self.get(), function, activities,
+                                                     float_pointee);
+          },
+          py::arg("function"), py::arg("activities"), py::arg("float_pointee"),
+          "Const float pointer parameters of `function` into which values carrying a\n"
+          "derivative are stored and from which they are read back (see const_memory.h).")
       .def("functions", &module_functions)
       .def(
           "names",

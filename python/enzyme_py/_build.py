@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from enzyme_py import _cache, _log, _state
 from enzyme_py._build_errors import enzyme_error, missing_symbols_error
+from enzyme_py._const_memory import check_const_memory
 from enzyme_py._info import ENZYME_VERSION
 from enzyme_py._pipeline import PASSES
-from enzyme_py._signature import Param
+from enzyme_py._signature import DFT_DUP_ARG, DFT_DUP_NONEED, DFT_OUT_DIFF, Param
 from enzyme_py._version import __version__
 from enzyme_py.frontends import IRFunction
 from enzyme_py.frontends import _openmp as openmp
@@ -283,6 +284,8 @@ def _build_artifact(
 ) -> _cache.Artifact:
     """Build with Enzyme; the artifact is written to the disk cache."""
     native = _state.native
+    if not request.primal_only:
+        check_const_memory(fn, request.args, request.forward)
     try:
         built = _native_build(fn, request, key, mincut=isolated())
     except native.BuildCrashed:
@@ -357,7 +360,6 @@ _CODES = {
     "int8": "b",
     "bool": "?",
 }
-_DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_DUP_NONEED = 0, 1, 3
 SlotCounts = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
 
 
@@ -394,14 +396,14 @@ def implied_slots(fn: IRFunction, request: Request) -> SlotCounts | None:
         ins.append(code)
         if request.primal_only:
             continue
-        if act in (_DFT_DUP_ARG, _DFT_DUP_NONEED):
+        if act in (DFT_DUP_ARG, DFT_DUP_NONEED):
             ins.append(code * k)
-        elif act == _DFT_OUT_DIFF and not request.forward:
+        elif act == DFT_OUT_DIFF and not request.forward:
             outs.append(code * k)
     if request.split == 1:  # the tape, the primal; no adjoints, no seed
         return _counts("".join(ins)), _counts("p" + (ret if request.return_primal else ""))
     if request.split == 2:  # the seed, then the tape; the adjoints only
-        if ret and request.ret == _DFT_OUT_DIFF:
+        if ret and request.ret == DFT_OUT_DIFF:
             ins.append(ret * k)
         return _counts("".join(ins) + "p"), _counts("".join(outs))
     # The byte sizes of shadows zeroed by the derivative that no shapes give, last.
@@ -409,8 +411,8 @@ def implied_slots(fn: IRFunction, request: Request) -> SlotCounts | None:
     if request.primal_only or request.return_primal:
         outs.append(ret)
     if not request.primal_only and ret:
-        if request.forward and request.ret in (_DFT_DUP_ARG, _DFT_DUP_NONEED):
+        if request.forward and request.ret in (DFT_DUP_ARG, DFT_DUP_NONEED):
             outs.append(ret * k)
-        elif not request.forward and request.ret == _DFT_OUT_DIFF:
+        elif not request.forward and request.ret == DFT_OUT_DIFF:
             ins.append(ret * k)
     return _counts("".join(ins)), _counts("".join(outs))

@@ -177,6 +177,13 @@ def _where(fn: IRFunction, visible: int, param: Param) -> str:
     return f"{param.describe(visible)} of '{fn.display_name}'"
 
 
+def describe_param(fn: IRFunction, index: int) -> str:
+    """How messages name parameter ``index`` of ``fn`` (hidden parameters not counted,
+    as in a call's arguments)."""
+    visible = sum(1 for p in fn.params[:index] if p.hidden is None)
+    return _where(fn, visible, fn.params[index])
+
+
 def plan_call(
     fn: IRFunction,
     mode: Mode,

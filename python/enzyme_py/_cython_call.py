@@ -253,6 +253,8 @@ def declaration(derivative: Any, name: str | None = None) -> str:
                     overlap.append(f"    if {meet(a, b)}:\n        return {BAD_ARGUMENTS}")
                 else:
                     overlap.append(f"    if {meet(a, b)}:\n        entry = {tag}_safe")
+        if derivative.alias_safe_entry() == 0:  # refused: so are overlapping arrays
+            overlap.append(f"    if entry == 0:\n        return {BAD_ARGUMENTS}")
         # A Const array the function writes, sharing memory with an array that has a
         # shadow: refused (Derivative.written_consts_beside_shadows).
         span_of = {arg: j for j, (arg, _, _) in enumerate(spans)}
@@ -273,7 +275,8 @@ def declaration(derivative: Any, name: str | None = None) -> str:
             "            with gil:",
             "                Py_XDECREF(<PyObject *><uintptr_t>errors[1])",
         ]
-    safe = derivative.alias_safe_twin().entry if derivative.may_overlap else derivative.entry
+    safe = derivative.alias_safe_entry()
+    safe = derivative.entry if safe is None else safe
     header = [
         f"# {label}: the {derivative.mode.name.lower()} derivative of "
         f"'{fn.display_name}' ({derivative._given()})",

@@ -18,7 +18,7 @@ import numpy as np
 from enzyme_py import _arguments, _build, _cache, _convention, _njit_call, _state, frontends, rules
 from enzyme_py._activities import RecursionBatchRefused, check_activities
 from enzyme_py._read_only import read_only_params
-from enzyme_py._signature import Param
+from enzyme_py._signature import DFT_CONSTANT, DFT_DUP_ARG, DFT_DUP_NONEED, DFT_OUT_DIFF, Param
 from enzyme_py.core import (
     Active,
     ActiveOnly,
@@ -38,22 +38,20 @@ from enzyme_py.frontends import IRFunction
 
 __all__ = ["Derivative", "Options", "resolve_function"]
 
-# CDIFFE_TYPE values (src/enzyme_capi.h).
-_DFT_OUT_DIFF, _DFT_DUP_ARG, _DFT_CONSTANT, _DFT_DUP_NONEED = 0, 1, 2, 3
 # Per parameter. Enzyme's "primal not needed" drops writes a function reads back
 # (out[i] /= s): DuplicatedOnly / DualOnly parameters are built as Duplicated / Dual,
 # the caller passes the primal anyway.
 _PARAMETER_DIFFE = {
-    Const: _DFT_CONSTANT,
-    Active: _DFT_OUT_DIFF,
-    ActiveOnly: _DFT_OUT_DIFF,
-    Duplicated: _DFT_DUP_ARG,
-    Dual: _DFT_DUP_ARG,
-    DuplicatedOnly: _DFT_DUP_ARG,
-    DualOnly: _DFT_DUP_ARG,
+    Const: DFT_CONSTANT,
+    Active: DFT_OUT_DIFF,
+    ActiveOnly: DFT_OUT_DIFF,
+    Duplicated: DFT_DUP_ARG,
+    Dual: DFT_DUP_ARG,
+    DuplicatedOnly: DFT_DUP_ARG,
+    DualOnly: DFT_DUP_ARG,
 }
 # Per return value: a DualOnly return keeps DUP_NONEED (the tangent only).
-_RETURN_DIFFE = {**_PARAMETER_DIFFE, DualOnly: _DFT_DUP_NONEED}
+_RETURN_DIFFE = {**_PARAMETER_DIFFE, DualOnly: DFT_DUP_NONEED}
 
 # Called instead of the derivative at its first call (``autodiff(..., check=True)``):
 # hook(derivative, args) makes the call, checks it and returns its result.
@@ -172,6 +170,7 @@ class Derivative:
         self._options = options
         self._as_function: IRFunction | None = None
         self._alias_safe: Derivative | None = None
+        self._alias_safe_refused: ActivityError | None = None
         self._njit: Any = None
         self._read_only: list[bool] | None = None  # per parameter, once asked (_written)
         # Where this derivative runs loops on threads (a Numba prange's): the serial
@@ -179,7 +178,7 @@ class Derivative:
         self.serial_twin: Callable[[], Derivative] | None = None
         self._first_call = options.first_call
         if ret is None:
-            ret_code, return_primal = _DFT_CONSTANT, False
+            ret_code, return_primal = DFT_CONSTANT, False
         else:
             ret_code, return_primal = _RETURN_DIFFE[ret], ret.primal_needed
         if options.width > 1 and fn.module.native.reaches_recursion(fn.name):
@@ -346,17 +345,39 @@ class Derivative:
         self._raise_callee_error(status, detail)
 
     def alias_safe_twin(self) -> Derivative:
-        """The same derivative without the promise that arrays do not overlap."""
+        """The same derivative without the promise that arrays do not overlap. Raises
+        ActivityError where that one is refused: without the promise enzyme_py cannot
+        forward a Const scratch array's stores to its loads, and Enzyme would drop the
+        derivative carried through it (_const_memory.py)."""
+        if self._alias_safe_refused is not None:
+            raise self._alias_safe_refused
         if self._alias_safe is None:
             assert self.function.alias_safe is not None
-            self._alias_safe = Derivative(
-                self.function.alias_safe(),
-                self.mode,
-                self.activities,
-                self.return_activity,
-                replace(self._options, first_call=None),
-            )
+            try:
+                self._alias_safe = Derivative(
+                    self.function.alias_safe(),
+                    self.mode,
+                    self.activities,
+                    self.return_activity,
+                    replace(self._options, first_call=None),
+                )
+            except ActivityError as exc:
+                self._alias_safe_refused = ActivityError(
+                    f"arrays given to the derivative of '{self.function.display_name}' "
+                    f"overlap, which takes its build for overlapping arrays, and {exc}"
+                )
+                raise self._alias_safe_refused from None
         return self._alias_safe
+
+    def alias_safe_entry(self) -> int | None:
+        """The entry point for calls whose arrays overlap: None where this derivative
+        takes them itself, 0 where they are refused (``alias_safe_twin`` is)."""
+        if not self.may_overlap:
+            return None
+        try:
+            return self.alias_safe_twin().entry
+        except ActivityError:
+            return 0
 
     def _raise_out_of_memory(self, exc: Exception) -> NoReturn:
         raise MemoryError(
@@ -606,7 +627,7 @@ class Derivative:
         self._refuse_if_zeroing("njit()")
         if self._njit is None:
             self._pin_code()
-            safe = self.alias_safe_twin().entry if self.may_overlap else None
+            safe = self.alias_safe_entry()
             self._njit = _njit_call.compile_njit(
                 self.plan,
                 self.entry,
@@ -632,7 +653,7 @@ class Derivative:
         """Compiled code (Numba's, Cython's) keeps the entry addresses, not this
         derivative: they stay in the JIT for the process."""
         _build.pin(self._compiled)
-        if self.may_overlap:
+        if self.alias_safe_entry():
             _build.pin(self.alias_safe_twin()._compiled)
 
     def _refuse_if_zeroing(self, what: str) -> None:

@@ -132,7 +132,8 @@ def compile_njit(
 ) -> Any:
     """An ``@njit`` function calling the entry point ``entry`` of a derivative of
     ``display_name`` as ``call_plan`` says (see the module docstring); ``safe_entry`` is the
-    build without the promise that arrays do not overlap (None: no such promise).
+    build without the promise that arrays do not overlap (None: no such promise; 0: that
+    build is refused, and so are calls whose arrays overlap).
     ``written_consts``: pairs of argument positions that may not share memory, each with
     its refusal (``Derivative.written_consts_beside_shadows``)."""
     import numba
@@ -297,6 +298,13 @@ def compile_njit(
             "            if spans[x, 0] < spans[y, 1] and spans[y, 0] < spans[x, 1]:",
             "                entry = SAFE_ENTRY",
         ]
+        if safe_entry == 0:
+            refused = (
+                f"arrays given to the derivative of {display_name} overlap, and its build "
+                "for overlapping arrays is refused (a Const array it writes and reads back "
+                "would lose its derivative); give each array memory of its own"
+            )
+            entry_lines += ["    if entry == 0:", f"        raise ValueError({refused!r})"]
     out_of_memory = f"the derivative of {display_name} ran out of memory"
     failed = f"{display_name} failed inside its derivative"
     source = "\n".join(

@@ -17,6 +17,11 @@ DT_POINTER = 2
 DT_FLOAT = 4
 DT_DOUBLE = 5
 DT_UNKNOWN = 6
+# Enzyme's CDIFFE_TYPE values, an activity as the engine asks it (src/enzyme_capi.h).
+DFT_OUT_DIFF = 0
+DFT_DUP_ARG = 1
+DFT_CONSTANT = 2
+DFT_DUP_NONEED = 3
 
 _SCALARS: dict[str, np.dtype] = {
     "double": np.dtype(np.float64),

@@ -1,0 +1,312 @@
+#include "const_memory.h"
+
+#include <stdexcept>
+
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/DenseSet.h>
+#include <llvm/ADT/SetVector.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/IntrinsicInst.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Operator.h>
+
+#include "enzyme_capi.h"
+
+namespace enzyme_py {
+namespace {
+
+using namespace llvm;
+
+// Classes of memory, unified as pointers are found to meet (Steensgaard's analysis):
+// each pointer value belongs to the class of what it points into, and each class has
+// one class for the pointers kept in its memory.
+class MemoryClasses {
+ public:
+  int of(const Value *pointer) {
+    auto [at, fresh] = class_of_.try_emplace(pointer, 0);
+    if (fresh) at->second = fresh_class();
+    return find(at->second);
+  }
+
+  // The class of the pointers kept in the memory of class `c`.
+  int contents(int c) {
+    c = find(c);
+    if (contents_[c] < 0) {
+      const int made = fresh_class();
+      contents_[find(c)] = made;
+    }
+    return find(contents_[find(c)]);
+  }
+
+  int find(int c) {
+    while (parent_[c] != c) c = parent_[c] = parent_[parent_[c]];
+    return c;
+  }
+
+  void join(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return;
+    parent_[b] = a;
+    const int kept_a = contents_[a], kept_b = contents_[b];
+    if (kept_a < 0) {
+      contents_[a] = kept_b;
+    } else if (kept_b >= 0) {
+      join(kept_a, kept_b);  // what both kept may now meet too
+    }
+  }
+
+  void join(const Value *a, const Value *b) { join(of(a), of(b)); }
+
+ private:
+  int fresh_class() {
+    parent_.push_back(static_cast<int>(parent_.size()));
+    contents_.push_back(-1);
+    return parent_.back();
+  }
+
+  DenseMap<const Value *, int> class_of_;
+  std::vector<int> parent_;
+  std::vector<int> contents_;
+};
+
+bool is_pointer(const Value *v) { return v->getType()->isPtrOrPtrVectorTy(); }
+
+// The function a call runs, when it is a direct call to a definition.
+const Function *defined_callee(const CallBase &call) {
+  const Function *callee = call.getCalledFunction();
+  return callee && !callee->isDeclaration() ? callee : nullptr;
+}
+
+// `function` and every definition it reaches by direct calls.
+SetVector<const Function *> reached_from(const Function &function) {
+  SetVector<const Function *> reached;
+  reached.insert(&function);
+  for (size_t i = 0; i < reached.size(); ++i) {
+    for (const Instruction &inst : instructions(*reached[i])) {
+      if (const auto *call = dyn_cast<CallBase>(&inst)) {
+        if (const Function *callee = defined_callee(*call)) reached.insert(callee);
+      }
+    }
+  }
+  return reached;
+}
+
+// The pointer an integer was made from, through offsets and masks (Numba aligns
+// addresses as integers), or null.
+const Value *pointer_behind(const Value *v) {
+  for (int depth = 0; depth < 8; ++depth) {
+    if (const auto *cast = dyn_cast<PtrToIntOperator>(v)) return cast->getPointerOperand();
+    const auto *op = dyn_cast<BinaryOperator>(v);
+    if (!op) return nullptr;
+    switch (op->getOpcode()) {
+      case Instruction::Add:
+      case Instruction::Sub:
+      case Instruction::And:
+      case Instruction::Or:
+        v = op->getOperand(0);
+        if (!isa<PtrToIntOperator>(v) && !isa<BinaryOperator>(v)) v = op->getOperand(1);
+        break;
+      default:
+        return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses &classes) {
+  for (const Function *fn : functions) {
+    for (const Instruction &inst : instructions(*fn)) {
+      if (const auto *load = dyn_cast<LoadInst>(&inst)) {
+        if (is_pointer(load))
+          classes.join(classes.of(load), classes.contents(classes.of(load->getPointerOperand())));
+      } else if (const auto *store = dyn_cast<StoreInst>(&inst)) {
+        const Value *stored = store->getValueOperand();
+        if (is_pointer(stored)) {
+          classes.join(classes.of(stored),
+                       classes.contents(classes.of(store->getPointerOperand())));
+        }
+      } else if (const auto *copy = dyn_cast<MemTransferInst>(&inst)) {
+        classes.join(classes.contents(classes.of(copy->getRawDest())),
+                     classes.contents(classes.of(copy->getRawSource())));
+      } else if (const auto *call = dyn_cast<CallBase>(&inst)) {
+        const Function *callee = defined_callee(*call);
+        if (!callee) continue;
+        for (unsigned i = 0; i < call->arg_size() && i < callee->arg_size(); ++i) {
+          if (is_pointer(call->getArgOperand(i))) classes.join(call->getArgOperand(i), callee->getArg(i));
+        }
+        if (!is_pointer(call)) continue;
+        for (const Instruction &in_callee : instructions(*callee)) {
+          if (const auto *ret = dyn_cast<ReturnInst>(&in_callee)) {
+            if (ret->getReturnValue()) classes.join(call, ret->getReturnValue());
+          }
+        }
+      } else if (is_pointer(&inst)) {
+        if (isa<GetElementPtrInst>(inst) || isa<CastInst>(inst)) {
+          if (isa<IntToPtrInst>(inst)) {
+            if (const Value *behind = pointer_behind(inst.getOperand(0))) classes.join(&inst, behind);
+          } else if (is_pointer(inst.getOperand(0))) {
+            classes.join(&inst, inst.getOperand(0));
+          }
+        } else if (const auto *phi = dyn_cast<PHINode>(&inst)) {
+          for (const Value *in : phi->incoming_values()) classes.join(&inst, in);
+        } else if (const auto *select = dyn_cast<SelectInst>(&inst)) {
+          classes.join(&inst, select->getTrueValue());
+          classes.join(&inst, select->getFalseValue());
+        }
+      }
+    }
+  }
+}
+
+// Which values depend on a differentiated argument, and which classes of memory hold
+// such values, to a fixed point.
+struct Activity {
+  DenseSet<const Value *> values;
+  DenseSet<int> memory;        // classes holding values that carry a derivative
+  DenseSet<int> stored_into;   // classes such a value was stored into (memory less seeds)
+};
+
+bool carries_derivative(const Instruction &inst, const Activity &active) {
+  if (isa<CmpInst>(inst)) return false;
+  if (const auto *select = dyn_cast<SelectInst>(&inst)) {
+    return active.values.count(select->getTrueValue()) ||
+           active.values.count(select->getFalseValue());
+  }
+  for (const Value *operand : inst.operands()) {
+    if (active.values.count(operand)) return true;
+  }
+  return false;
+}
+
+// Marks `c` as holding derivative-carrying values; whether it is new.
+bool hold(Activity &active, int c) {
+  active.stored_into.insert(c);
+  return active.memory.insert(c).second;
+}
+
+void propagate(const SetVector<const Function *> &functions, MemoryClasses &classes,
+               Activity &active) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Function *fn : functions) {
+      for (const Instruction &inst : instructions(*fn)) {
+        if (const auto *load = dyn_cast<LoadInst>(&inst)) {
+          if (!is_pointer(load) && active.memory.count(classes.of(load->getPointerOperand())))
+            changed |= active.values.insert(load).second;
+        } else if (const auto *store = dyn_cast<StoreInst>(&inst)) {
+          if (active.values.count(store->getValueOperand()))
+            changed |= hold(active, classes.of(store->getPointerOperand()));
+        } else if (const auto *copy = dyn_cast<MemTransferInst>(&inst)) {
+          if (active.memory.count(classes.of(copy->getRawSource())))
+            changed |= hold(active, classes.of(copy->getRawDest()));
+        } else if (const auto *call = dyn_cast<CallBase>(&inst)) {
+          if (const Function *callee = defined_callee(*call)) {
+            for (unsigned i = 0; i < call->arg_size() && i < callee->arg_size(); ++i) {
+              if (active.values.count(call->getArgOperand(i)))
+                changed |= active.values.insert(callee->getArg(i)).second;
+            }
+            if (is_pointer(call) || call->getType()->isVoidTy()) continue;
+            for (const Instruction &in_callee : instructions(*callee)) {
+              const auto *ret = dyn_cast<ReturnInst>(&in_callee);
+              if (ret && ret->getReturnValue() && active.values.count(ret->getReturnValue()))
+                changed |= active.values.insert(call).second;
+            }
+            continue;
+          }
+          if (isa<MemSetInst>(call)) {
+            if (active.values.count(call->getArgOperand(1)))
+              changed |= hold(active, classes.of(call->getArgOperand(0)));
+            continue;
+          }
+          // Without a body: what it computes from carries the derivative on.
+          bool in = false;
+          for (const Use &arg : call->args()) {
+            const Value *v = arg.get();
+            in |= active.values.count(v) ||
+                  (is_pointer(v) && active.memory.count(classes.of(v)));
+          }
+          if (!in) continue;
+          if (!is_pointer(call) && !call->getType()->isVoidTy())
+            changed |= active.values.insert(call).second;
+          for (unsigned i = 0; i < call->arg_size(); ++i) {
+            const Value *v = call->getArgOperand(i);
+            if (is_pointer(v) && !call->onlyReadsMemory(i) && !call->onlyReadsMemory())
+              changed |= hold(active, classes.of(v));
+          }
+        } else if (!is_pointer(&inst) && !inst.getType()->isVoidTy() &&
+                   carries_derivative(inst, active)) {
+          changed |= active.values.insert(&inst).second;
+        }
+      }
+    }
+  }
+}
+
+// Classes something of 32 bits or more (not a pointer) is loaded from.
+DenseSet<int> read_classes(const SetVector<const Function *> &functions, MemoryClasses &classes) {
+  DenseSet<int> read;
+  for (const Function *fn : functions) {
+    for (const Instruction &inst : instructions(*fn)) {
+      if (const auto *load = dyn_cast<LoadInst>(&inst)) {
+        Type *type = load->getType();
+        if (!is_pointer(load) && type->getScalarSizeInBits() >= 32)
+          read.insert(classes.of(load->getPointerOperand()));
+      } else if (const auto *copy = dyn_cast<MemTransferInst>(&inst)) {
+        read.insert(classes.of(copy->getRawSource()));
+      }
+    }
+  }
+  return read;
+}
+
+}  // namespace
+
+std::vector<unsigned> const_params_carrying_derivatives(LLVMModuleRef mod,
+                                                         const std::string &function,
+                                                         const std::vector<int> &activities,
+                                                         const std::vector<bool> &float_pointee) {
+  const Function *fn = unwrap(mod)->getFunction(function);
+  if (!fn || fn->isDeclaration())
+    throw std::invalid_argument("no function named '" + function + "' is defined in the module");
+  if (activities.size() != fn->arg_size() || float_pointee.size() != fn->arg_size()) {
+    throw std::invalid_argument("'" + function + "' has " + std::to_string(fn->arg_size()) +
+                                " parameters; " + std::to_string(activities.size()) +
+                                " activities and " + std::to_string(float_pointee.size()) +
+                                " pointee flags were given");
+  }
+  const SetVector<const Function *> functions = reached_from(*fn);
+  MemoryClasses classes;
+  unify_pointers(functions, classes);
+
+  Activity active;
+  std::vector<unsigned> candidates;
+  for (unsigned i = 0; i < fn->arg_size(); ++i) {
+    const Argument *arg = fn->getArg(i);
+    if (activities[i] == capi::DFT_CONSTANT) {
+      if (is_pointer(arg) && float_pointee[i]) candidates.push_back(i);
+    } else if (is_pointer(arg)) {
+      active.memory.insert(classes.of(arg));
+    } else {
+      active.values.insert(arg);
+    }
+  }
+  if (candidates.empty()) return {};
+  // A Const array in one class with a shadowed one: pointers that may reach both (`in`
+  // is x, then the state) are left to Enzyme, which refuses what it cannot tell apart
+  // ("mixed activity", with advice); the class would hold the shadowed array's writes.
+  const DenseSet<int> shadowed = active.memory;
+  propagate(functions, classes, active);
+  // Classes were final before propagation: every index above is a class's root.
+  const DenseSet<int> read = read_classes(functions, classes);
+  std::vector<unsigned> found;
+  for (unsigned i : candidates) {
+    const int c = classes.of(fn->getArg(i));
+    if (active.stored_into.count(c) && read.count(c) && !shadowed.count(c)) found.push_back(i);
+  }
+  return found;
+}
+
+}  // namespace enzyme_py
