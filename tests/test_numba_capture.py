@@ -282,3 +282,17 @@ def test_a_callee_without_kept_modules_is_linked_optimised(second_compiles, monk
     )
     np.testing.assert_allclose(ez.grad(f)(x), _chain_gradient(x, 1.25), rtol=1e-12)
     assert second_compiles[0] == 0
+
+
+def test_a_kept_module_is_found_by_the_function_it_defines():
+    name = "_ZN8__main__1fB2v1B38c8tJTIeFIjxB2IKSgI4CrvQClQZ6FczSBAA_3dEd"
+    defined = f"; ModuleID = 'm'\ndefine i32 @{name}(double* %r, double %x) {{\n  ret i32 0\n}}\n"
+    assert capture._defines(defined, name)
+    assert capture._defines(defined.split("\n", 1)[1], name)  # on the first line
+    quoted = f'define linkonce_odr i32 @"{name}"(double* %r) {{\n  ret i32 0\n}}\n'
+    assert capture._defines(quoted, name)
+    called = f"define i32 @g() {{\n  %r = call i32 @{name}(double* null, double 1.0)\n}}\n"
+    assert not capture._defines(called, name)  # only called there
+    declared = f"declare i32 @{name}(double*, double)\n"
+    assert not capture._defines(declared, name)
+    assert not capture._defines(defined, name[:-1])  # a prefix of the name is not it

@@ -25,7 +25,6 @@ import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
-import re
 import sys
 import threading
 import weakref
@@ -155,9 +154,22 @@ def module_defining(library: Any, name: str) -> str | None:
     with _lock:
         entry = _kept.get(id(library))
         texts = list(entry[1]) if entry is not None and entry[0]() is library else []
-    pattern = re.compile(r"^define [^\n]*@\"?" + re.escape(name) + r"\"?\(", re.MULTILINE)
-    found = [t for t in (zlib.decompress(b).decode() for b in texts) if pattern.search(t)]
+    found = [t for t in (zlib.decompress(b).decode() for b in texts) if _defines(t, name)]
     return found[0] if len(found) == 1 else None
+
+
+def _defines(text: str, name: str) -> bool:
+    """Whether the IR ``text`` defines function ``name``: a line starting ``define``
+    holds ``@name(`` or ``@"name"(``. Searched as plain text: a regular expression
+    made for each mangled name (about 300 characters) took 0.6 ms to compile, twice per
+    first derivative of a prange function."""
+    for needle in (f"@{name}(", f'@"{name}"('):
+        at = text.find(needle)
+        while at >= 0:
+            if text.startswith("define ", text.rfind("\n", 0, at) + 1):
+                return True
+            at = text.find(needle, at + 1)
+    return False
 
 
 def for_linking(module: Any, keep: str | None = None) -> Any:
