@@ -5,6 +5,7 @@
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
 #include <llvm/ADT/SetVector.h>
+#include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
@@ -80,18 +81,89 @@ const Function *defined_callee(const CallBase &call) {
   return callee && !callee->isDeclaration() ? callee : nullptr;
 }
 
-// `function` and every definition it reaches by direct calls.
+// A definition whose address a call to a function without a body is given (a prange
+// launch's chunk, given to __enzyme_py_parfor_run; an OpenMP region), or null.
+const Function *callback_of(const CallBase &call, const Use &arg) {
+  if (defined_callee(call)) return nullptr;
+  const auto *fn = dyn_cast<Function>(arg.get()->stripPointerCasts());
+  return fn && !fn->isDeclaration() ? fn : nullptr;
+}
+
+// `function` and every definition it reaches by direct calls and callbacks.
 SetVector<const Function *> reached_from(const Function &function) {
   SetVector<const Function *> reached;
   reached.insert(&function);
   for (size_t i = 0; i < reached.size(); ++i) {
     for (const Instruction &inst : instructions(*reached[i])) {
-      if (const auto *call = dyn_cast<CallBase>(&inst)) {
-        if (const Function *callee = defined_callee(*call)) reached.insert(callee);
+      const auto *call = dyn_cast<CallBase>(&inst);
+      if (!call) continue;
+      if (const Function *callee = defined_callee(*call)) reached.insert(callee);
+      for (const Use &arg : call->args()) {
+        if (const Function *callback = callback_of(*call, arg)) reached.insert(callback);
       }
     }
   }
   return reached;
+}
+
+// Pointers passed as integers through an array of 64-bit slots at constant offsets,
+// as enzyme_py's prange launches pass their arguments to each chunk
+// (python/enzyme_py/frontends/_numba_parfor_ir.py): `store i64 (ptrtoint p), slots+k`
+// in the launch, `inttoptr (load i64, slots+k)` in the chunk.
+struct Slots {
+  struct Stored {
+    const Value *base;
+    int64_t offset;
+    const Value *pointer;
+  };
+  struct Loaded {
+    const Value *base;
+    int64_t offset;
+    const Value *pointer;  // the inttoptr
+  };
+  std::vector<Stored> stored;
+  std::vector<Loaded> loaded;
+};
+
+// The object `address` points into and its constant byte offset there.
+std::pair<const Value *, int64_t> base_and_offset(const Value *address, const DataLayout &layout) {
+  APInt offset(layout.getIndexTypeSizeInBits(address->getType()), 0);
+  const Value *base = address->stripAndAccumulateConstantOffsets(layout, offset, true);
+  return {base, offset.getSExtValue()};
+}
+
+void note_slots(const Instruction &inst, const DataLayout &layout, Slots &slots) {
+  if (const auto *store = dyn_cast<StoreInst>(&inst)) {
+    if (const auto *cast = dyn_cast<PtrToIntOperator>(store->getValueOperand())) {
+      auto [base, offset] = base_and_offset(store->getPointerOperand(), layout);
+      slots.stored.push_back({base, offset, cast->getPointerOperand()});
+    }
+  } else if (const auto *load = dyn_cast<LoadInst>(&inst)) {
+    if (!load->getType()->isIntegerTy(64)) return;
+    for (const User *user : load->users()) {
+      if (isa<IntToPtrInst>(user)) {
+        auto [base, offset] = base_and_offset(load->getPointerOperand(), layout);
+        slots.loaded.push_back({base, offset, user});
+      }
+    }
+  }
+}
+
+// Each pointer loaded from a slot joined with those stored in that slot of the same
+// class of memory, until nothing more joins.
+void join_slots(const Slots &slots, MemoryClasses &classes) {
+  for (bool joined = true; joined;) {
+    joined = false;
+    for (const Slots::Loaded &load : slots.loaded) {
+      for (const Slots::Stored &store : slots.stored) {
+        if (store.offset != load.offset) continue;
+        if (classes.of(store.base) != classes.of(load.base)) continue;
+        if (classes.of(store.pointer) == classes.of(load.pointer)) continue;
+        classes.join(store.pointer, load.pointer);
+        joined = true;
+      }
+    }
+  }
 }
 
 // The pointer an integer was made from, through offsets and masks (Numba aligns
@@ -117,8 +189,11 @@ const Value *pointer_behind(const Value *v) {
 }
 
 void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses &classes) {
+  Slots slots;
   for (const Function *fn : functions) {
+    const DataLayout &layout = fn->getParent()->getDataLayout();
     for (const Instruction &inst : instructions(*fn)) {
+      note_slots(inst, layout, slots);
       if (const auto *load = dyn_cast<LoadInst>(&inst)) {
         if (is_pointer(load))
           classes.join(classes.of(load), classes.contents(classes.of(load->getPointerOperand())));
@@ -132,6 +207,17 @@ void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses 
         classes.join(classes.contents(classes.of(copy->getRawDest())),
                      classes.contents(classes.of(copy->getRawSource())));
       } else if (const auto *call = dyn_cast<CallBase>(&inst)) {
+        // A callback's pointer parameters may be given any pointer argument of its type.
+        for (const Use &arg : call->args()) {
+          const Function *callback = callback_of(*call, arg);
+          if (!callback) continue;
+          for (const Argument &param : callback->args()) {
+            if (!is_pointer(&param)) continue;
+            for (const Use &other : call->args()) {
+              if (other.get()->getType() == param.getType()) classes.join(other.get(), &param);
+            }
+          }
+        }
         const Function *callee = defined_callee(*call);
         if (!callee) continue;
         for (unsigned i = 0; i < call->arg_size() && i < callee->arg_size(); ++i) {
@@ -159,6 +245,7 @@ void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses 
       }
     }
   }
+  join_slots(slots, classes);
 }
 
 // Which values depend on a differentiated argument, and which classes of memory hold

@@ -13,7 +13,11 @@
 // - where pointers go: a unification points-to analysis (one class of memory per
 //   set of pointers that may meet, each class with one class for the pointers stored
 //   in it) over `function` and the functions it calls directly, through addresses,
-//   phis, selects, loads and stores of pointers, memcpy and calls;
+//   phis, selects, loads and stores of pointers, memcpy and calls; and into callbacks
+//   (a definition whose address is given to a function without a body: a prange
+//   launch's chunk, an OpenMP region), each pointer parameter meeting every argument
+//   of its type, with pointers passed as integers in slots at constant offsets (how
+//   enzyme_py's launches give each chunk its arguments) followed slot by slot;
 // - which values depend on a differentiated argument: its value, anything loaded
 //   from the memory of a Duplicated argument or from memory such a value was stored
 //   in, and anything computed from those (compares and branch conditions carry no
@@ -23,8 +27,10 @@
 //   and a non-pointer value of 32 bits or more is loaded from it anywhere.
 // Order is not considered: an array read before it is written (`out[i] += x[i]`,
 // `out` never read after) is reported too; a refusal there costs a zero shadow,
-// where missing the case costs a wrong derivative. An array passed to an opaque call
-// (an OpenMP region, a function without a body) only, and loaded there, is not seen.
+// where missing the case costs a wrong derivative. Not seen: an array loaded only
+// inside a function without a body; an array in one class with a shadowed one (an
+// OpenMP region's arguments of one type meet), which is left to Enzyme's own
+// refusal of mixed activity.
 #pragma once
 
 #include <string>
