@@ -426,3 +426,31 @@ def test_native_check_names_a_missing_function():
         module.const_params_carrying_derivatives("g", [DUP, CONST], [True, True])
     with pytest.raises(ValueError, match="2 parameters; 1 activities"):
         module.const_params_carrying_derivatives("f", [DUP], [True])
+
+
+CYTHON_SOURCE = r"""
+cimport cython
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef double prefix_energy(const double[::1] x, double[::1] work) noexcept nogil:
+    cdef double s = 0.0, e = 0.0
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+        work[i] = s
+    for i in range(x.shape[0]):
+        e += work[i] * work[i]
+    return e
+"""
+
+
+def test_cython_refuses_a_const_memoryview_read_back_and_is_right_duplicated():
+    # Before the check: off by 33 against central differences, without an error.
+    m = ez.cython(CYTHON_SOURCE)
+    with pytest.raises(ez.ActivityError, match=r"\('work'\) of 'prefix_energy' is Const"):
+        df = ez.autodiff(m.prefix_energy, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+        df(X, np.zeros_like(X), np.zeros_like(X), 1.0)
+    df = ez.autodiff(m.prefix_energy, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active)
+    dx = np.zeros_like(X)
+    df(X, dx, np.zeros_like(X), np.zeros_like(X), 1.0)
+    np.testing.assert_allclose(dx, central_gradient(running_sum_reference, X), rtol=1e-6)
