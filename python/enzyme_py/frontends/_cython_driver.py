@@ -3,6 +3,9 @@ module's C functions are described as JSON (what the wrapper generator needs).
 
     python _cython_driver.py SOURCE.pyx OUT.c OUT.json DIRECTIVES_JSON
 
+OUT.json: ``{"functions": [...], "read": [[path, size, mtime_ns] of every file Cython
+read]}``.
+
 A child keeps Cython's global state and its diagnostics (printed to stderr) out of
 the caller's process. It imports Cython only, never enzyme_py. Exit status 1: Cython
 reported errors (on stderr); 2: Cython is not installed.
@@ -308,8 +311,32 @@ def _direct_calls(tree: Any) -> set[str]:
     return found
 
 
+def _record_reads() -> dict[str, tuple[int, int]]:
+    """Every file opened for reading from now on, by absolute path, with its size and
+    modification time (ns) when opened: what Cython read (the .pyx, its .pxi and .pxd
+    files, its own utility code). The parent keeps the translation on disk and serves
+    it again only while each of these is unchanged. Installed before Cython is
+    imported: its compiled modules keep ``open`` as found then."""
+    import builtins
+    import io
+
+    read: dict[str, tuple[int, int]] = {}
+    real_open = builtins.open
+
+    def recording_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        opened = real_open(file, mode, *args, **kwargs)
+        if isinstance(file, (str, bytes, os.PathLike)) and not set(str(mode)) & set("wax+"):
+            status = os.fstat(opened.fileno())
+            read[os.path.abspath(os.fsdecode(file))] = (status.st_size, status.st_mtime_ns)
+        return opened
+
+    builtins.open = io.open = recording_open  # type: ignore[assignment]
+    return read
+
+
 def main() -> int:
     source, c_file, json_file, directives_text = sys.argv[1:5]
+    read = _record_reads()
     try:
         from Cython.Compiler import Main, Pipeline
         from Cython.Compiler.ParseTreeTransforms import AnalyseExpressionsTransform
@@ -381,7 +408,7 @@ def main() -> int:
     if result.num_errors:
         return 1
     with open(json_file, "w") as f:
-        json.dump(found, f)
+        json.dump({"functions": found, "read": sorted([p, *st] for p, st in read.items())}, f)
     return 0
 
 

@@ -26,6 +26,9 @@ more of Python (other raise statements, Python objects) is refused.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -35,7 +38,7 @@ import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -81,10 +84,60 @@ def raise_cython_error(status: int, address: int, name: str) -> None:
     raise RuntimeError(f"the Cython function '{name}' failed with status {status}")
 
 
+class TranslationCache(Protocol):
+    """Where Cython's translations are kept between processes (the disk cache, above
+    the frontends: ``enzyme_py._cython_translations`` sets ``translations``)."""
+
+    def load(self, key: str) -> tuple[str, list[dict[str, Any]]] | None: ...
+
+    def keep(
+        self, key: str, c_text: str, infos: list[dict[str, Any]], read: list[list[Any]]
+    ) -> None: ...
+
+
+translations: TranslationCache | None = None
+
+
+def _translation_key(
+    source: str, stem: str, directives: dict[str, Any], include: str | None
+) -> str:
+    """What Cython's translation of ``source`` depends on, beyond the files it reads
+    (checked when a kept translation is loaded): the text, the directives, the module
+    name, the Cython and Python that run it, the driver, and the names of the .pxd and
+    .pxi files beside a .pyx file (a new one there may be cimported instead)."""
+    try:
+        version = importlib.metadata.version("Cython")
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    with open(_DRIVER, "rb") as f:
+        driver = hashlib.sha256(f.read()).hexdigest()
+    beside = []
+    if include is not None:
+        with contextlib.suppress(OSError):
+            beside = sorted(n for n in os.listdir(include) if n.endswith((".pxd", ".pxi")))
+    parts = [
+        "cython translation",
+        source,
+        stem,
+        json.dumps(directives, sort_keys=True, default=repr),
+        include,
+        version,
+        sys.executable,
+        sys.version,
+        driver,
+        beside,
+    ]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str | None) -> Any:
     if importlib.util.find_spec("Cython") is None:
         raise CompileError(f"ez.cython needs Cython, which is not installed: {_INSTALL}")
     _clang()  # CompileError saying what to install, before Cython's work
+    key = _translation_key(source, stem, directives, include)
+    kept = translations.load(key) if translations is not None else None
+    if kept is not None:
+        return kept
     with tempfile.TemporaryDirectory(prefix="enzyme_py_cython_") as tmp:
         with open(os.path.join(tmp, f"{stem}.pyx"), "w") as f:
             f.write(source)
@@ -100,7 +153,14 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
         with open(os.path.join(tmp, "out.c")) as f:
             c_text = f.read()
         with open(os.path.join(tmp, "out.json")) as f:
-            return c_text, json.load(f)
+            out = json.load(f)
+        infos, read = out["functions"], out["read"]
+        if translations is not None:
+            # The .pyx and what Cython wrote in the temporary folder are left out.
+            inside = os.path.realpath(tmp) + os.sep
+            kept_reads = [r for r in read if not os.path.realpath(r[0]).startswith(inside)]
+            translations.keep(key, c_text, infos, kept_reads)
+        return c_text, infos
 
 
 class CythonModule:
