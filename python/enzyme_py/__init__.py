@@ -36,7 +36,7 @@ from enzyme_py.core import (
 )
 
 if _state.native is not None:
-    from enzyme_py import _cython_translations  # noqa: F401  (ez.cython's disk cache)
+    from enzyme_py import _translations  # noqa: F401  (the frontends' disk cache)
     from enzyme_py._api import autodiff
     from enzyme_py._gradcheck import check_grad
     from enzyme_py.frontends import _numba_cpu, c, cpp, llvm_ir

@@ -38,7 +38,7 @@ import sysconfig
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from enzyme_py.frontends._cython_c import (
 from enzyme_py.frontends.ir import (
     IRFunction,
     SourceModule,
+    TranslationCache,
     _clang,
     _compile,
     _user_flags,
@@ -84,17 +85,8 @@ def raise_cython_error(status: int, address: int, name: str) -> None:
     raise RuntimeError(f"the Cython function '{name}' failed with status {status}")
 
 
-class TranslationCache(Protocol):
-    """Where Cython's translations are kept between processes (the disk cache, above
-    the frontends: ``enzyme_py._cython_translations`` sets ``translations``)."""
-
-    def load(self, key: str) -> tuple[str, list[dict[str, Any]]] | None: ...
-
-    def keep(
-        self, key: str, c_text: str, infos: list[dict[str, Any]], read: list[list[Any]]
-    ) -> None: ...
-
-
+# The disk cache of Cython's translations (set by enzyme_py._translations; see
+# frontends/ir.py's TranslationCache).
 translations: TranslationCache | None = None
 
 
@@ -136,8 +128,9 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
     _clang()  # CompileError saying what to install, before Cython's work
     key = _translation_key(source, stem, directives, include)
     kept = translations.load(key) if translations is not None else None
-    if kept is not None:
-        return kept
+    made = kept or {}
+    if isinstance(made.get("c"), str) and isinstance(made.get("functions"), list):
+        return made["c"], made["functions"]
     with tempfile.TemporaryDirectory(prefix="enzyme_py_cython_") as tmp:
         with open(os.path.join(tmp, f"{stem}.pyx"), "w") as f:
             f.write(source)
@@ -159,7 +152,7 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
             # The .pyx and what Cython wrote in the temporary folder are left out.
             inside = os.path.realpath(tmp) + os.sep
             kept_reads = [r for r in read if not os.path.realpath(r[0]).startswith(inside)]
-            translations.keep(key, c_text, infos, kept_reads)
+            translations.keep(key, {"c": c_text, "functions": infos}, kept_reads)
         return c_text, infos
 
 

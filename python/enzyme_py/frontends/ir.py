@@ -15,9 +15,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from enzyme_py import _state
 from enzyme_py._signature import Param, param_from_llvm_type
@@ -280,6 +281,77 @@ def rebuild_ir_function(origin: tuple[Any, ...]) -> IRFunction:
     return unit[attribute]
 
 
+class TranslationCache(Protocol):
+    """Where the frontends' translations (clang's IR, Cython's C) are kept between
+    processes: the disk cache, above the frontends (``enzyme_py._translations`` sets
+    ``translations`` here and in ``frontends.cython``). ``read`` lists what the
+    translation was made from, ``[path, size, mtime_ns]`` each: a kept one is served
+    only while every such file is unchanged."""
+
+    def load(self, key: str) -> dict[str, Any] | None: ...
+
+    def keep(self, key: str, made: dict[str, Any], read: list[list[Any]]) -> None: ...
+
+
+translations: TranslationCache | None = None
+
+
+def files_as_read(paths: Sequence[str], before_ns: int) -> list[list[Any]] | None:
+    """``[path, size, mtime_ns]`` of each file, or None where one is gone or was
+    modified at or after ``before_ns`` (perhaps while it was being read)."""
+    found = []
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            return None
+        if status.st_mtime_ns >= before_ns:
+            return None
+        found.append([path, status.st_size, status.st_mtime_ns])
+    return found
+
+
+def _headers_read(dependency_file: str, inside: str) -> list[str]:
+    """The files a clang ``-MD`` dependency file names, those in ``inside`` (the
+    source itself) left out; none where clang wrote none (IR input)."""
+    try:
+        with open(dependency_file) as f:
+            text = f.read()
+    except OSError:
+        return []
+    text = text.split(":", 1)[1] if ":" in text else ""
+    words = re.split(r"(?<!\\)\s+", text.replace("\\\n", " "))
+    paths = [w.replace("\\ ", " ") for w in words if w and w != "\\"]
+    found = [os.path.normpath(os.path.join(inside, p)) for p in paths]
+    return [p for p in found if not p.startswith(os.path.normpath(inside) + os.sep)]
+
+
+_INCLUDE_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter")
+_HEADER_ENDINGS = (".h", ".hh", ".hpp", ".hxx", ".inc", ".def")
+
+
+def _include_context(flags: Sequence[str]) -> list[Any]:
+    """What decides which header an ``#include`` finds, beyond the headers read: the
+    environment's include paths, and the headers in each folder the flags name (one
+    added there may be found instead of another)."""
+    folders = []
+    for i, flag in enumerate(flags):
+        for option in _INCLUDE_FLAGS:
+            if flag == option and i + 1 < len(flags):
+                folders.append(flags[i + 1])
+            elif flag.startswith(option) and len(flag) > len(option):
+                folders.append(flag[len(option) :])
+    listed = []
+    for folder in folders:
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(_HEADER_ENDINGS))
+        except OSError:
+            names = []
+        listed.append([folder, names])
+    paths = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
+    return [[name, os.environ.get(name)] for name in paths] + listed
+
+
 def _clang() -> str:
     explicit = os.environ.get("ENZYME_PY_CLANG")
     candidates = [explicit] if explicit else ["clang-15", "/usr/lib/llvm-15/bin/clang"]
@@ -353,26 +425,32 @@ def _clang_to_ir(
 ) -> tuple[str, str]:
     chosen = _user_flags(flags)
     clang = _clang()
+    # Relative names, run inside tmp: the IR text (and so the derivative cache key) is
+    # the same for the same source in every process. Later flags win.
+    args = [*first, *DEFAULT_C_FLAGS, *chosen, *_REQUIRED_C_FLAGS, name, "-o", "source.ll"]
+    status = os.stat(clang)
+    context = _include_context(args)
+    key = hashlib.sha256(
+        repr(["clang", text, args, context, clang, status.st_size, status.st_mtime_ns]).encode()
+    ).hexdigest()
+    kept = translations.load(key) if translations is not None else None
+    made = kept or {}
+    if isinstance(made.get("ir"), str) and isinstance(made.get("diagnostics"), str):
+        return made["ir"], made["diagnostics"]
     with tempfile.TemporaryDirectory(prefix="enzyme_py_") as tmp:
         with open(os.path.join(tmp, name), "w") as f:
             f.write(text)
-        # Relative names, run inside tmp: the IR text (and so the derivative cache
-        # key) is the same for the same source in every process. Later flags win.
-        cmd = [
-            clang,
-            *first,
-            *DEFAULT_C_FLAGS,
-            *chosen,
-            *_REQUIRED_C_FLAGS,
-            name,
-            "-o",
-            "source.ll",
-        ]
+        started = time.time_ns()
+        cmd = [clang, *args, "-MD", "-MF", "source.d"]  # the headers it reads, listed
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if proc.returncode != 0:
             raise CompileError(f"{language.upper()} source did not compile:\n{proc.stderr.strip()}")
         with open(os.path.join(tmp, "source.ll")) as f:
-            return f.read(), proc.stderr
+            ir = f.read()
+        read = files_as_read(_headers_read(os.path.join(tmp, "source.d"), tmp), started)
+        if translations is not None and read is not None:
+            translations.keep(key, {"ir": ir, "diagnostics": proc.stderr}, read)
+        return ir, proc.stderr
 
 
 _GENERATED = re.compile(r"^\d+ warnings? generated\.$", re.MULTILINE)

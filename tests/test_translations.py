@@ -1,6 +1,7 @@
-"""Cython's translations kept in the disk cache (enzyme_py/_cython_translations.py):
-served to a new process without running Cython, and made again when the source, a
-.pxd file Cython read, or the entry itself changes."""
+"""The frontends' translations kept in the disk cache (enzyme_py/_translations.py):
+Cython's C and clang's IR, served to a new process without running Cython or clang,
+and made again when the source, a .pxd file Cython read, a header clang read, the
+headers an include folder holds, or the entry itself changes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import textwrap
 
 import pytest
 
+import enzyme_py as ez
 from enzyme_py import _cache
 from enzyme_py.frontends import cython as frontend
+from enzyme_py.frontends import ir
 
 from conftest import run_python
 
@@ -83,7 +86,8 @@ def test_a_changed_pxd_makes_it_again(counted, tmp_path):
 def test_a_damaged_entry_is_made_again(counted):
     first = frontend._run_cython(SOURCE, "damaged", {}, None)
     key = frontend._translation_key(SOURCE, "damaged", {}, None)
-    _cache.store_text(key, json.dumps({"c": "int x;", "functions": "not a list", "read": []}))
+    damaged = {"made": {"c": "int x;", "functions": "not a list"}, "read": []}
+    _cache.store_text(key, json.dumps(damaged))
     again = frontend._run_cython(SOURCE, "damaged", {}, None)
     assert len(counted) == 2 and again == first
     _cache.store_text(key, "{not json")
@@ -92,8 +96,8 @@ def test_a_damaged_entry_is_made_again(counted):
 
 
 def test_a_new_process_differentiates_from_a_kept_translation(tmp_path):
-    # The second process must not run Cython (the driver's subprocess raises there),
-    # and its gradient is right.
+    # The second process must not run Cython (the driver's subprocess fails an
+    # assertion there), and its gradient is right.
     code = textwrap.dedent(
         f"""
         import numpy as np
@@ -119,3 +123,57 @@ def test_a_new_process_differentiates_from_a_kept_translation(tmp_path):
     assert first.returncode == 0 and first.stdout.strip() == "ok", first.stderr
     again = run_python(code.replace("AGAIN = False", "AGAIN = True"), env)
     assert again.returncode == 0 and again.stdout.strip() == "ok", again.stderr
+
+
+def _clang_runs(runs: list[list[str]]) -> int:
+    return sum(1 for cmd in runs if cmd and "clang" in os.path.basename(cmd[0]))
+
+
+def test_kept_ir_is_served_without_clang(counted):
+    source = "double twice(double x) { return 2.0 * x; }\n"
+    first = ez.c(source)
+    again = ez.c(source)
+    assert _clang_runs(counted) == 1
+    assert again.twice(1.5) == first.twice(1.5) == 3.0
+    ez.c(source, flags=["-O1"])  # other flags: compiled
+    assert _clang_runs(counted) == 2
+
+
+def test_a_changed_header_compiles_again(counted, tmp_path):
+    folder = tmp_path / "include"
+    folder.mkdir()
+    header = folder / "scale.h"
+    header.write_text("#define SCALE 2.0\n")
+    source = '#include "scale.h"\ndouble scaled(double x) { return SCALE * x; }\n'
+    flags = [f"-I{folder}"]
+    assert ez.c(source, flags=flags).scaled(1.5) == 3.0
+    assert ez.c(source, flags=flags).scaled(1.5) == 3.0
+    assert _clang_runs(counted) == 1
+    header.write_text("#define SCALE 3.0\n")
+    status = os.stat(header)
+    os.utime(header, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+    assert ez.c(source, flags=flags).scaled(1.5) == 4.5
+    assert _clang_runs(counted) == 2
+    # A header added to the folder may be found instead of another: compiled again.
+    (folder / "other.h").write_text("#define OTHER 1\n")
+    assert ez.c(source, flags=["-I", str(folder)]).scaled(1.5) == 4.5
+    assert ez.c(source, flags=flags).scaled(1.5) == 4.5
+    assert _clang_runs(counted) == 4
+
+
+def test_clang_warnings_come_again_from_kept_ir(counted):
+    source = "double f(double x) { double y; return x + y; }\n"  # y uninitialised
+    with pytest.warns(ez.CompilerWarning, match="uninitialized"):
+        ez.c(source)
+    with pytest.warns(ez.CompilerWarning, match="uninitialized"):
+        ez.c(source)
+    assert _clang_runs(counted) == 1
+
+
+def test_a_header_modified_while_compiling_is_not_kept(tmp_path):
+    header = tmp_path / "late.h"
+    header.write_text("#define LATE 1\n")
+    status = os.stat(header)
+    assert ir.files_as_read([str(header)], status.st_mtime_ns + 1) is not None
+    assert ir.files_as_read([str(header)], status.st_mtime_ns) is None  # at or after
+    assert ir.files_as_read([str(tmp_path / "gone.h")], status.st_mtime_ns + 1) is None
