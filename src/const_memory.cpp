@@ -253,7 +253,7 @@ void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses 
 struct Activity {
   DenseSet<const Value *> values;
   DenseSet<int> memory;        // classes holding values that carry a derivative
-  DenseSet<int> stored_into;   // classes such a value was stored into (memory less seeds)
+  DenseSet<int> stored_into;   // classes such a value was stored into
 };
 
 bool carries_derivative(const Instruction &inst, const Activity &active) {
