@@ -10,6 +10,8 @@ import pytest
 
 import enzyme_py as ez
 
+from numba_functions import scaled_squares_then_sines, squares_then_sines
+
 pytestmark = pytest.mark.needs_enzyme
 
 X = np.linspace(0.1, 1.3, 7)
@@ -40,16 +42,6 @@ def constant_writes_read_back(x, c, out):
     e = 0.0
     for i in range(x.shape[0]):
         e += x[i] * out[i]
-    return e
-
-
-@numba.njit
-def forwarded_scratch(x, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    e = 0.0
-    for i in range(x.shape[0]):
-        e += np.sin(scratch[i])
     return e
 
 
@@ -117,21 +109,11 @@ def test_a_const_array_holding_constants_read_back_is_allowed():
     np.testing.assert_allclose(dx, 2.0 * c, rtol=1e-12)
 
 
-def test_a_forwarded_scratch_array_is_allowed_and_right():
-    df = ez.autodiff(forwarded_scratch, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+def test_a_squares_then_sines_array_is_allowed_and_right():
+    df = ez.autodiff(squares_then_sines, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
     dx = np.zeros_like(X)
     df(X, dx, np.zeros_like(X), 1.0)
     np.testing.assert_allclose(dx, np.cos(X * X) * 2.0 * X, rtol=1e-12)
-
-
-@numba.njit
-def scaled_squares_then_sines(x, c, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += c[i] * np.sin(scratch[i])
-    return s
 
 
 def scaled_reference_gradient(x, c):

@@ -15,6 +15,7 @@ import enzyme_py as ez
 
 import _cython_kernels as kernels
 from _cython_kernels import build, fd_hessian, fortran_np, quad_np, wsum_np
+from numba_functions import scaled_squares_then_sines, squares_then_sines
 from reference import fd_gradient
 
 pytestmark = pytest.mark.needs_enzyme
@@ -30,26 +31,6 @@ double cube(const double *x, int n) {
     return s;
 }
 """
-
-
-@numba.njit
-def squares_then_sines(x, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += np.sin(scratch[i])
-    return s
-
-
-@numba.njit
-def scaled_squares_then_sines(x, c, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += c[i] * np.sin(scratch[i])
-    return s
 
 
 @numba.njit(parallel=True, boundscheck=True)

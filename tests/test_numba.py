@@ -10,6 +10,9 @@ import enzyme_py as ez
 from reference import fd_gradient, fd_scalar
 
 numba = pytest.importorskip("numba")
+
+from numba_functions import squares_then_sines  # noqa: E402
+
 pytestmark = pytest.mark.needs_enzyme
 njit = numba.njit
 
@@ -426,16 +429,6 @@ def test_a_shadow_overlapping_another_array_is_refused():
     w, dw = x.copy(), np.zeros(3)
     assert df(2.0, w, dw, w, dw, 1.0) == (pytest.approx(9 * np.sum(x**2)),)
     np.testing.assert_allclose(dw, 18 * x, rtol=1e-15)
-
-
-@njit
-def squares_then_sines(x, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.sin(scratch[i])
-    return s
 
 
 @njit
