@@ -4,7 +4,9 @@
 
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
+#include <llvm/ADT/STLExtras.h>
 #include <llvm/ADT/SetVector.h>
+#include <llvm/ADT/SmallVector.h>
 #include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/InstIterator.h>
@@ -349,6 +351,55 @@ DenseSet<int> read_classes(const SetVector<const Function *> &functions, MemoryC
   return read;
 }
 
+// Whether a value loaded from class `c` may carry a derivative anywhere but back into
+// `c`: through what carries one (arithmetic, casts, phis, a select's values, calls to
+// intrinsics and functions without pointer arguments) to a store elsewhere, a return,
+// or another call. Compares, branch conditions and addresses carry none. An array
+// only accumulated into (`out[i] += x[i]`, a histogram) loses nothing the function's
+// results need.
+bool read_back_matters(const SetVector<const Function *> &functions, MemoryClasses &classes,
+                       int c) {
+  SmallVector<const Value *, 32> work;
+  DenseSet<const Value *> seen;
+  for (const Function *fn : functions) {
+    for (const Instruction &inst : instructions(*fn)) {
+      if (const auto *load = dyn_cast<LoadInst>(&inst)) {
+        if (!is_pointer(load) && classes.of(load->getPointerOperand()) == c) {
+          work.push_back(load);
+          seen.insert(load);
+        }
+      } else if (const auto *copy = dyn_cast<MemTransferInst>(&inst)) {
+        if (classes.of(copy->getRawSource()) == c) return true;  // copied out
+      }
+    }
+  }
+  while (!work.empty()) {
+    const Value *value = work.pop_back_val();
+    for (const User *user : value->users()) {
+      if (const auto *store = dyn_cast<StoreInst>(user)) {
+        if (store->getValueOperand() != value) continue;  // an address
+        if (classes.of(store->getPointerOperand()) != c) return true;
+        continue;
+      }
+      if (isa<CmpInst>(user) || isa<BranchInst>(user) || isa<SwitchInst>(user) ||
+          isa<GetElementPtrInst>(user) || isa<FPToSIInst>(user) || isa<FPToUIInst>(user))
+        continue;
+      if (isa<ReturnInst>(user) || isa<IntToPtrInst>(user)) return true;
+      if (const auto *select = dyn_cast<SelectInst>(user)) {
+        if (select->getCondition() == value && select->getTrueValue() != value &&
+            select->getFalseValue() != value)
+          continue;
+      } else if (const auto *call = dyn_cast<CallBase>(user)) {
+        const bool plain = !call->getType()->isVoidTy() && !is_pointer(call) &&
+                           none_of(call->args(), [](const Use &a) { return is_pointer(a.get()); });
+        if (!plain || defined_callee(*call)) return true;
+      }
+      if (seen.insert(user).second) work.push_back(user);
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<unsigned> const_params_carrying_derivatives(LLVMModuleRef mod,
@@ -391,7 +442,9 @@ std::vector<unsigned> const_params_carrying_derivatives(LLVMModuleRef mod,
   std::vector<unsigned> found;
   for (unsigned i : candidates) {
     const int c = classes.of(fn->getArg(i));
-    if (active.stored_into.count(c) && read.count(c) && !shadowed.count(c)) found.push_back(i);
+    if (active.stored_into.count(c) && read.count(c) && !shadowed.count(c) &&
+        read_back_matters(functions, classes, c))
+      found.push_back(i);
   }
   return found;
 }

@@ -23,11 +23,14 @@
 //   in, and anything computed from those (compares and branch conditions carry no
 //   derivative); a call to a function without a body passes it on to its result and
 //   to the memory of every pointer argument it may write;
-// - a Const float parameter is reported when such a value is stored into its class
-//   and a non-pointer value of 32 bits or more is loaded from it anywhere.
-// Order is not considered: an array read before it is written (`out[i] += x[i]`,
-// `out` never read after) is reported too; a refusal there costs a zero shadow,
-// where missing the case costs a wrong derivative. Not seen: an array loaded only
+// - a Const float parameter is reported when such a value is stored into its class,
+//   a non-pointer value of 32 bits or more is loaded from it anywhere, and a value so
+//   loaded may carry a derivative somewhere other than back into that class (a store
+//   elsewhere, a return, a call): an array only accumulated into (`out[i] += x[i]`,
+//   a histogram) is not reported, as nothing the results need is lost.
+// Order is not considered otherwise: an array read before it is written and whose
+// reads reach a result is reported even if no read sees a write; a refusal there
+// costs a zero shadow, where missing the case costs a wrong derivative. Not seen: an array loaded only
 // inside a function without a body; an array in one class with a shadowed one (an
 // OpenMP region's arguments of one type meet), which is left to Enzyme's own
 // refusal of mixed activity.

@@ -99,6 +99,49 @@ def test_a_const_array_written_and_never_read_is_allowed():
     np.testing.assert_allclose(out, np.sin(X), rtol=1e-12)  # the primal's writes happen
 
 
+@numba.njit
+def accumulates_into(x, out):
+    s = 0.0
+    for i in range(x.shape[0]):
+        out[i] += x[i] * 2.0
+        s += np.sin(x[i])
+    return s
+
+
+@numba.njit
+def histogram_beside(x, h):
+    s = 0.0
+    for i in range(x.shape[0]):
+        b = int(x[i] * 3.0) % h.shape[0]
+        h[b] += x[i]
+        s += x[i] * x[i]
+    return s
+
+
+@pytest.mark.parametrize(
+    ("f", "make", "gradient"),
+    [
+        (accumulates_into, lambda n: np.ones(n), np.cos),
+        (histogram_beside, lambda n: np.zeros(4), lambda x: 2.0 * x),
+    ],
+    ids=["accumulated", "histogram"],
+)
+def test_a_const_array_only_accumulated_into_is_allowed(f, make, gradient):
+    # Read only to be added to and written back: the derivative carried there reaches
+    # no result, so nothing is lost (and the primal's writes happen).
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    dx = np.zeros_like(X)
+    out = make(X.size)
+    before = out.copy()
+    df(X, dx, out, 1.0)
+    np.testing.assert_allclose(dx, gradient(X), rtol=1e-12)
+    assert not np.array_equal(out, before)
+    tangent = ez.autodiff(f, ez.Forward, ez.Dual, ez.Const, ez.Dual)
+    direction = np.linspace(-1.0, 1.0, X.size)
+    _, t = tangent(X, direction, make(X.size))
+    assert t == pytest.approx(gradient(X) @ direction, rel=1e-12)
+
+
 def test_a_const_array_holding_constants_read_back_is_allowed():
     c = np.linspace(2.0, 3.0, X.size)
     df = ez.autodiff(
