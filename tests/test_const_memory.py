@@ -479,3 +479,29 @@ def test_cython_refuses_a_const_memoryview_read_back_and_is_right_duplicated():
     dx = np.zeros_like(X)
     df(X, dx, np.zeros_like(X), np.zeros_like(X), 1.0)
     np.testing.assert_allclose(dx, central_gradient(running_sum_reference, X), rtol=1e-6)
+
+
+UNNAMED = r"""
+define double @f(double* %0, double* %1) {
+entry:
+  %v = load double, double* %0
+  %sq = fmul double %v, %v
+  store double %sq, double* %1
+  %back = load double, double* %1
+  %r = fmul double %back, %v
+  ret double %r
+}
+"""
+
+
+def test_an_unnamed_ir_parameter_is_named_as_the_frontend_names_it():
+    f = ez.llvm_ir(UNNAMED, "f")
+    with pytest.raises(ez.ActivityError) as info:
+        ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Const, ez.Active)
+    message = str(info.value)
+    assert message.startswith("parameter 1 ('arg1') of 'f' is Const")
+    assert "Pass 'arg1' as Duplicated with a zero shadow (np.zeros_like(arg1))" in message
+    df = ez.autodiff(f, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.Active)
+    x, dx = np.array([1.5]), np.zeros(1)
+    df(x, dx, np.zeros(1), np.zeros(1), 1.0)
+    assert dx[0] == pytest.approx(3.0 * 1.5**2)  # d(x^3)/dx

@@ -28,15 +28,16 @@ def check_const_memory(fn: IRFunction, args: tuple[int, ...], forward: bool) -> 
     if not found:
         return
     index = found[0]
-    name = fn.params[index].name or "it"
+    name = fn.params[index].name
+    array, like = (f"'{name}'", f"np.zeros_like({name})") if name else ("it", "zeros")
     instead = (
-        f"pass '{name}' as Dual with a zero tangent (np.zeros_like({name}))"
+        f"pass {array} as Dual with a zero tangent ({like})"
         if forward
-        else f"pass '{name}' as Duplicated with a zero shadow (np.zeros_like({name}))"
+        else f"pass {array} as Duplicated with a zero shadow ({like})"
     )
     raise ActivityError(
         f"{describe_param(fn, index)} is Const, but the function stores values computed "
-        f"from its differentiated arguments in '{name}' and reads them back: Enzyme takes "
+        f"from its differentiated arguments in {array} and reads them back: Enzyme takes "
         "a Const array's memory for constant, so their derivative would be lost (a wrong "
         f"result, without an error). {instead[0].upper()}{instead[1:]}, or, where the "
         "caller does not need what the function writes there, make that array inside "

@@ -170,7 +170,7 @@ class Derivative:
         self._options = options
         self._as_function: IRFunction | None = None
         self._alias_safe: Derivative | None = None
-        self._alias_safe_refused: ActivityError | None = None
+        self._alias_safe_refused: str | None = None  # why alias_safe_twin is refused
         self._njit: Any = None
         self._read_only: list[bool] | None = None  # per parameter, once asked (_written)
         # Where this derivative runs loops on threads (a Numba prange's): the serial
@@ -350,7 +350,7 @@ class Derivative:
         forward a Const scratch array's stores to its loads, and Enzyme would drop the
         derivative carried through it (_const_memory.py)."""
         if self._alias_safe_refused is not None:
-            raise self._alias_safe_refused
+            raise ActivityError(self._alias_safe_refused)
         if self._alias_safe is None:
             assert self.function.alias_safe is not None
             try:
@@ -362,11 +362,11 @@ class Derivative:
                     replace(self._options, first_call=None),
                 )
             except ActivityError as exc:
-                self._alias_safe_refused = ActivityError(
+                self._alias_safe_refused = (
                     f"arrays given to the derivative of '{self.function.display_name}' "
                     f"overlap, which takes its build for overlapping arrays, and {exc}"
                 )
-                raise self._alias_safe_refused from None
+                raise ActivityError(self._alias_safe_refused) from None
         return self._alias_safe
 
     def alias_safe_entry(self) -> int | None:
