@@ -108,6 +108,22 @@ SetVector<const Function *> reached_from(const Function &function) {
   return reached;
 }
 
+// What each function returns (its `ret` operands), gathered once for every call of it.
+using Returns = DenseMap<const Function *, SmallVector<const Value *, 2>>;
+
+Returns returned_values(const SetVector<const Function *> &functions) {
+  Returns returns;
+  for (const Function *fn : functions) {
+    auto &values = returns[fn];
+    for (const Instruction &inst : instructions(*fn)) {
+      if (const auto *ret = dyn_cast<ReturnInst>(&inst)) {
+        if (ret->getReturnValue()) values.push_back(ret->getReturnValue());
+      }
+    }
+  }
+  return returns;
+}
+
 // Pointers passed as integers through an array of 64-bit slots at constant offsets,
 // as enzyme_py's prange launches pass their arguments to each chunk
 // (python/enzyme_py/frontends/_numba_parfor_ir.py): `store i64 (ptrtoint p), slots+k`
@@ -190,7 +206,8 @@ const Value *pointer_behind(const Value *v) {
   return nullptr;
 }
 
-void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses &classes) {
+void unify_pointers(const SetVector<const Function *> &functions, const Returns &returns,
+                    MemoryClasses &classes) {
   Slots slots;
   for (const Function *fn : functions) {
     const DataLayout &layout = fn->getParent()->getDataLayout();
@@ -226,11 +243,7 @@ void unify_pointers(const SetVector<const Function *> &functions, MemoryClasses 
           if (is_pointer(call->getArgOperand(i))) classes.join(call->getArgOperand(i), callee->getArg(i));
         }
         if (!is_pointer(call)) continue;
-        for (const Instruction &in_callee : instructions(*callee)) {
-          if (const auto *ret = dyn_cast<ReturnInst>(&in_callee)) {
-            if (ret->getReturnValue()) classes.join(call, ret->getReturnValue());
-          }
-        }
+        for (const Value *returned : returns.lookup(callee)) classes.join(call, returned);
       } else if (is_pointer(&inst)) {
         if (isa<GetElementPtrInst>(inst) || isa<CastInst>(inst)) {
           if (isa<IntToPtrInst>(inst)) {
@@ -276,8 +289,8 @@ bool hold(Activity &active, int c) {
   return active.memory.insert(c).second;
 }
 
-void propagate(const SetVector<const Function *> &functions, MemoryClasses &classes,
-               Activity &active) {
+void propagate(const SetVector<const Function *> &functions, const Returns &returns,
+               MemoryClasses &classes, Activity &active) {
   for (bool changed = true; changed;) {
     changed = false;
     for (const Function *fn : functions) {
@@ -298,10 +311,8 @@ void propagate(const SetVector<const Function *> &functions, MemoryClasses &clas
                 changed |= active.values.insert(callee->getArg(i)).second;
             }
             if (is_pointer(call) || call->getType()->isVoidTy()) continue;
-            for (const Instruction &in_callee : instructions(*callee)) {
-              const auto *ret = dyn_cast<ReturnInst>(&in_callee);
-              if (ret && ret->getReturnValue() && active.values.count(ret->getReturnValue()))
-                changed |= active.values.insert(call).second;
+            for (const Value *returned : returns.lookup(callee)) {
+              if (active.values.count(returned)) changed |= active.values.insert(call).second;
             }
             continue;
           }
@@ -334,37 +345,23 @@ void propagate(const SetVector<const Function *> &functions, MemoryClasses &clas
   }
 }
 
-// Classes something of 32 bits or more (not a pointer) is loaded from.
-DenseSet<int> read_classes(const SetVector<const Function *> &functions, MemoryClasses &classes) {
-  DenseSet<int> read;
-  for (const Function *fn : functions) {
-    for (const Instruction &inst : instructions(*fn)) {
-      if (const auto *load = dyn_cast<LoadInst>(&inst)) {
-        Type *type = load->getType();
-        if (!is_pointer(load) && type->getScalarSizeInBits() >= 32)
-          read.insert(classes.of(load->getPointerOperand()));
-      } else if (const auto *copy = dyn_cast<MemTransferInst>(&inst)) {
-        read.insert(classes.of(copy->getRawSource()));
-      }
-    }
-  }
-  return read;
-}
-
 // Whether a value loaded from class `c` may carry a derivative anywhere but back into
 // `c`: through what carries one (arithmetic, casts, phis, a select's values, calls to
 // intrinsics and functions without pointer arguments) to a store elsewhere, a return,
 // or another call. Compares, branch conditions and addresses carry none. An array
 // only accumulated into (`out[i] += x[i]`, a histogram) loses nothing the function's
-// results need.
+// results need. False too where nothing of 32 bits or more (not a pointer) is loaded
+// from `c`.
 bool read_back_matters(const SetVector<const Function *> &functions, MemoryClasses &classes,
                        int c) {
   SmallVector<const Value *, 32> work;
   DenseSet<const Value *> seen;
+  bool wide = false;
   for (const Function *fn : functions) {
     for (const Instruction &inst : instructions(*fn)) {
       if (const auto *load = dyn_cast<LoadInst>(&inst)) {
         if (!is_pointer(load) && classes.of(load->getPointerOperand()) == c) {
+          wide |= load->getType()->getScalarSizeInBits() >= 32;
           work.push_back(load);
           seen.insert(load);
         }
@@ -373,6 +370,7 @@ bool read_back_matters(const SetVector<const Function *> &functions, MemoryClass
       }
     }
   }
+  if (!wide) return false;
   while (!work.empty()) {
     const Value *value = work.pop_back_val();
     for (const User *user : value->users()) {
@@ -417,7 +415,8 @@ std::vector<unsigned> const_params_carrying_derivatives(LLVMModuleRef mod,
   }
   const SetVector<const Function *> functions = reached_from(*fn);
   MemoryClasses classes;
-  unify_pointers(functions, classes);
+  const Returns returns = returned_values(functions);
+  unify_pointers(functions, returns, classes);
 
   Activity active;
   std::vector<unsigned> candidates;
@@ -436,13 +435,12 @@ std::vector<unsigned> const_params_carrying_derivatives(LLVMModuleRef mod,
   // is x, then the state) are left to Enzyme, which refuses what it cannot tell apart
   // ("mixed activity", with advice); the class would hold the shadowed array's writes.
   const DenseSet<int> shadowed = active.memory;
-  propagate(functions, classes, active);
+  propagate(functions, returns, classes, active);
   // Classes were final before propagation: every index above is a class's root.
-  const DenseSet<int> read = read_classes(functions, classes);
   std::vector<unsigned> found;
   for (unsigned i : candidates) {
     const int c = classes.of(fn->getArg(i));
-    if (active.stored_into.count(c) && read.count(c) && !shadowed.count(c) &&
+    if (active.stored_into.count(c) && !shadowed.count(c) &&
         read_back_matters(functions, classes, c))
       found.push_back(i);
   }
