@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import enzyme_py as ez
-from enzyme_py import _cache
+from enzyme_py import _cache, _translations
 from enzyme_py.frontends import cython as frontend
 from enzyme_py.frontends import ir
 
@@ -85,7 +85,7 @@ def test_a_changed_pxd_makes_it_again(counted, tmp_path):
 
 def test_a_damaged_entry_is_made_again(counted):
     first = frontend._run_cython(SOURCE, "damaged", {}, None)
-    key = frontend._translation_key(SOURCE, "damaged", {}, None)
+    key = _translations.key(frontend._translation_parts(SOURCE, "damaged", {}, None))
     damaged = {"made": {"c": "int x;", "functions": "not a list"}, "read": []}
     _cache.store_text(key, json.dumps(damaged))
     again = frontend._run_cython(SOURCE, "damaged", {}, None)

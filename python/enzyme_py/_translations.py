@@ -24,10 +24,15 @@ from enzyme_py import _cache
 from enzyme_py.frontends import cython, ir
 
 
-def load(key: str) -> dict[str, Any] | None:
-    """What was kept under ``key``, or None (missing, damaged, or a file it was made
+def key(parts: list[Any]) -> str:
+    """The disk cache's key of a translation the frontend describes by ``parts``."""
+    return _cache.request_key(["translation", *parts])
+
+
+def load(parts: list[Any]) -> dict[str, Any] | None:
+    """What was kept for ``parts``, or None (missing, damaged, or a file it was made
     from has changed or gone)."""
-    text = _cache.load_text(key)
+    text = _cache.load_text(key(parts))
     if text is None:
         return None
     try:
@@ -42,9 +47,9 @@ def load(key: str) -> dict[str, Any] | None:
     return made if isinstance(made, dict) else None
 
 
-def keep(key: str, made: dict[str, Any], read: list[list[Any]]) -> None:
+def keep(parts: list[Any], made: dict[str, Any], read: list[list[Any]]) -> None:
     """Keep a translation and the files it was made from (``[path, size, mtime_ns]``)."""
-    _cache.store_text(key, json.dumps({"made": made, "read": read}))
+    _cache.store_text(key(parts), json.dumps({"made": made, "read": read}))
 
 
 ir.translations = cython.translations = sys.modules[__name__]

@@ -90,9 +90,9 @@ def raise_cython_error(status: int, address: int, name: str) -> None:
 translations: TranslationCache | None = None
 
 
-def _translation_key(
+def _translation_parts(
     source: str, stem: str, directives: dict[str, Any], include: str | None
-) -> str:
+) -> list[Any]:
     """What Cython's translation of ``source`` depends on, beyond the files it reads
     (checked when a kept translation is loaded): the text, the directives, the module
     name, the Cython and Python that run it, the driver, and the names of the .pxd and
@@ -107,7 +107,7 @@ def _translation_key(
     if include is not None:
         with contextlib.suppress(OSError):
             beside = sorted(n for n in os.listdir(include) if n.endswith((".pxd", ".pxi")))
-    parts = [
+    return [
         "cython translation",
         source,
         stem,
@@ -119,15 +119,14 @@ def _translation_key(
         driver,
         beside,
     ]
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str | None) -> Any:
     if importlib.util.find_spec("Cython") is None:
         raise CompileError(f"ez.cython needs Cython, which is not installed: {_INSTALL}")
     _clang()  # CompileError saying what to install, before Cython's work
-    key = _translation_key(source, stem, directives, include)
-    kept = translations.load(key) if translations is not None else None
+    parts = _translation_parts(source, stem, directives, include)
+    kept = translations.load(parts) if translations is not None else None
     made = kept or {}
     if isinstance(made.get("c"), str) and isinstance(made.get("functions"), list):
         return made["c"], made["functions"]
@@ -152,7 +151,7 @@ def _run_cython(source: str, stem: str, directives: dict[str, Any], include: str
             # The .pyx and what Cython wrote in the temporary folder are left out.
             inside = os.path.realpath(tmp) + os.sep
             kept_reads = [r for r in read if not os.path.realpath(r[0]).startswith(inside)]
-            translations.keep(key, {"c": c_text, "functions": infos}, kept_reads)
+            translations.keep(parts, {"c": c_text, "functions": infos}, kept_reads)
         return c_text, infos
 
 

@@ -284,13 +284,14 @@ def rebuild_ir_function(origin: tuple[Any, ...]) -> IRFunction:
 class TranslationCache(Protocol):
     """Where the frontends' translations (clang's IR, Cython's C) are kept between
     processes: the disk cache, above the frontends (``enzyme_py._translations`` sets
-    ``translations`` here and in ``frontends.cython``). ``read`` lists what the
-    translation was made from, ``[path, size, mtime_ns]`` each: a kept one is served
-    only while every such file is unchanged."""
+    ``translations`` here and in ``frontends.cython``). ``parts``: everything the
+    translation depends on besides the files it read, which ``read`` lists
+    (``[path, size, mtime_ns]`` each): a kept one is served only while every such file
+    is unchanged."""
 
-    def load(self, key: str) -> dict[str, Any] | None: ...
+    def load(self, parts: list[Any]) -> dict[str, Any] | None: ...
 
-    def keep(self, key: str, made: dict[str, Any], read: list[list[Any]]) -> None: ...
+    def keep(self, parts: list[Any], made: dict[str, Any], read: list[list[Any]]) -> None: ...
 
 
 translations: TranslationCache | None = None
@@ -429,11 +430,16 @@ def _clang_to_ir(
     # the same for the same source in every process. Later flags win.
     args = [*first, *DEFAULT_C_FLAGS, *chosen, *_REQUIRED_C_FLAGS, name, "-o", "source.ll"]
     status = os.stat(clang)
-    context = _include_context(args)
-    key = hashlib.sha256(
-        repr(["clang", text, args, context, clang, status.st_size, status.st_mtime_ns]).encode()
-    ).hexdigest()
-    kept = translations.load(key) if translations is not None else None
+    parts = [
+        "clang",
+        text,
+        args,
+        _include_context(args),
+        clang,
+        status.st_size,
+        status.st_mtime_ns,
+    ]
+    kept = translations.load(parts) if translations is not None else None
     made = kept or {}
     if isinstance(made.get("ir"), str) and isinstance(made.get("diagnostics"), str):
         return made["ir"], made["diagnostics"]
@@ -449,7 +455,7 @@ def _clang_to_ir(
             ir = f.read()
         read = files_as_read(_headers_read(os.path.join(tmp, "source.d"), tmp), started)
         if translations is not None and read is not None:
-            translations.keep(key, {"ir": ir, "diagnostics": proc.stderr}, read)
+            translations.keep(parts, {"ir": ir, "diagnostics": proc.stderr}, read)
         return ir, proc.stderr
 
 
