@@ -22,6 +22,8 @@ import enzyme_py as ez
 from benchmarks import kernels
 from tests.reference import fd_partial
 
+from numba_functions import squares_then_sines
+
 pytestmark = pytest.mark.needs_enzyme
 
 ROWS, COLUMNS = 400, 6
@@ -248,25 +250,13 @@ def test_gmm_keeps_neither_copy_of_the_centred_sample():
     assert tape < n * k * (2 * d + 1) * 8 + n * k * d * 8 // 2, tape
 
 
-@numba.njit
-def squares_through_an_argument(x, scratch):
-    for i in range(x.shape[0]):
-        scratch[i] = x[i] * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.sin(scratch[i])
-    return s
-
-
 def test_an_argument_filled_then_read_keeps_its_adjoint():
     # The read is computed from x again; what the caller seeds scratch's shadow with
     # (scratch as an output of the function) still reaches x through the fill.
     x = np.array([0.3, -1.2, 2.0, 0.7])
     scratch, seed = np.zeros(4), np.array([1.0, -2.0, 0.5, 3.0])
     dx, dscratch = np.zeros(4), seed.copy()
-    df = ez.autodiff(
-        squares_through_an_argument, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly
-    )
+    df = ez.autodiff(squares_then_sines, ez.Reverse, ez.Duplicated, ez.Duplicated, ez.ActiveOnly)
     df(x, dx, scratch, dscratch, 1.0)
     np.testing.assert_allclose(scratch, x * x)
     np.testing.assert_allclose(dx, (np.cos(x * x) + seed) * 2.0 * x, rtol=1e-14)

@@ -49,6 +49,14 @@ def counted(monkeypatch, tmp_path):
     return runs
 
 
+def _rewrite(path, text: str) -> None:
+    """``path`` given ``text`` and a modification time a second later than it had (the
+    cache compares times; a rewrite within the file system's time step would not show)."""
+    path.write_text(text)
+    status = os.stat(path)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+
+
 def test_a_kept_translation_is_served_without_cython(counted):
     first = frontend._run_cython(SOURCE, "kept", {}, None)
     again = frontend._run_cython(SOURCE, "kept", {}, None)
@@ -71,9 +79,7 @@ def test_a_changed_pxd_makes_it_again(counted, tmp_path):
     assert "2.0" in first[0]
     frontend._run_cython(source, "kern", {}, str(folder))
     assert len(counted) == 1
-    helper.write_text("cdef inline double scale(double x) noexcept nogil:\n    return 3.0 * x\n")
-    status = os.stat(helper)
-    os.utime(helper, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+    _rewrite(helper, "cdef inline double scale(double x) noexcept nogil:\n    return 3.0 * x\n")
     second = frontend._run_cython(source, "kern", {}, str(folder))
     assert len(counted) == 2
     assert "3.0" in second[0] and "2.0" not in second[0]
@@ -149,9 +155,7 @@ def test_a_changed_header_compiles_again(counted, tmp_path):
     assert ez.c(source, flags=flags).scaled(1.5) == 3.0
     assert ez.c(source, flags=flags).scaled(1.5) == 3.0
     assert _clang_runs(counted) == 1
-    header.write_text("#define SCALE 3.0\n")
-    status = os.stat(header)
-    os.utime(header, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+    _rewrite(header, "#define SCALE 3.0\n")
     assert ez.c(source, flags=flags).scaled(1.5) == 4.5
     assert _clang_runs(counted) == 2
     # A header added to the folder may be found instead of another: compiled again.
