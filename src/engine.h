@@ -78,7 +78,7 @@ struct DerivativeRequest {
 // symbol, the entry point, plus what the Python side needs to call it.
 // Changes whenever what the engine generates for the same request does (IR
 // rewrites, pipelines): part of the derivative caches' keys.
-constexpr int kCodegenRevision = 8;
+constexpr int kCodegenRevision = 9;
 
 struct Artifact {
   std::string object;      // host object code

@@ -19,8 +19,18 @@
 //   unrolled its loop over rows by 4 there: some 30 induction pointers, spilled and
 //   updated on the stack at every row; its gradient 50-56 -> 28 ms on a 2-core AMD
 //   EPYC (21.7 ms on the icelake-client VM before, where that loop stayed rolled).
-// So loops the vectoriser made or visited (`llvm.loop.isvectorized`), and loops around
-// them, get `llvm.loop.unroll.runtime.disable`; the others are unrolled as before. The
+// - loops that call a function, a libm one behind an LLVM intrinsic included (exp,
+//   log, pow, sin, cos: LLVM's unroller counts them as instructions): each copy is
+//   the call again, whose latency the CPU overlaps across iterations either way. GMM
+//   prange's serial code around the prange loop (exp over k x d entries, forward
+//   and reverse) unrolled by 8, and its loop over components by 4 around that: 120
+//   scalar calls of exp in its entry function. Kept rolled, that function is 2441
+//   lines of IR instead of 3395, the reverse chunk's 3218 instead of 3575: its first
+//   derivative's optimisation and code generation 620 -> 540 ms (2-core AMD EPYC,
+//   three alternated runs), its gradient, serial GMM's and ADBench's unchanged.
+// So loops the vectoriser made or visited (`llvm.loop.isvectorized`), loops that make
+// calls, and loops around either get `llvm.loop.unroll.runtime.disable`; the others
+// are unrolled as before. The
 // vectoriser already marks most of its scalar remainders so (those without run-time
 // checks). A function pass, kKeepVectorLoopsRolled, right before the second pipeline's
 // loop-unroll.
