@@ -339,7 +339,9 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   }
   out.optimized_ir = print_module(mod);
   auto t_opt = Clock::now();
-  out.object = jit_->emit_object(mod);
+  // Names the JIT cannot hold twice: a large module's parts may be compiled on
+  // several threads (split_codegen.h).
+  out.object = jit_->emit_object(mod, entry_name);
   if (log) {
     std::fprintf(stderr,
                  "[enzyme_py] %s '%s' width=%u: enzyme %.1f ms, optimize %.1f ms, "

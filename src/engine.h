@@ -74,15 +74,17 @@ struct DerivativeRequest {
   std::vector<ZeroedShadow> zeroed;
 };
 
-// What building one derivative produces: object code with one visible
-// symbol, the entry point, plus what the Python side needs to call it.
+// What building one derivative produces: object code whose entry point is the
+// one symbol callers use (a bundle's parts, split_codegen.h, also export their
+// internal functions under names made unique with it), plus what the Python side
+// needs to call it.
 // Changes whenever what the engine generates for the same request does (IR
 // rewrites, pipelines): part of the derivative caches' keys.
 constexpr int kCodegenRevision = 9;
 
 struct Artifact {
-  std::string object;      // host object code
-  std::string entry_name;  // its only exported symbol
+  std::string object;      // host object code: one object, or a bundle
+  std::string entry_name;  // its entry point's symbol
   std::string in_slots;    // codes of the entry's input slots, in order
   std::string out_slots;   // codes of the slots the entry writes after them
   std::string enzyme_ir;   // the derivative function as Enzyme made it

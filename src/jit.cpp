@@ -9,18 +9,23 @@
 #include "scatter_adds.h"
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
+#include "split_codegen.h"
 #include "tape_scopes.h"
 #include "unroll_hints.h"
 #include "wide_vectors.h"
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
@@ -102,17 +107,12 @@ HostJit::HostJit() {
   wide_vectors_ = wide_vectors_pay(cpu_, features_);
   features_ = tuned_features(features_);
 
-  LLVMTargetRef target = nullptr;
   char *error = nullptr;
-  if (LLVMGetTargetFromTriple(triple_.c_str(), &target, &error)) {
+  if (LLVMGetTargetFromTriple(triple_.c_str(), &target_, &error)) {
     throw std::runtime_error("no LLVM target for " + triple_ + ": " +
                              take_message(error));
   }
-  // PIC: calls to libm and other process symbols go through stubs, so they
-  // reach wherever the JIT's memory lands relative to the shared libraries.
-  machine_ = LLVMCreateTargetMachine(target, triple_.c_str(), cpu_.c_str(),
-                                     features_.c_str(), LLVMCodeGenLevelAggressive,
-                                     LLVMRelocPIC, LLVMCodeModelDefault);
+  machine_ = make_machine();
   LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(machine_);
   data_layout_ = take_message(LLVMCopyStringRepOfTargetData(layout));
   LLVMDisposeTargetData(layout);
@@ -152,6 +152,14 @@ HostJit::HostJit() {
   }
   LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(jit_),
                                           &HostJit::report, this);
+}
+
+LLVMTargetMachineRef HostJit::make_machine() const {
+  // PIC: calls to libm and other process symbols go through stubs, so they
+  // reach wherever the JIT's memory lands relative to the shared libraries.
+  return LLVMCreateTargetMachine(target_, triple_.c_str(), cpu_.c_str(), features_.c_str(),
+                                 LLVMCodeGenLevelAggressive, LLVMRelocPIC,
+                                 LLVMCodeModelDefault);
 }
 
 void HostJit::report(void *self, LLVMErrorRef err) {
@@ -294,16 +302,38 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   }
 }
 
-std::string HostJit::emit_object(LLVMModuleRef mod) const {
+namespace {
+
+std::string emit_with(LLVMModuleRef mod, LLVMTargetMachineRef machine) {
   LLVMMemoryBufferRef buffer = nullptr;
   char *error = nullptr;
-  if (LLVMTargetMachineEmitToMemoryBuffer(machine_, mod, LLVMObjectFile, &error,
-                                          &buffer)) {
+  if (LLVMTargetMachineEmitToMemoryBuffer(machine, mod, LLVMObjectFile, &error, &buffer)) {
     throw std::runtime_error("code generation failed: " + take_message(error));
   }
   std::string object(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
   LLVMDisposeMemoryBuffer(buffer);
   return object;
+}
+
+// Threads for code generation: the cores, or ENZYME_PY_CODEGEN_THREADS (1: one
+// object always). Read once.
+unsigned codegen_threads() {
+  static const unsigned threads = [] {
+    if (const char *text = std::getenv("ENZYME_PY_CODEGEN_THREADS")) {
+      const long value = std::strtol(text, nullptr, 10);
+      if (value >= 1) return static_cast<unsigned>(std::min(value, 64L));
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+  }();
+  return threads;
+}
+
+}  // namespace
+
+std::string HostJit::emit_object(LLVMModuleRef mod, const std::string &unique) const {
+  if (unique.empty()) return emit_with(mod, machine_);
+  return emit_split(mod, machine_, codegen_threads(), unique, emit_with,
+                    [this] { return make_machine(); });
 }
 
 void HostJit::define_symbol(const std::string &name, uint64_t address) {
@@ -319,19 +349,26 @@ void HostJit::define_symbol(const std::string &name, uint64_t address) {
 }
 
 uint64_t HostJit::load(const std::string &object, const std::string &symbol) {
+  const std::vector<std::string_view> objects = bundled_objects(object);
   // A MemoryError if its code cannot fit (src/jit_memory.h), before the load.
-  std::string full = room_problem(object);
+  std::string full = room_problem(objects);
   if (!full.empty()) throw JitMemoryFull(full);
-  LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
-      object.data(), object.size(), symbol.c_str());
-  // Its own resource tracker, to unload it if its symbols do not resolve.
+  // Its own resource tracker (a bundle's objects share one), to unload it if its
+  // symbols do not resolve.
   LLVMOrcResourceTrackerRef tracker =
       LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(jit_));
-  // The JIT takes ownership of the buffer.
-  LLVMErrorRef added = LLVMOrcLLJITAddObjectFileWithRT(jit_, tracker, buffer);
-  if (added) {
-    LLVMOrcReleaseResourceTracker(tracker);
-    check(added, "loading object code into the JIT");
+  for (const std::string_view part : objects) {
+    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(
+        part.data(), part.size(), symbol.c_str());
+    // The JIT takes ownership of the buffer.
+    LLVMErrorRef added = LLVMOrcLLJITAddObjectFileWithRT(jit_, tracker, buffer);
+    if (added) {
+      if (LLVMErrorRef removed = LLVMOrcResourceTrackerRemove(tracker)) {
+        LLVMConsumeError(removed);
+      }
+      LLVMOrcReleaseResourceTracker(tracker);
+      check(added, "loading object code into the JIT");
+    }
   }
   {
     std::lock_guard<std::mutex> hold(reported_lock_);

@@ -29,8 +29,11 @@ class HostJit {
   // "FIRST|SECOND" runs two pipelines, the second with LLVM's store-to-load
   // forwarding heuristic off (llvm_options.h).
   void optimize(LLVMModuleRef mod, const std::string &passes) const;
-  // Host object code for `mod`.
-  std::string emit_object(LLVMModuleRef mod) const;
+  // Host object code for `mod`. Given `unique` (a name no other module's symbols
+  // use: the entry's), a large module may be compiled in parts on several threads
+  // and come back as a bundle of objects (split_codegen.h), which `load` takes;
+  // `mod` then holds its first part only.
+  std::string emit_object(LLVMModuleRef mod, const std::string &unique = "") const;
   // Make `name` resolve to `address` in code loaded later (e.g. Numba's
   // runtime functions, which live in extension modules loaded RTLD_LOCAL).
   // A name defined before keeps its first address.
@@ -58,7 +61,10 @@ class HostJit {
   // Held while an LLVM option is changed for a pipeline (llvm_options.h).
   static std::mutex &options_mutex();
   LLVMOrcLLJITRef jit_ = nullptr;
+  LLVMTargetRef target_ = nullptr;
   LLVMTargetMachineRef machine_ = nullptr;
+  // A target machine as machine_, for a thread of its own (split_codegen.h).
+  LLVMTargetMachineRef make_machine() const;
   std::string triple_, cpu_, features_, data_layout_;
   std::set<std::string> defined_;
   // The resource tracker of each loaded object, by its entry symbol (for unload).

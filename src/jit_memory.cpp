@@ -228,27 +228,35 @@ class ReservationMemoryManager final : private MapperHolder, public llvm::Sectio
 
 void reservation_bounds(uintptr_t *base, size_t *size) { reservation().bounds(base, size); }
 
-std::string room_problem(const std::string &object) {
+std::string room_problem(const std::vector<std::string_view> &objects) {
   // An upper bound of what RuntimeDyld asks the memory manager for: each loaded
   // section, with alignment padding twice (SectionMemoryManager adds one
   // alignment) and a page of rounding, stubs and GOT entries (at most 24 bytes
-  // per relocation on x86-64), and a page per kind of memory.
-  auto parsed = llvm::object::ObjectFile::createObjectFile(
-      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "derivative"));
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
-    return "";  // the load reports it
-  }
+  // per relocation on x86-64), and a page per kind of memory; summed over a
+  // bundle's objects (each gets blocks of its own).
   const size_t page = page_size();
-  uint64_t bound = 3 * page;
-  const bool elf = llvm::isa<llvm::object::ELFObjectFileBase>(parsed->get());
-  for (const llvm::object::SectionRef &section : (*parsed)->sections()) {
-    uint64_t relocations = 0;
-    for (auto it = section.relocation_begin(); it != section.relocation_end(); ++it) ++relocations;
-    bound += 24 * relocations;
-    // What RuntimeDyld loads: allocatable sections (not debug info, relocations).
-    if (elf && !(llvm::object::ELFSectionRef(section).getFlags() & llvm::ELF::SHF_ALLOC)) continue;
-    bound += section.getSize() + 2 * section.getAlignment() + page;
+  uint64_t bound = 0;
+  for (const std::string_view object : objects) {
+    auto parsed = llvm::object::ObjectFile::createObjectFile(
+        llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "derivative"));
+    if (!parsed) {
+      llvm::consumeError(parsed.takeError());
+      return "";  // the load reports it
+    }
+    bound += 3 * page;
+    const bool elf = llvm::isa<llvm::object::ELFObjectFileBase>(parsed->get());
+    for (const llvm::object::SectionRef &section : (*parsed)->sections()) {
+      uint64_t relocations = 0;
+      for (auto it = section.relocation_begin(); it != section.relocation_end(); ++it) {
+        ++relocations;
+      }
+      bound += 24 * relocations;
+      // What RuntimeDyld loads: allocatable sections (not debug info, relocations).
+      if (elf && !(llvm::object::ELFSectionRef(section).getFlags() & llvm::ELF::SHF_ALLOC)) {
+        continue;
+      }
+      bound += section.getSize() + 2 * section.getAlignment() + page;
+    }
   }
   const size_t largest = reservation().largest_free();
   if (bound <= largest) return "";

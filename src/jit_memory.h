@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <new>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace enzyme_py {
 
@@ -34,9 +36,9 @@ struct JitMemoryFull : std::bad_alloc {
 };
 
 // Empty if the reservation's largest free range holds an upper bound of what
-// loading `object` (an ELF relocatable object) allocates; else why not (for
-// JitMemoryFull).
-std::string room_problem(const std::string &object);
+// loading `objects` (ELF relocatable objects: one, or a bundle's) allocates; else
+// why not (for JitMemoryFull).
+std::string room_problem(const std::vector<std::string_view> &objects);
 
 // Where the reservation starts and its size (0, 0 before the first load); safe in a
 // signal handler (src/crash_report.cpp).

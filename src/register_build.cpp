@@ -162,14 +162,16 @@ void register_request(py::module_ &m) {
 void register_artifact(py::module_ &m) {
   using A = BuildArtifact;
   py::class_<A>(m, "BuildArtifact",
-                "What `build` made (src/engine.h, Artifact): object code whose only exported\n"
-                "symbol is the entry point, and what the Python side needs to call it.")
+                "What `build` made (src/engine.h, Artifact): object code whose entry point\n"
+                "is the one symbol callers use, and what the Python side needs to call it.")
       .def_property_readonly(
           "object", [](const A &a) { return py::bytes(a.artifact.object); },
-          "Host object code.")
+          "Host object code: one object, or a bundle of objects compiled on several\n"
+          "threads (src/split_codegen.h); load_object takes either.")
       .def_property_readonly(
           "entry_name", [](const A &a) { return a.artifact.entry_name; },
-          "Its only exported symbol.")
+          "Its entry point's symbol (a bundle's parts also export their internal\n"
+          "functions, under names made unique with it).")
       .def_property_readonly(
           "in_slots", [](const A &a) { return a.artifact.in_slots; },
           "Codes of the entry's input slots, in order (src/entry_abi.h).")
@@ -196,7 +198,7 @@ void register_build(py::module_ &m) {
   register_artifact(m);
   m.def("build", &build, py::arg("module"), py::arg("request"), py::arg("isolate"),
         "Ask Enzyme for the derivative `request` describes, optimize and compile it to\n"
-        "object code whose only exported symbol is `request.entry_name`; with `isolate`,\n"
+        "object code entered at `request.entry_name`; with `isolate`,\n"
         "in a forked child (where `request.mincut` turns on Enzyme's min-cut caching).");
 
   m.def(

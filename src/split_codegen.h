@@ -1,0 +1,53 @@
+// Code generation on several cores: a large derivative module's functions split into
+// parts, each compiled to an object file on a thread of its own, the objects bundled.
+//
+// Code generation is single-threaded in LLVM and is a third of a large derivative's
+// first call: GMM prange's (n = 10^4, d = 10, k = 25) entry function and its reverse
+// chunk, 2441 and 3218 lines of IR, took 230-270 ms one after the other on a 2-core
+// AMD EPYC. A part is a module of its own (a clone, sent to its thread as bitcode and
+// read back there into a fresh LLVM context, as LLVM's ParallelCG does), compiled with
+// a target machine of its own made as HostJit's.
+//
+// Split only where it pays: two or more cores, functions enough for each part to hold
+// kMinPartInstructions (below that the bitcode round trip and the thread cost more
+// than they save), and a module with nothing that must stay in one object (comdats,
+// aliases, appending globals such as constructors, thread-locals). Internal symbols
+// become external so that the parts reach each other's, renamed with `unique` (the
+// entry's name, itself unique per derivative) so that no two derivatives' meet in the
+// JIT. Variables stay in the first part; functions are dealt to the least loaded part,
+// largest first.
+//
+// A bundle is the one string the Artifact, the disk cache and HostJit::load carry: a
+// magic, a count, then each object's size and bytes. One object stays as it is.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Types.h>
+
+namespace enzyme_py {
+
+// Each part needs at least this many instructions for a split.
+inline constexpr size_t kMinPartInstructions = 1500;
+
+// Emits one module with one target machine (LLVMTargetMachineEmitToMemoryBuffer).
+using EmitObject = std::function<std::string(LLVMModuleRef, LLVMTargetMachineRef)>;
+// A fresh target machine, as the caller's (each thread's own).
+using MakeMachine = std::function<LLVMTargetMachineRef()>;
+
+// Object code for `mod` (which the split changes: it keeps the first part): one
+// object, or a bundle of the parts' objects compiled on up to `threads` threads.
+std::string emit_split(LLVMModuleRef mod, LLVMTargetMachineRef machine, unsigned threads,
+                       const std::string &unique, const EmitObject &emit,
+                       const MakeMachine &make_machine);
+
+// The objects in `object`: itself, or a bundle's parts (views into it). Throws
+// std::runtime_error for a damaged bundle.
+std::vector<std::string_view> bundled_objects(const std::string &object);
+
+}  // namespace enzyme_py
