@@ -82,7 +82,8 @@ def _inputs(name: str, size: Any) -> dict[str, Any]:
 
 
 def _contenders(name: str, inp: dict[str, Any], disabled: set[str]) -> dict[str, Any]:
-    """name -> (kind, primal, derivative, build_s or None) or a skip reason (str)."""
+    """name -> (primal, derivative, (build_s, build_cpu_s, primal_compile_s or None)) or a
+    skip reason (str)."""
     from benchmarks.adbench import contenders as ct
     from benchmarks.adbench import enzyme_impl as ei
 
@@ -119,7 +120,7 @@ def _contenders(name: str, inp: dict[str, Any], disabled: set[str]) -> dict[str,
     out: dict[str, Any] = {}
     for label, make in ours.items():
         c = make(*args)
-        out[label] = (c.primal, c.derivative, (c.build_s, c.build_cpu_s))
+        out[label] = (c.primal, c.derivative, (c.build_s, c.build_cpu_s, c.primal_compile_s))
     for label, make in others.items():
         key = "jax" if label == "JAX" else "torch"
         if key in disabled:
@@ -133,7 +134,7 @@ def _contenders(name: str, inp: dict[str, Any], disabled: set[str]) -> dict[str,
         except ImportError as exc:
             out[label] = f"not installed ({exc})"
             continue
-        out[label] = (primal, derivative, (end[0] - start[0], end[1] - start[1]))
+        out[label] = (primal, derivative, (end[0] - start[0], end[1] - start[1], None))
     return out
 
 
@@ -174,7 +175,7 @@ def run(quick: bool, only: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
             if isinstance(c, str):
                 rows[label] = {"skipped": c}
                 continue
-            primal, derivative, (build_s, build_cpu_s) = c
+            primal, derivative, (build_s, build_cpu_s, primal_compile_s) = c
             value = derivative()
             flat = (
                 _ba_blocks(value) if (name == "ba" and label.startswith("enzyme")) else _flat(value)
@@ -199,6 +200,8 @@ def run(quick: bool, only: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
                 # ours: ez.autodiff + first call - a later call; theirs: the first call
                 "build_s": build_s,
                 "build_cpu_s": build_cpu_s,
+                # a Numba objective's own first call, before ez.autodiff (Numba's compile)
+                "primal_compile_s": primal_compile_s,
                 "relative_error_vs_cpp": error,
             }
             row["ratio"] = row["derivative_s"] / row["primal_s"]
@@ -229,7 +232,9 @@ def markdown(report: dict[str, Any]) -> str:
         "Times: the best of several calls (3 to 50, about a second's worth; the medians "
         "are in the JSON file). "
         "Build: enzyme_py's is `ez.autodiff` plus the first call minus a later call, with a "
-        "fresh disk cache; JAX's and PyTorch's is their first call (tracing, compiling). "
+        "fresh disk cache, after the objective's own first call (for Numba its compile, "
+        "shown beside: what running the function costs, which the derivative does not "
+        "repeat); JAX's and PyTorch's is their first call (tracing, compiling). "
         "CPU: this process and its children (Enzyme builds in a forked child), which the "
         "load of the machine inflates less than the wall time.",
         "",
@@ -246,6 +251,8 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(f"| {head} | {label} | | | | | {row['skipped']} |")
                 continue
             build = f"{row['build_s']:.2f} s ({row['build_cpu_s']:.2f} s)"
+            if row.get("primal_compile_s") is not None:
+                build += f"; Numba's compile before: {row['primal_compile_s']:.2f} s"
             if label == "enzyme_py C++":
                 versus = ""
             else:
