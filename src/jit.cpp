@@ -15,6 +15,7 @@
 #include "wide_vectors.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -315,13 +316,17 @@ std::string emit_with(LLVMModuleRef mod, LLVMTargetMachineRef machine) {
   return object;
 }
 
-// Threads for code generation: the cores, or ENZYME_PY_CODEGEN_THREADS (1: one
-// object always). Read once.
+// Threads for code generation: the cores this process may run on, or
+// ENZYME_PY_CODEGEN_THREADS (1: one object always). Read once.
 unsigned codegen_threads() {
   static const unsigned threads = [] {
     if (const char *text = std::getenv("ENZYME_PY_CODEGEN_THREADS")) {
       const long value = std::strtol(text, nullptr, 10);
       if (value >= 1) return static_cast<unsigned>(std::min(value, 64L));
+    }
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      return static_cast<unsigned>(std::max(1, CPU_COUNT(&allowed)));
     }
     return std::max(1u, std::thread::hardware_concurrency());
   }();

@@ -45,6 +45,10 @@ bool splittable(const llvm::Module &mod) {
   }
   for (const llvm::Function &fn : mod) {
     if (fn.hasComdat()) return false;
+    // A block's address (computed goto) names its function: one module only.
+    for (const llvm::BasicBlock &block : fn) {
+      if (block.hasAddressTaken()) return false;
+    }
   }
   return true;
 }

@@ -11,7 +11,8 @@
 // Split only where it pays: two or more cores, functions enough for each part to hold
 // kMinPartInstructions (below that the bitcode round trip and the thread cost more
 // than they save), and a module with nothing that must stay in one object (comdats,
-// aliases, appending globals such as constructors, thread-locals). Internal symbols
+// aliases, appending globals such as constructors, thread-locals, blocks whose
+// address is taken). Internal symbols
 // become external so that the parts reach each other's, renamed with `unique` (the
 // entry's name, itself unique per derivative) so that no two derivatives' meet in the
 // JIT. Variables stay in the first part; functions are dealt to the least loaded part,
