@@ -14,6 +14,7 @@ import enzyme_py as ez
 from enzyme_py import _state
 
 from conftest import run_python
+from reference import fd_gradient
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -83,6 +84,31 @@ def test_a_large_derivative_is_compiled_in_parts_and_right(stages):
     object_code = stages._compiled.artifact.object
     assert object_code.startswith(BUNDLE_MAGIC)
     assert object_code.count(ELF_MAGIC) >= 2
+
+
+def test_gmm_prange_is_compiled_in_parts_and_its_gradient_right():
+    """What the split is for: a prange function's entry and its reverse chunk (2441 and
+    3218 lines of IR), built on two threads; the gradient against central differences."""
+    pytest.importorskip("numba")
+    from benchmarks import kernels
+
+    alphas, means, icf, x, gamma, m = kernels.gmm_inputs(3, 4, 30, seed=4)
+    f = kernels.gmm_objective_prange
+    D, C = ez.Duplicated, ez.Const
+    df = ez.autodiff(f, ez.Reverse, D, D, D, C, C, C, ez.ActiveOnly)
+    shadows = [np.zeros_like(a) for a in (alphas, means, icf)]
+    args = (alphas, shadows[0], means, shadows[1], icf, shadows[2], x, gamma, m, 1.0)
+    df(*args)
+    wants = [
+        fd_gradient(lambda v: f(v, means, icf, x, gamma, m), alphas),
+        fd_gradient(lambda v: f(alphas, v, icf, x, gamma, m), means),
+        fd_gradient(lambda v: f(alphas, means, v, x, gamma, m), icf),
+    ]
+    for got, want in zip(shadows, wants, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    if (os.cpu_count() or 1) >= 2:
+        object_code = df.for_arguments(args)._compiled.artifact.object
+        assert object_code.startswith(BUNDLE_MAGIC)
 
 
 SQUARE = """
@@ -187,3 +213,23 @@ def test_one_codegen_thread_makes_one_object(tmp_path):
     done = run_python(code, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "one object" in done.stdout
+
+
+def test_a_split_build_in_this_process_is_right(tmp_path):
+    """ENZYME_PY_ISOLATE=0: the parts compiled on threads of the caller's process."""
+    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(
+        """
+        df = make()
+        assert df._compiled.artifact.object.startswith(t.BUNDLE_MAGIC)
+        np.testing.assert_allclose(t.gradient(df, x), t.analytic_gradient(x), rtol=1e-12)
+        print("in process")
+        """
+    )
+    env = {
+        "ENZYME_PY_CODEGEN_THREADS": "2",
+        "ENZYME_PY_ISOLATE": "0",
+        "ENZYME_PY_CACHE_DIR": str(tmp_path),
+    }
+    done = run_python(code, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "in process" in done.stdout
