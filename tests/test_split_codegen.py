@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,11 +173,20 @@ def make():
 """
 
 
+def _in_new_process(body: str, cache: Path, **env: str) -> None:
+    """Run ``body`` after the prelude in a new interpreter with ``env`` and a disk cache
+    of its own; it must print "done"."""
+    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__))
+    code += textwrap.dedent(body) + '\nprint("done")\n'
+    done = run_python(code, env={**env, "ENZYME_PY_CACHE_DIR": str(cache)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout
+
+
 def test_a_bundle_unloads_whole_and_loads_again(tmp_path):
     """Its objects share one resource tracker: unloaded together, the internal names
     they export are free again, and the bundle loads again from the disk cache."""
-    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(
-        """
+    body = """
         base = _state.native.loaded_objects()
         df = make()
         np.testing.assert_allclose(t.gradient(df, x), t.analytic_gradient(x), rtol=1e-12)
@@ -189,47 +199,26 @@ def test_a_bundle_unloads_whole_and_loads_again(tmp_path):
         again = make()  # from the disk cache, under the same names
         np.testing.assert_allclose(t.gradient(again, x), t.analytic_gradient(x), rtol=1e-12)
         assert other(3.0, 1.0)[-1] == 6.0
-        print("reloaded")
         """
-    )
-    env = {"ENZYME_PY_CODEGEN_THREADS": "2", "ENZYME_PY_CACHE_DIR": str(tmp_path)}
-    done = run_python(code, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "reloaded" in done.stdout
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="2")
 
 
 def test_one_codegen_thread_makes_one_object(tmp_path):
-    """ENZYME_PY_CODEGEN_THREADS=1, read once per process: a new one here, with a
-    disk cache of its own (the derivative is built, not loaded)."""
-    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(
-        """
+    """ENZYME_PY_CODEGEN_THREADS=1, read once per process: a new one here (with a disk
+    cache of its own: the derivative is built, not loaded)."""
+    body = """
         df = make()
         assert df._compiled.artifact.object.startswith(t.ELF_MAGIC)
         np.testing.assert_allclose(t.gradient(df, x), t.analytic_gradient(x), rtol=1e-12)
-        print("one object")
         """
-    )
-    env = {"ENZYME_PY_CODEGEN_THREADS": "1", "ENZYME_PY_CACHE_DIR": str(tmp_path)}
-    done = run_python(code, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "one object" in done.stdout
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="1")
 
 
 def test_a_split_build_in_this_process_is_right(tmp_path):
     """ENZYME_PY_ISOLATE=0: the parts compiled on threads of the caller's process."""
-    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(
-        """
+    body = """
         df = make()
         assert df._compiled.artifact.object.startswith(t.BUNDLE_MAGIC)
         np.testing.assert_allclose(t.gradient(df, x), t.analytic_gradient(x), rtol=1e-12)
-        print("in process")
         """
-    )
-    env = {
-        "ENZYME_PY_CODEGEN_THREADS": "2",
-        "ENZYME_PY_ISOLATE": "0",
-        "ENZYME_PY_CACHE_DIR": str(tmp_path),
-    }
-    done = run_python(code, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "in process" in done.stdout
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="2", ENZYME_PY_ISOLATE="0")
