@@ -1,8 +1,8 @@
-// Vectorised loops, and the loops around them, are not unrolled again by a run-time
-// count.
+// Vectorised loops, loops that make calls, and the loops around them, are not unrolled
+// (again) by a run-time count.
 //
 // The derivative's second pipeline (_pipeline.py) unrolls loops by a run-time count
-// after its loop vectoriser, as LLVM's default<O2> does. Two kinds of loops meet it:
+// after its loop vectoriser, as LLVM's default<O2> does. These loops meet it:
 // - loops left scalar: above all sums the code does not let LLVM reorder, which the
 //   vectoriser refuses (GMM's `sq += qxc[j] * qxc[j]` over d = 10, its log-sum-exp
 //   over k = 25 components, per sample and component): unrolled, their loop
@@ -26,14 +26,14 @@
 //   and reverse) unrolled by 8, and its loop over components by 4 around that: 120
 //   scalar calls of exp in its entry function. Kept rolled, that function is 2441
 //   lines of IR instead of 3395, the reverse chunk's 3218 instead of 3575: its first
-//   derivative's optimisation and code generation 620 -> 540 ms (2-core AMD EPYC,
-//   three alternated runs), its gradient, serial GMM's and ADBench's unchanged.
+//   derivative's optimisation 320-351 -> 292-299 ms, code generation 256-278 ->
+//   221-226 ms (2-core AMD EPYC, three alternated runs); its gradient, serial GMM's
+//   and ADBench's unchanged.
 // So loops the vectoriser made or visited (`llvm.loop.isvectorized`), loops that make
 // calls, and loops around either get `llvm.loop.unroll.runtime.disable`; the others
-// are unrolled as before. The
-// vectoriser already marks most of its scalar remainders so (those without run-time
-// checks). A function pass, kKeepVectorLoopsRolled, right before the second pipeline's
-// loop-unroll.
+// are unrolled as before. The vectoriser already marks most of its scalar remainders
+// so (those without run-time checks). A function pass, kKeepVectorLoopsRolled, right
+// before the second pipeline's loop-unroll.
 #pragma once
 
 #include <llvm/IR/PassManager.h>
