@@ -1,5 +1,7 @@
 #include "split_codegen.h"
 
+#include "llvm_util.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -109,33 +111,21 @@ std::string bitcode(llvm::Module &mod) {
   return bytes;
 }
 
-// One part's object, in a context and with a target machine of its own.
+// One part's object, in a context and with a target machine of its own (each
+// disposed on every way out; the module, owned inside the context, before it).
 std::string emit_part(const std::string &code, const EmitObject &emit,
                       const MakeMachine &make_machine) {
-  LLVMContextRef context = LLVMContextCreate();
+  const std::unique_ptr<LLVMOpaqueContext, void (*)(LLVMContextRef)> context(
+      LLVMContextCreate(), LLVMContextDispose);
+  ModuleOwner part;
   LLVMMemoryBufferRef buffer =
       LLVMCreateMemoryBufferWithMemoryRange(code.data(), code.size(), "part", 0);
-  LLVMModuleRef mod = nullptr;
-  const bool failed = LLVMParseBitcodeInContext2(context, buffer, &mod);
+  const bool failed = LLVMParseBitcodeInContext2(context.get(), buffer, &part.mod);
   LLVMDisposeMemoryBuffer(buffer);
-  if (failed) {
-    LLVMContextDispose(context);
-    throw std::runtime_error("code generation: a split part did not read back");
-  }
-  LLVMTargetMachineRef machine = make_machine();
-  std::string object;
-  try {
-    object = emit(mod, machine);
-  } catch (...) {
-    LLVMDisposeTargetMachine(machine);
-    LLVMDisposeModule(mod);
-    LLVMContextDispose(context);
-    throw;
-  }
-  LLVMDisposeTargetMachine(machine);
-  LLVMDisposeModule(mod);
-  LLVMContextDispose(context);
-  return object;
+  if (failed) throw std::runtime_error("code generation: a split part did not read back");
+  const std::unique_ptr<LLVMOpaqueTargetMachine, void (*)(LLVMTargetMachineRef)> machine(
+      make_machine(), LLVMDisposeTargetMachine);
+  return emit(part.mod, machine.get());
 }
 
 void put_u64(std::string &out, uint64_t value) {
