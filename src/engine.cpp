@@ -326,30 +326,27 @@ Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
   }
   LLVMDisposeMessage(verify_error);
   if (req.fused_workers > 0) set_fused_workers(mod, req.fused_workers);
-  jit_->optimize(mod, req.passes);
-  const int dropped = drop_unread_launches(mod);
-  if (dropped) {
+  int dropped = 0;
+  BuiltParts built = jit_->optimize_and_emit(mod, req.passes, entry_name, [&](LLVMModuleRef part) {
+    dropped = drop_unread_launches(part);
     // The dropped launches' functions (the launch, its chunks: GMM prange's 980 of
     // 5300 lines) are code nothing calls now: not compiled.
-    jit_->optimize(mod, "globaldce");
-    if (log) {
-      std::fprintf(stderr, "[enzyme_py] '%s': %d prange launch(es) nothing reads dropped\n",
-                   req.function.c_str(), dropped);
-    }
+    if (dropped) jit_->optimize(part, "globaldce");
+  });
+  if (log && dropped) {
+    std::fprintf(stderr, "[enzyme_py] '%s': %d prange launch(es) nothing reads dropped\n",
+                 req.function.c_str(), dropped);
   }
-  out.optimized_ir = print_module(mod);
-  auto t_opt = Clock::now();
-  // Names the JIT cannot hold twice: a large module's parts may be compiled on
-  // several threads (split_codegen.h).
-  out.object = jit_->emit_object(mod, entry_name);
+  out.optimized_ir = std::move(built.optimized_ir);
+  out.object = std::move(built.object);
   if (log) {
+    const double total = ms_since(t_enzyme);
     std::fprintf(stderr,
                  "[enzyme_py] %s '%s' width=%u: enzyme %.1f ms, optimize %.1f ms, "
                  "codegen %.1f ms\n",
                  req.forward ? "forward" : "reverse", req.function.c_str(), req.width,
                  std::chrono::duration<double, std::milli>(t_enzyme - t0).count(),
-                 std::chrono::duration<double, std::milli>(t_opt - t_enzyme).count(),
-                 ms_since(t_opt));
+                 total - built.codegen_ms, built.codegen_ms);
   }
   return out;
 }

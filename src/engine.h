@@ -76,11 +76,11 @@ struct DerivativeRequest {
 
 // What building one derivative produces: object code whose entry point is the
 // one symbol callers use (a bundle's parts, split_codegen.h, also export their
-// internal functions under names made unique with it), plus what the Python side
-// needs to call it.
+// internal functions under names made unique with it; split_build.h's parts, the
+// functions they share), plus what the Python side needs to call it.
 // Changes whenever what the engine generates for the same request does (IR
 // rewrites, pipelines): part of the derivative caches' keys.
-constexpr int kCodegenRevision = 9;
+constexpr int kCodegenRevision = 10;
 
 struct Artifact {
   std::string object;      // host object code: one object, or a bundle

@@ -6,6 +6,7 @@
 #include "invariant_exits.h"
 #include "jit_memory.h"
 #include "llvm_options.h"
+#include "llvm_util.h"
 #include "scatter_adds.h"
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
@@ -18,6 +19,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -197,25 +200,46 @@ void HostJit::prepare(LLVMModuleRef mod) const {
   }
 }
 
-void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {
-  // LLVM's options are global: one module at a time is optimised with them set.
-  const std::lock_guard<std::mutex> lock(options_mutex());
-  // Where loops call exp, log, sin, cos or pow, the remainder of a vectorised loop
-  // (4 lanes, 4 interleaved: 16 iterations a vector step) is vectorised too: loops
-  // of ~10 iterations are common in model code (GMM's, over the dimension) and
-  // otherwise keep their calls scalar (GMM with exp in such a loop: 19% slower).
-  // Elsewhere it cost first builds (heat's code generation: 25 -> 29 ms) for no
-  // measured speed.
-  std::optional<EpilogueLanesForced> epilogue;
-  if (vector_math_ && calls_vector_math(mod)) epilogue.emplace(4);
-  // "FIRST|SECOND": SECOND runs after FIRST with LLVM's store-to-load
-  // forwarding heuristic off (see llvm_options.h); a loop refused in FIRST for
-  // it has had its loads carried in registers by then, and vectorises.
+namespace {
+
+// "FIRST|SECOND": the pipelines, run in order.
+std::vector<std::string> pipelines_of(const std::string &passes) {
   const auto bar = passes.find('|');
-  run_pipeline(mod, passes.substr(0, bar));
-  if (bar == std::string::npos) return;
-  const StoreLoadConflictsIgnored ignored;
-  run_pipeline(mod, passes.substr(bar + 1));
+  if (bar == std::string::npos) return {passes};
+  return {passes.substr(0, bar), passes.substr(bar + 1)};
+}
+
+// LLVM's options are global: one module (or one split module's parts) at a time is
+// optimised with them set. Held while pipeline `index` runs.
+struct PipelineSettings {
+  PipelineSettings(std::mutex &options, size_t index, bool calls_vector_math)
+      : lock(options) {
+    // Where loops call exp, log, sin, cos or pow, the remainder of a vectorised loop
+    // (4 lanes, 4 interleaved: 16 iterations a vector step) is vectorised too: loops
+    // of ~10 iterations are common in model code (GMM's, over the dimension) and
+    // otherwise keep their calls scalar (GMM with exp in such a loop: 19% slower).
+    // Elsewhere it cost first builds (heat's code generation: 25 -> 29 ms) for no
+    // measured speed.
+    if (calls_vector_math) epilogue.emplace(4);
+    // The second pipeline runs with LLVM's store-to-load forwarding heuristic off
+    // (see llvm_options.h); a loop refused in the first for it has had its loads
+    // carried in registers by then, and vectorises.
+    if (index > 0) ignored.emplace();
+  }
+  std::lock_guard<std::mutex> lock;
+  std::optional<EpilogueLanesForced> epilogue;
+  std::optional<StoreLoadConflictsIgnored> ignored;
+};
+
+}  // namespace
+
+void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {
+  const bool vector_calls = vector_math_ && calls_vector_math(mod);
+  const std::vector<std::string> pipelines = pipelines_of(passes);
+  for (size_t index = 0; index < pipelines.size(); ++index) {
+    const PipelineSettings settings(options_mutex(), index, vector_calls);
+    run_pipeline(mod, pipelines[index], machine_);
+  }
 }
 
 std::mutex &HostJit::options_mutex() {
@@ -223,7 +247,8 @@ std::mutex &HostJit::options_mutex() {
   return mutex;
 }
 
-void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
+void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes,
+                           LLVMTargetMachineRef machine) const {
   // What LLVMRunPasses does (its instrumentation too: optnone functions are left
   // alone), with enzyme_py's own passes registered by name.
   llvm::PipelineTuningOptions tuning;
@@ -232,7 +257,7 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes) const {
   tuning.LoopUnrolling = true;
   llvm::PassInstrumentationCallbacks callbacks;
   // An LLVMTargetMachineRef is a TargetMachine (llvm-c's unwrap is not public).
-  llvm::PassBuilder builder(reinterpret_cast<llvm::TargetMachine *>(machine_), tuning,
+  llvm::PassBuilder builder(reinterpret_cast<llvm::TargetMachine *>(machine), tuning,
                             llvm::None, &callbacks);
   const bool wide = wide_vectors_;
   builder.registerPipelineParsingCallback(
@@ -339,6 +364,39 @@ std::string HostJit::emit_object(LLVMModuleRef mod, const std::string &unique) c
   if (unique.empty()) return emit_with(mod, machine_);
   return emit_split(mod, machine_, codegen_threads(), unique, emit_with,
                     [this] { return make_machine(); });
+}
+
+BuiltParts HostJit::optimize_and_emit(LLVMModuleRef mod, const std::string &passes,
+                                      const std::string &entry,
+                                      const std::function<void(LLVMModuleRef)> &after) const {
+  const bool vector_calls = vector_math_ && calls_vector_math(mod);
+  const std::vector<std::string> pipelines = pipelines_of(passes);
+  PartPipelines how;
+  how.count = pipelines.size();
+  how.run = [&](LLVMModuleRef part, LLVMTargetMachineRef machine, size_t index) {
+    run_pipeline(part, pipelines[index], machine);
+  };
+  how.settings = [&](size_t index) -> std::shared_ptr<void> {
+    return std::make_shared<PipelineSettings>(options_mutex(), index, vector_calls);
+  };
+  how.after = after;
+  how.emit = emit_with;
+  how.make_machine = [this] { return make_machine(); };
+  how.emit_alone = [&](LLVMModuleRef part) { return emit_object(part, entry); };
+  if (std::optional<BuiltParts> built =
+          build_in_parts(mod, machine_, entry, codegen_threads(), entry, how)) {
+    return std::move(*built);
+  }
+  optimize(mod, passes);
+  after(mod);
+  BuiltParts built;
+  built.optimized_ir = print_module(mod);
+  const auto start = std::chrono::steady_clock::now();
+  built.object = emit_object(mod, entry);
+  built.codegen_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
+  return built;
 }
 
 void HostJit::define_symbol(const std::string &name, uint64_t address) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -13,6 +14,8 @@
 
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/TargetMachine.h>
+
+#include "split_build.h"
 
 namespace enzyme_py {
 
@@ -34,6 +37,14 @@ class HostJit {
   // and come back as a bundle of objects (split_codegen.h), which `load` takes;
   // `mod` then holds its first part only.
   std::string emit_object(LLVMModuleRef mod, const std::string &unique = "") const;
+  // optimize, then `after` on the optimised module, then emit_object, for a module
+  // whose entry is `entry` (a name no other module's symbols use). Where the module
+  // falls apart into parts that never call each other (split_build.h), each part is
+  // optimised and compiled on a thread of its own, `after` given the entry's part;
+  // `mod` then holds that part only.
+  BuiltParts optimize_and_emit(LLVMModuleRef mod, const std::string &passes,
+                               const std::string &entry,
+                               const std::function<void(LLVMModuleRef)> &after) const;
   // Make `name` resolve to `address` in code loaded later (e.g. Numba's
   // runtime functions, which live in extension modules loaded RTLD_LOCAL).
   // A name defined before keeps its first address.
@@ -57,7 +68,8 @@ class HostJit {
   bool wide_vectors() const { return wide_vectors_; }
 
  private:
-  void run_pipeline(LLVMModuleRef mod, const std::string &passes) const;
+  void run_pipeline(LLVMModuleRef mod, const std::string &passes,
+                    LLVMTargetMachineRef machine) const;
   // Held while an LLVM option is changed for a pipeline (llvm_options.h).
   static std::mutex &options_mutex();
   LLVMOrcLLJITRef jit_ = nullptr;

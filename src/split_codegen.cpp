@@ -26,19 +26,19 @@ namespace {
 
 constexpr char kBundleMagic[8] = {'\x7f', 'E', 'Z', 'P', 'Y', 'O', 'B', 'J'};
 
-size_t instructions(const llvm::Function &fn) {
+}  // namespace
+
+size_t instruction_count(const llvm::Function &fn) {
   size_t count = 0;
   for (const llvm::BasicBlock &block : fn) count += block.size();
   return count;
 }
 
-// llvm.used and llvm.compiler.used: lists for the optimiser (the vectoriser's libmvec
-// functions), never code or data; each part keeps its copy.
+// The vectoriser's libmvec functions: never code or data.
 bool keeps_alive(const llvm::GlobalValue &value) {
   return value.getName() == "llvm.used" || value.getName() == "llvm.compiler.used";
 }
 
-// Nothing that must stay in one object file.
 bool splittable(const llvm::Module &mod) {
   if (!mod.alias_empty() || !mod.ifunc_empty()) return false;
   for (const llvm::GlobalVariable &var : mod.globals()) {
@@ -55,13 +55,15 @@ bool splittable(const llvm::Module &mod) {
   return true;
 }
 
+namespace {
+
 // The part of each defined function (0 .. parts-1), or an empty map where no split
 // into two or more parts of kMinPartInstructions each exists.
 std::unordered_map<const llvm::Function *, unsigned> deal(const llvm::Module &mod,
                                                           unsigned threads) {
   std::vector<std::pair<size_t, const llvm::Function *>> sized;
   for (const llvm::Function &fn : mod) {
-    if (!fn.isDeclaration()) sized.emplace_back(instructions(fn), &fn);
+    if (!fn.isDeclaration()) sized.emplace_back(instruction_count(fn), &fn);
   }
   std::stable_sort(sized.begin(), sized.end(),
                    [](const auto &a, const auto &b) { return a.first > b.first; });
@@ -95,8 +97,8 @@ std::set<std::string> externalize(llvm::Module &mod, const std::string &unique) 
   return renamed;
 }
 
-// A symbol another part defines is reached through the GOT: it lands wherever the
-// JIT puts that part.
+}  // namespace
+
 void declare_elsewhere(llvm::Module &mod, const std::set<std::string> &renamed) {
   for (const std::string &name : renamed) {
     llvm::GlobalValue *value = mod.getNamedValue(name);
@@ -104,12 +106,24 @@ void declare_elsewhere(llvm::Module &mod, const std::set<std::string> &renamed) 
   }
 }
 
-std::string bitcode(llvm::Module &mod) {
+std::string module_bitcode(llvm::Module &mod) {
   LLVMMemoryBufferRef buffer = LLVMWriteBitcodeToMemoryBuffer(llvm::wrap(&mod));
   std::string bytes(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
   LLVMDisposeMemoryBuffer(buffer);
   return bytes;
 }
+
+LLVMModuleRef read_bitcode(const std::string &code, LLVMContextRef context) {
+  LLVMModuleRef mod = nullptr;
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRange(code.data(), code.size(), "part", 0);
+  const bool failed = LLVMParseBitcodeInContext2(context, buffer, &mod);
+  LLVMDisposeMemoryBuffer(buffer);
+  if (failed) throw std::runtime_error("a split part of the derivative did not read back");
+  return mod;
+}
+
+namespace {
 
 // One part's object, in a context and with a target machine of its own (each
 // disposed on every way out; the module, owned inside the context, before it).
@@ -117,12 +131,7 @@ std::string emit_part(const std::string &code, const EmitObject &emit,
                       const MakeMachine &make_machine) {
   const std::unique_ptr<LLVMOpaqueContext, void (*)(LLVMContextRef)> context(
       LLVMContextCreate(), LLVMContextDispose);
-  ModuleOwner part;
-  LLVMMemoryBufferRef buffer =
-      LLVMCreateMemoryBufferWithMemoryRange(code.data(), code.size(), "part", 0);
-  const bool failed = LLVMParseBitcodeInContext2(context.get(), buffer, &part.mod);
-  LLVMDisposeMemoryBuffer(buffer);
-  if (failed) throw std::runtime_error("code generation: a split part did not read back");
+  ModuleOwner part(read_bitcode(code, context.get()));
   const std::unique_ptr<LLVMOpaqueTargetMachine, void (*)(LLVMTargetMachineRef)> machine(
       make_machine(), LLVMDisposeTargetMachine);
   return emit(part.mod, machine.get());
@@ -134,7 +143,9 @@ void put_u64(std::string &out, uint64_t value) {
   out.append(bytes, sizeof bytes);
 }
 
-std::string bundle(const std::vector<std::string> &objects) {
+}  // namespace
+
+std::string bundle_objects(const std::vector<std::string> &objects) {
   std::string out(kBundleMagic, sizeof kBundleMagic);
   put_u64(out, objects.size());
   for (const std::string &object : objects) {
@@ -143,8 +154,6 @@ std::string bundle(const std::vector<std::string> &objects) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string emit_split(LLVMModuleRef mod_ref, LLVMTargetMachineRef machine, unsigned threads,
                        const std::string &unique, const EmitObject &emit,
@@ -172,7 +181,7 @@ std::string emit_split(LLVMModuleRef mod_ref, LLVMTargetMachineRef machine, unsi
     std::unique_ptr<llvm::Module> clone = llvm::CloneModule(
         mod, map, [&](const llvm::GlobalValue *value) { return in_part(value, index); });
     declare_elsewhere(*clone, renamed);
-    codes.push_back(bitcode(*clone));
+    codes.push_back(module_bitcode(*clone));
   }
   for (llvm::Function &fn : mod) {
     if (!fn.isDeclaration() && !in_part(&fn, 0)) fn.deleteBody();
@@ -200,7 +209,7 @@ std::string emit_split(LLVMModuleRef mod_ref, LLVMTargetMachineRef machine, unsi
   for (const std::exception_ptr &error : errors) {
     if (error) std::rethrow_exception(error);
   }
-  return bundle(objects);
+  return bundle_objects(objects);
 }
 
 std::vector<std::string_view> bundled_objects(const std::string &object) {

@@ -6,7 +6,9 @@
 // chunk, 2441 and 3218 lines of IR, took 230-270 ms one after the other on a 2-core
 // AMD EPYC. A part is a module of its own (a clone, sent to its thread as bitcode and
 // read back there into a fresh LLVM context, as LLVM's ParallelCG does), compiled with
-// a target machine of its own made as HostJit's.
+// a target machine of its own made as HostJit's. (A module whose parts never call each
+// other is optimised and compiled part by part by split_build.h; this splits what it
+// keeps whole, and its one part left, by functions.)
 //
 // Split only where it pays: two or more cores, functions enough for each part to hold
 // kMinPartInstructions (below that the bitcode round trip and the thread cost more
@@ -24,12 +26,19 @@
 
 #include <cstddef>
 #include <functional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Types.h>
+
+namespace llvm {
+class Function;
+class GlobalValue;
+class Module;
+}  // namespace llvm
 
 namespace enzyme_py {
 
@@ -50,5 +59,18 @@ std::string emit_split(LLVMModuleRef mod, LLVMTargetMachineRef machine, unsigned
 // The objects in `object`: itself, or a bundle's parts (views into it). Throws
 // std::runtime_error for a damaged bundle.
 std::vector<std::string_view> bundled_objects(const std::string &object);
+
+// Shared with split_build.h.
+size_t instruction_count(const llvm::Function &fn);
+// llvm.used and llvm.compiler.used: lists for the optimiser, copied into every part.
+bool keeps_alive(const llvm::GlobalValue &value);
+// Nothing in `mod` must stay in one object file.
+bool splittable(const llvm::Module &mod);
+// A symbol another part defines is reached through the GOT: wherever the JIT puts it.
+void declare_elsewhere(llvm::Module &mod, const std::set<std::string> &names);
+std::string module_bitcode(llvm::Module &mod);
+// `code` (module_bitcode's) read into `context`; throws std::runtime_error.
+LLVMModuleRef read_bitcode(const std::string &code, LLVMContextRef context);
+std::string bundle_objects(const std::vector<std::string> &objects);
 
 }  // namespace enzyme_py

@@ -1,0 +1,186 @@
+"""A module that falls apart into parts optimised and compiled on threads of their own
+(src/split_build.h): the entry's part and each function reached only through its
+address, a variable they share kept as one, a helper both call copied into each,
+symbols they share renamed per derivative; GMM prange's entry and reverse chunk built
+so, the forward chunk its derivative no longer launches dropped; one thread keeps one
+module. Results against values computed here and central differences."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_python
+
+pytestmark = pytest.mark.needs_enzyme
+
+STEPS = 800  # per stage: two instructions each, the part over the 1500 threshold
+MODULE_START = "; ModuleID"
+
+
+def _stage(name: str, mul: float, add: float) -> str:
+    """v <- v * mul + add, STEPS times, after counting the call in @calls and scaling by
+    @scale (shared by both stages) through @bump (a helper both stages call)."""
+    lines = [
+        f"define internal double @{name}(double %x) {{",
+        "  %c = load i64, i64* @calls",
+        "  %c1 = add i64 %c, 1",
+        "  store i64 %c1, i64* @calls",
+        "  %s = load double, double* getelementptr ([2 x double], [2 x double]* @scale, "
+        "i64 0, i64 0)",
+        "  %v0 = fmul double %x, %s",
+    ]
+    for k in range(STEPS):
+        lines.append(f"  %m{k} = fmul double %v{k}, {mul!r}")
+        lines.append(f"  %v{k + 1} = fadd double %m{k}, {add!r}")
+    lines += [f"  %r = call double @bump(double %v{STEPS})", "  ret double %r", "}"]
+    return "\n".join(lines)
+
+
+STAGES = {"stage_a": (0.999, 1e-3), "stage_b": (1.001, -2e-3), "stage_c": (0.998, 3e-3)}
+SOURCE = "\n".join(
+    [
+        "@calls = internal global i64 0",
+        "@scale = internal constant [2 x double] [double 1.5, double 0.5]",
+        "define internal double @bump(double %v) noinline {",
+        "  %w = fadd double %v, 0.25",
+        "  ret double %w",
+        "}",
+        *(_stage(name, *constants) for name, constants in STAGES.items()),
+        # Each stage reached through its address (a function pointer in memory): a root.
+        "define double @f(double %x) {",
+        "  %slot = alloca double (double)*",
+        "  store double (double)* @stage_a, double (double)** %slot",
+        "  %a = load double (double)*, double (double)** %slot",
+        "  %ya = call double %a(double %x)",
+        "  store double (double)* @stage_b, double (double)** %slot",
+        "  %b = load double (double)*, double (double)** %slot",
+        "  %yb = call double %b(double %x)",
+        # stage_c called directly: in the entry's part.
+        "  %yc = call double @stage_c(double %x)",
+        "  %n = load i64, i64* @calls",
+        "  %nf = sitofp i64 %n to double",
+        "  %ab = fadd double %ya, %yb",
+        "  %sum = fadd double %ab, %yc",
+        "  %r = fadd double %sum, %nf",
+        "  ret double %r",
+        "}",
+    ]
+)
+
+
+def _stage_value(x: float, mul: float, add: float) -> float:
+    v = x * 1.5
+    for _ in range(STEPS):
+        v = v * mul + add
+    return v + 0.25
+
+
+def expected(x: float, call: int) -> float:
+    """f's value on its call-th call (from 1): each call counts three stage calls."""
+    a, b, c = (_stage_value(x, *constants) for constants in STAGES.values())
+    return ((a + b) + c) + 3.0 * call
+
+
+_PRELUDE = """
+import re
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import enzyme_py as ez
+import test_split_build as t
+"""
+
+
+def _in_new_process(body: str, cache: Path, **env: str) -> None:
+    code = _PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(body)
+    code += '\nprint("done")\n'
+    done = run_python(code, env={**env, "ENZYME_PY_CACHE_DIR": str(cache)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout
+
+
+@pytest.mark.parametrize("isolate", ["1", "0"])
+def test_parts_share_one_variable_and_call_each_other(tmp_path, isolate):
+    """Three parts on threads (the entry's with stage_c, stage_a's, stage_b's): @calls,
+    written by every stage and read by the entry, is one variable (the count goes up by
+    three a call); the stages' names in the object carry the entry's; the values exact."""
+    body = r"""
+        f = ez.llvm_ir(t.SOURCE, "f")
+        for call in (1, 2, 3):
+            got = f(0.5)
+            assert got == t.expected(0.5, call), (call, got, t.expected(0.5, call))
+        built = f._primal._compiled.artifact
+        ir = f._primal.inspect_llvm(optimized=True)
+        assert ir.count(t.MODULE_START) == 3, ir.count(t.MODULE_START)
+        first = ir.split(t.MODULE_START)[1]
+        assert "declare double @stage_a(" in first and "declare double @stage_b(" in first
+        assert re.search(r"^define [^\n]*@stage_a\(", ir, re.M)
+        # @bump copied into each part, internal in each.
+        assert len(re.findall(r"^define internal [^\n]*@bump\(", ir, re.M)) == 3
+        # @calls defined once (in the entry's part), declared in the stages'.
+        assert len(re.findall(r"^@calls = [^\n]*global i64 0$", ir, re.M)) == 1
+        assert len(re.findall(r"^@calls = external [^\n]*global i64$", ir, re.M)) == 2
+        entry = built.entry_name
+        assert ("stage_a." + entry).encode() in built.object
+        assert built.object.startswith(b"\x7fEZPYOBJ")
+        """
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="4", ENZYME_PY_ISOLATE=isolate)
+
+
+def test_one_thread_keeps_one_module(tmp_path):
+    body = """
+        f = ez.llvm_ir(t.SOURCE, "f")
+        assert f(0.5) == t.expected(0.5, 1)
+        built = f._primal._compiled.artifact
+        assert f._primal.inspect_llvm(optimized=True).count(t.MODULE_START) == 1
+        assert built.object.startswith(b"\\x7fELF")
+        """
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="1")
+
+
+def test_gmm_prange_entry_and_reverse_chunk_built_apart(tmp_path):
+    """GMM prange's derivative: the entry's part declares the reverse chunk another
+    part defines; the forward launch nothing reads dropped, its chunk with it; the
+    gradient the same as the one-module build's and central differences'."""
+    pytest.importorskip("numba")
+    body = """
+        import os
+        sys.path.insert(0, os.path.dirname({tests!r}))
+        from benchmarks import kernels
+        from reference import fd_gradient
+        alphas, means, icf, x, gamma, m = kernels.gmm_inputs(3, 4, 30, seed=4)
+        f = kernels.gmm_objective_prange
+        D, C = ez.Duplicated, ez.Const
+        df = ez.autodiff(f, ez.Reverse, D, D, D, C, C, C, ez.ActiveOnly)
+        shadows = [np.zeros_like(a) for a in (alphas, means, icf)]
+        args = (alphas, shadows[0], means, shadows[1], icf, shadows[2], x, gamma, m, 1.0)
+        df(*args)
+        ir = df.inspect_llvm(optimized=True)
+        modules = ir.split(t.MODULE_START)[1:]
+        assert len(modules) == {parts}, len(modules)
+        if {parts} == 2:
+            assert "declare i32 @__enzyme_py_parfor_0.reverse(" in modules[0]
+            assert "@__enzyme_py_parfor_0.reverse(" in modules[1].split("define", 1)[1]
+        assert "__enzyme_py_parfor_0.chunk(" not in ir
+        wants = [
+            fd_gradient(lambda v: f(v, means, icf, x, gamma, m), alphas),
+            fd_gradient(lambda v: f(alphas, v, icf, x, gamma, m), means),
+            fd_gradient(lambda v: f(alphas, means, v, x, gamma, m), icf),
+        ]
+        for got, want in zip(shadows, wants, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+        np.save({out!r}, np.concatenate([s.ravel() for s in shadows]))
+        """
+    tests = os.path.dirname(__file__)
+    results = []
+    for threads, parts in (("2", 2), ("1", 1)):
+        out = str(tmp_path / f"gradient{threads}.npy")
+        code = body.format(tests=tests, parts=parts, out=out)
+        _in_new_process(code, tmp_path / threads, ENZYME_PY_CODEGEN_THREADS=threads)
+        results.append(np.load(out))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=1e-14)
