@@ -87,10 +87,9 @@ def test_a_large_derivative_is_compiled_in_parts_and_right(stages):
     assert object_code.count(ELF_MAGIC) >= 2
 
 
-def test_gmm_prange_is_compiled_in_parts_and_its_gradient_right():
-    """What the split is for: a prange function's entry and its reverse chunk (2441 and
-    3218 lines of IR), built on two threads; the gradient against central differences."""
-    pytest.importorskip("numba")
+def gmm_prange_derivative_checked():
+    """GMM prange's reverse derivative (small n) and the arguments it was called with,
+    its gradient checked against central differences (also test_split_build's)."""
     from benchmarks import kernels
 
     alphas, means, icf, x, gamma, m = kernels.gmm_inputs(3, 4, 30, seed=4)
@@ -107,6 +106,14 @@ def test_gmm_prange_is_compiled_in_parts_and_its_gradient_right():
     ]
     for got, want in zip(shadows, wants, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    return df, args
+
+
+def test_gmm_prange_is_compiled_in_parts_and_its_gradient_right():
+    """What the split is for: a prange function's entry and its reverse chunk (2441 and
+    3218 lines of IR), built on two threads; the gradient against central differences."""
+    pytest.importorskip("numba")
+    df, args = gmm_prange_derivative_checked()
     if (os.cpu_count() or 1) >= 2:
         object_code = df.for_arguments(args)._compiled.artifact.object
         assert object_code.startswith(BUNDLE_MAGIC)
