@@ -20,9 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>

@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -214,32 +212,6 @@ struct Part {
   std::string code;  // bitcode until read back on its thread
   bool dropped = false;
 };
-
-// Runs work(index) for every part at once: part 0 (the module given) on the calling
-// thread, the others on threads of their own; the first error thrown, once all end.
-template <typename Work>
-void on_every_part(size_t parts, const Work &work) {
-  std::vector<std::exception_ptr> errors(parts);
-  std::vector<std::thread> workers;
-  for (size_t index = 1; index < parts; ++index) {
-    workers.emplace_back([&, index] {
-      try {
-        work(index);
-      } catch (...) {
-        errors[index] = std::current_exception();
-      }
-    });
-  }
-  try {
-    work(0);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (std::thread &worker : workers) worker.join();
-  for (const std::exception_ptr &error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
-}
 
 }  // namespace
 

@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <set>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -21,12 +19,6 @@
 #include <llvm/Transforms/Utils/ValueMapper.h>
 
 namespace enzyme_py {
-
-namespace {
-
-constexpr char kBundleMagic[8] = {'\x7f', 'E', 'Z', 'P', 'Y', 'O', 'B', 'J'};
-
-}  // namespace
 
 size_t instruction_count(const llvm::Function &fn) {
   size_t count = 0;
@@ -55,7 +47,33 @@ bool splittable(const llvm::Module &mod) {
   return true;
 }
 
+void declare_elsewhere(llvm::Module &mod, const std::set<std::string> &renamed) {
+  for (const std::string &name : renamed) {
+    llvm::GlobalValue *value = mod.getNamedValue(name);
+    if (value && value->isDeclaration()) value->setDSOLocal(false);
+  }
+}
+
+std::string module_bitcode(llvm::Module &mod) {
+  LLVMMemoryBufferRef buffer = LLVMWriteBitcodeToMemoryBuffer(llvm::wrap(&mod));
+  std::string bytes(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
+  LLVMDisposeMemoryBuffer(buffer);
+  return bytes;
+}
+
+LLVMModuleRef read_bitcode(const std::string &code, LLVMContextRef context) {
+  LLVMModuleRef mod = nullptr;
+  LLVMMemoryBufferRef buffer =
+      LLVMCreateMemoryBufferWithMemoryRange(code.data(), code.size(), "part", 0);
+  const bool failed = LLVMParseBitcodeInContext2(context, buffer, &mod);
+  LLVMDisposeMemoryBuffer(buffer);
+  if (failed) throw std::runtime_error("a split part of the derivative did not read back");
+  return mod;
+}
+
 namespace {
+
+constexpr char kBundleMagic[8] = {'\x7f', 'E', 'Z', 'P', 'Y', 'O', 'B', 'J'};
 
 // The part of each defined function (0 .. parts-1), or an empty map where no split
 // into two or more parts of kMinPartInstructions each exists.
@@ -96,34 +114,6 @@ std::set<std::string> externalize(llvm::Module &mod, const std::string &unique) 
   for (llvm::GlobalVariable &var : mod.globals()) make_external(var);
   return renamed;
 }
-
-}  // namespace
-
-void declare_elsewhere(llvm::Module &mod, const std::set<std::string> &renamed) {
-  for (const std::string &name : renamed) {
-    llvm::GlobalValue *value = mod.getNamedValue(name);
-    if (value && value->isDeclaration()) value->setDSOLocal(false);
-  }
-}
-
-std::string module_bitcode(llvm::Module &mod) {
-  LLVMMemoryBufferRef buffer = LLVMWriteBitcodeToMemoryBuffer(llvm::wrap(&mod));
-  std::string bytes(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
-  LLVMDisposeMemoryBuffer(buffer);
-  return bytes;
-}
-
-LLVMModuleRef read_bitcode(const std::string &code, LLVMContextRef context) {
-  LLVMModuleRef mod = nullptr;
-  LLVMMemoryBufferRef buffer =
-      LLVMCreateMemoryBufferWithMemoryRange(code.data(), code.size(), "part", 0);
-  const bool failed = LLVMParseBitcodeInContext2(context, buffer, &mod);
-  LLVMDisposeMemoryBuffer(buffer);
-  if (failed) throw std::runtime_error("a split part of the derivative did not read back");
-  return mod;
-}
-
-namespace {
 
 // One part's object, in a context and with a target machine of its own (each
 // disposed on every way out; the module, owned inside the context, before it).
@@ -189,26 +179,10 @@ std::string emit_split(LLVMModuleRef mod_ref, LLVMTargetMachineRef machine, unsi
   declare_elsewhere(mod, renamed);
 
   std::vector<std::string> objects(parts);
-  std::vector<std::exception_ptr> errors(parts);
-  std::vector<std::thread> workers;
-  for (unsigned index = 1; index < parts; ++index) {
-    workers.emplace_back([&, index] {
-      try {
-        objects[index] = emit_part(codes[index - 1], emit, make_machine);
-      } catch (...) {
-        errors[index] = std::current_exception();
-      }
-    });
-  }
-  try {
-    objects[0] = emit(mod_ref, machine);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (std::thread &worker : workers) worker.join();
-  for (const std::exception_ptr &error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
+  on_every_part(parts, [&](size_t index) {
+    objects[index] = index == 0 ? emit(mod_ref, machine)
+                                : emit_part(codes[index - 1], emit, make_machine);
+  });
   return bundle_objects(objects);
 }
 

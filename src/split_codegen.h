@@ -25,10 +25,12 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <llvm-c/TargetMachine.h>
@@ -72,5 +74,31 @@ std::string module_bitcode(llvm::Module &mod);
 // `code` (module_bitcode's) read into `context`; throws std::runtime_error.
 LLVMModuleRef read_bitcode(const std::string &code, LLVMContextRef context);
 std::string bundle_objects(const std::vector<std::string> &objects);
+
+// Runs work(index) for every part at once: part 0 on the calling thread, the others
+// on threads of their own; once all have ended, the first error any threw.
+template <typename Work>
+void on_every_part(size_t parts, const Work &work) {
+  std::vector<std::exception_ptr> errors(parts);
+  std::vector<std::thread> workers;
+  for (size_t index = 1; index < parts; ++index) {
+    workers.emplace_back([&, index] {
+      try {
+        work(index);
+      } catch (...) {
+        errors[index] = std::current_exception();
+      }
+    });
+  }
+  try {
+    work(0);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (std::thread &worker : workers) worker.join();
+  for (const std::exception_ptr &error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
 
 }  // namespace enzyme_py
