@@ -197,9 +197,13 @@ void erase_unused_internals(llvm::Module &mod) {
   }
 }
 
-bool has_code(const llvm::Module &mod) {
-  return std::any_of(mod.begin(), mod.end(),
-                     [](const Function &fn) { return !fn.isDeclaration(); });
+// Whether a part still defines anything (a function, or a variable another part uses).
+bool defines_anything(const llvm::Module &mod) {
+  const auto defined = [](const llvm::GlobalValue &value) {
+    return !value.isDeclaration() && !keeps_alive(value);
+  };
+  return std::any_of(mod.begin(), mod.end(), defined) ||
+         std::any_of(mod.global_begin(), mod.global_end(), defined);
 }
 
 // One part on a thread of its own: its context, module and target machine.
@@ -282,7 +286,7 @@ std::optional<BuiltParts> build_in_parts(LLVMModuleRef mod_ref, LLVMTargetMachin
   how.after(mod_ref);
 
   // Roots that no part reaches any more (a launch `after` dropped: its chunks), and
-  // what only they used, gone; a part left without code is not compiled.
+  // what only they used, gone; a part left defining nothing is not compiled.
   for (bool pruned = true; pruned;) {
     pruned = false;
     for (size_t index = 0; index < count; ++index) {
@@ -307,7 +311,7 @@ std::optional<BuiltParts> build_in_parts(LLVMModuleRef mod_ref, LLVMTargetMachin
           pruned = true;
         }
       }
-      if (index > 0 && !has_code(part)) parts[index].dropped = true;
+      if (index > 0 && !defines_anything(part)) parts[index].dropped = true;
     }
   }
 

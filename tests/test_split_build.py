@@ -73,6 +73,13 @@ SOURCE = "\n".join(
 )
 
 
+# stage_b's address taken only by a store that the optimiser drops: its part, left
+# defining nothing once no other part reaches it, is not compiled.
+UNREACHED = SOURCE.replace(
+    "  %yb = call double %b(double %x)", "  %yb = fadd double 0.0, 0.0"
+).replace("  %b = load double (double)*, double (double)** %slot\n", "")
+
+
 def _stage_value(x: float, mul: float, add: float) -> float:
     v = x * 1.5
     for _ in range(STEPS):
@@ -130,6 +137,25 @@ def test_parts_share_one_variable_and_call_each_other(tmp_path, isolate):
         assert built.object.startswith(b"\x7fEZPYOBJ")
         """
     _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="4", ENZYME_PY_ISOLATE=isolate)
+
+
+def test_a_part_nothing_reaches_is_not_compiled(tmp_path):
+    """stage_b's part (planned before optimisation) dropped: two modules, two objects,
+    stage_b defined in neither; the values exact (two counted calls a call)."""
+    body = r"""
+        f = ez.llvm_ir(t.UNREACHED, "f")
+        a, b, c = (t._stage_value(0.5, *k) for k in t.STAGES.values())
+        for call in (1, 2):
+            got = f(0.5)
+            assert got == ((a + 0.0) + c) + 2.0 * call, (call, got)
+        built = f._primal._compiled.artifact
+        ir = f._primal.inspect_llvm(optimized=True)
+        assert ir.count(t.MODULE_START) == 2, ir.count(t.MODULE_START)
+        assert not re.search(r"^define [^\n]*@stage_b\(", ir, re.M)
+        assert built.object.startswith(b"\x7fEZPYOBJ")
+        assert int.from_bytes(built.object[8:16], "little") == 2
+        """
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="4")
 
 
 def test_one_thread_keeps_one_module(tmp_path):
