@@ -12,10 +12,11 @@
 // The parts: the entry's, and one per root, a function reached only through its
 // address, each with every function it calls (a helper called from two parts is
 // copied into both, internal in each). Parts under kMinPartInstructions join others;
-// at most one part a thread. Constant variables are copied into every part; a
-// mutable one lives in the part that uses it, or the entry's where several do. A
-// function both called and reached through its address, or anything that must stay
-// in one object (split_codegen.h's `splittable`), keeps the module whole.
+// at most one part a thread. Internal constants are copied into every part; other
+// variables live in the part that uses them, or the entry's where several do. A
+// function both called and reached through its address, a function two parts would
+// copy that is not internal, llvm.used naming a definition, or anything that must
+// stay in one object (split_codegen.h's `splittable`), keeps the module whole.
 //
 // Each part is cloned, sent to its thread as bitcode and read back into a context
 // of its own (as split_codegen.h does), with a target machine of its own. The
