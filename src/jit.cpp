@@ -234,8 +234,11 @@ struct PipelineSettings {
 }  // namespace
 
 void HostJit::optimize(LLVMModuleRef mod, const std::string &passes) const {
-  const bool vector_calls = vector_math_ && calls_vector_math(mod);
-  const std::vector<std::string> pipelines = pipelines_of(passes);
+  run_pipelines(mod, pipelines_of(passes), vector_math_ && calls_vector_math(mod));
+}
+
+void HostJit::run_pipelines(LLVMModuleRef mod, const std::vector<std::string> &pipelines,
+                            bool vector_calls) const {
   for (size_t index = 0; index < pipelines.size(); ++index) {
     const PipelineSettings settings(options_mutex(), index, vector_calls);
     run_pipeline(mod, pipelines[index], machine_);
@@ -387,7 +390,7 @@ BuiltParts HostJit::optimize_and_emit(LLVMModuleRef mod, const std::string &pass
           build_in_parts(mod, machine_, entry, codegen_threads(), entry, how)) {
     return std::move(*built);
   }
-  optimize(mod, passes);
+  run_pipelines(mod, pipelines, vector_calls);
   after(mod);
   BuiltParts built;
   built.optimized_ir = print_module(mod);

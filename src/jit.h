@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/TargetMachine.h>
@@ -70,6 +71,10 @@ class HostJit {
  private:
   void run_pipeline(LLVMModuleRef mod, const std::string &passes,
                     LLVMTargetMachineRef machine) const;
+  // The pipelines in order on `mod`, each with its LLVM options (`vector_calls`: the
+  // module calls libm functions that have vector versions).
+  void run_pipelines(LLVMModuleRef mod, const std::vector<std::string> &pipelines,
+                     bool vector_calls) const;
   // Held while an LLVM option is changed for a pipeline (llvm_options.h).
   static std::mutex &options_mutex();
   LLVMOrcLLJITRef jit_ = nullptr;

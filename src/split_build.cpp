@@ -208,11 +208,9 @@ bool defines_anything(const llvm::Module &mod) {
 
 // One part on a thread of its own: its context, module and target machine.
 struct Part {
-  std::unique_ptr<LLVMOpaqueContext, void (*)(LLVMContextRef)> context{nullptr,
-                                                                        LLVMContextDispose};
+  ContextOwner context{nullptr, LLVMContextDispose};
   ModuleOwner owner;
-  std::unique_ptr<LLVMOpaqueTargetMachine, void (*)(LLVMTargetMachineRef)> machine{
-      nullptr, LLVMDisposeTargetMachine};
+  MachineOwner machine{nullptr, LLVMDisposeTargetMachine};
   std::string code;  // bitcode until read back on its thread
   bool dropped = false;
 };

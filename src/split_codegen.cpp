@@ -119,11 +119,9 @@ std::set<std::string> externalize(llvm::Module &mod, const std::string &unique) 
 // disposed on every way out; the module, owned inside the context, before it).
 std::string emit_part(const std::string &code, const EmitObject &emit,
                       const MakeMachine &make_machine) {
-  const std::unique_ptr<LLVMOpaqueContext, void (*)(LLVMContextRef)> context(
-      LLVMContextCreate(), LLVMContextDispose);
+  const ContextOwner context(LLVMContextCreate(), LLVMContextDispose);
   ModuleOwner part(read_bitcode(code, context.get()));
-  const std::unique_ptr<LLVMOpaqueTargetMachine, void (*)(LLVMTargetMachineRef)> machine(
-      make_machine(), LLVMDisposeTargetMachine);
+  const MachineOwner machine(make_machine(), LLVMDisposeTargetMachine);
   return emit(part.mod, machine.get());
 }
 

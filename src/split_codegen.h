@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -63,6 +64,10 @@ std::string emit_split(LLVMModuleRef mod, LLVMTargetMachineRef machine, unsigned
 std::vector<std::string_view> bundled_objects(const std::string &object);
 
 // Shared with split_build.h.
+// A part's own LLVM context and target machine, disposed with their owners (the
+// module, owned inside the context, by a ModuleOwner declared after it).
+using ContextOwner = std::unique_ptr<LLVMOpaqueContext, void (*)(LLVMContextRef)>;
+using MachineOwner = std::unique_ptr<LLVMOpaqueTargetMachine, void (*)(LLVMTargetMachineRef)>;
 size_t instruction_count(const llvm::Function &fn);
 // llvm.used and llvm.compiler.used: lists for the optimiser, copied into every part.
 bool keeps_alive(const llvm::GlobalValue &value);
