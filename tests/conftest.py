@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 import pytest
 
@@ -39,3 +40,12 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 12
         timeout=timeout,
         check=False,
     )
+
+
+def run_until_done(prelude: str, body: str, cache: str | os.PathLike[str], **env: str) -> None:
+    """Run ``prelude`` then ``body`` (dedented) in a new interpreter with ``env`` and the
+    disk cache ``cache``; it must exit cleanly having reached its end."""
+    code = prelude + textwrap.dedent(body) + '\nprint("done")\n'
+    done = run_python(code, env={**env, "ENZYME_PY_CACHE_DIR": str(cache)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout

@@ -8,13 +8,12 @@ module. Results against values computed here and central differences."""
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_python
+from conftest import run_until_done
 
 pytestmark = pytest.mark.needs_enzyme
 
@@ -104,11 +103,7 @@ import test_split_build as t
 
 
 def _in_new_process(body: str, cache: Path, **env: str) -> None:
-    code = _PRELUDE.format(tests=os.path.dirname(__file__)) + textwrap.dedent(body)
-    code += '\nprint("done")\n'
-    done = run_python(code, env={**env, "ENZYME_PY_CACHE_DIR": str(cache)}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "done" in done.stdout
+    run_until_done(_PRELUDE.format(tests=os.path.dirname(__file__)), body, cache, **env)
 
 
 @pytest.mark.parametrize("isolate", ["1", "0"])

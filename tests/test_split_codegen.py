@@ -5,7 +5,6 @@ and ENZYME_PY_CODEGEN_THREADS=1 give one object; a damaged bundle is an error.""
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 import enzyme_py as ez
 from enzyme_py import _state
 
-from conftest import run_python
+from conftest import run_until_done
 from reference import fd_gradient
 
 pytestmark = pytest.mark.needs_enzyme
@@ -182,12 +181,9 @@ def make():
 
 def _in_new_process(body: str, cache: Path, **env: str) -> None:
     """Run ``body`` after the prelude in a new interpreter with ``env`` and a disk cache
-    of its own; it must print "done"."""
-    code = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__))
-    code += textwrap.dedent(body) + '\nprint("done")\n'
-    done = run_python(code, env={**env, "ENZYME_PY_CACHE_DIR": str(cache)}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "done" in done.stdout
+    of its own."""
+    prelude = _SUBPROCESS_PRELUDE.format(tests=os.path.dirname(__file__))
+    run_until_done(prelude, body, cache, **env)
 
 
 def test_a_bundle_unloads_whole_and_loads_again(tmp_path):
