@@ -80,7 +80,7 @@ struct DerivativeRequest {
 // functions they share), plus what the Python side needs to call it.
 // Changes whenever what the engine generates for the same request does (IR
 // rewrites, pipelines): part of the derivative caches' keys.
-constexpr int kCodegenRevision = 10;
+constexpr int kCodegenRevision = 11;
 
 struct Artifact {
   std::string object;      // host object code: one object, or a bundle

@@ -35,7 +35,12 @@ struct FusedLoop {
   llvm::ICmpInst *done = nullptr;
   Value *count = nullptr;
   std::vector<PHINode *> carried;
+  std::vector<llvm::StoreInst *> zeroes;  // kFusedZeroMark's: after the loop when threaded
 };
+
+bool is_zero(const Instruction &inst) {
+  return llvm::isa<llvm::StoreInst>(inst) && inst.getMetadata(kFusedZeroMark);
+}
 
 // What an iteration may do and still run on any thread in any order (the fused loop's
 // own construction proves its stores and loads apart): arithmetic, addresses, plain
@@ -88,6 +93,7 @@ std::optional<FusedLoop> fused_loop(llvm::BranchInst *latch) {
   }
   for (Instruction &inst : *l.body) {
     if (!may_run_anywhere(inst)) return std::nullopt;
+    if (is_zero(inst)) l.zeroes.push_back(llvm::cast<llvm::StoreInst>(&inst));
     for (llvm::User *user : inst.users()) {
       if (llvm::cast<Instruction>(user)->getParent() != l.body) return std::nullopt;
     }
@@ -211,7 +217,7 @@ llvm::Function *chunk_function(const FusedLoop &l, const std::vector<Value *> &c
   }
   std::vector<Instruction *> body;
   for (Instruction &inst : *l.body) {
-    if (!llvm::isa<PHINode>(inst) && &inst != l.done && !inst.isTerminator())
+    if (!llvm::isa<PHINode>(inst) && &inst != l.done && !inst.isTerminator() && !is_zero(inst))
       body.push_back(&inst);
   }
   clone_into(b, body, map);
@@ -243,6 +249,15 @@ bool thread_loop(const FusedLoop &l) {
   for (PHINode *phi : l.carried) {
     sources.emplace_back();
     if (!slice_of(l, phi->getIncomingValueForBlock(l.body), sources.back())) return false;
+  }
+  // The zeros' stores, each with what its address needs (from w alone).
+  std::vector<Instruction *> zeroing;
+  for (llvm::StoreInst *store : l.zeroes) {
+    if (llvm::isa<Instruction>(store->getValueOperand()) &&
+        llvm::cast<Instruction>(store->getValueOperand())->getParent() == l.body)
+      return false;
+    if (!slice_of(l, store->getPointerOperand(), zeroing)) return false;
+    zeroing.push_back(store);
   }
   // What the body reads from outside it, in a fixed order.
   std::vector<Value *> captures;
@@ -285,7 +300,30 @@ bool thread_loop(const FusedLoop &l) {
       kFusedRun, llvm::FunctionType::get(llvm::Type::getVoidTy(context),
                                          {i8p, i64->getPointerTo(), i64, i64}, false));
   b.CreateCall(run, {b.CreateBitCast(chunk, i8p), slots, l.count, workers});
-  b.CreateBr(l.exit);
+  if (l.zeroes.empty()) {
+    b.CreateBr(l.exit);
+  } else {
+    // The zeros, once every thread has read what they zero: a loop of their own.
+    BasicBlock *zeroes = BasicBlock::Create(context, l.body->getName() + ".zeroes", &fn, l.exit);
+    b.CreateBr(zeroes);
+    b.SetInsertPoint(zeroes);
+    PHINode *w = b.CreatePHI(i64, 2, "w");
+    w->addIncoming(b.getInt64(0), threaded);
+    llvm::ValueToValueMapTy map;
+    map[l.w] = w;
+    std::set<Instruction *> copied;  // slices may share instructions
+    std::vector<Instruction *> once;
+    for (Instruction *inst : zeroing)
+      if (copied.insert(inst).second) once.push_back(inst);
+    std::sort(once.begin(), once.end(),
+              [](Instruction *x, Instruction *y) { return x->comesBefore(y); });
+    clone_into(b, once, map);
+    for (Instruction *inst : once)
+      llvm::cast<Instruction>(map[inst])->setMetadata(kFusedZeroMark, nullptr);
+    Value *next = b.CreateAdd(w, b.getInt64(1));
+    w->addIncoming(next, zeroes);
+    b.CreateCondBr(b.CreateICmpEQ(next, l.count), l.exit, zeroes);
+  }
   // Done: a later run of the pass leaves the loop in place alone.
   l.body->getTerminator()->setMetadata(kFusedLoopMark, nullptr);
   return true;

@@ -38,6 +38,10 @@ struct ThreadFusedLoops : llvm::PassInfoMixin<ThreadFusedLoops> {
 inline constexpr const char *kThreadFusedLoops = "enzyme-py-thread-fused-loops";
 // The metadata kind scatter_fusion.h puts on a fused loop's latch branch.
 inline constexpr const char *kFusedLoopMark = "enzyme_py.fused";
+// ... and on the stores of zeros it makes in that loop (the rest of the loop it
+// fused, scatter_fusion.h): each zeroes what other iterations read, so the loop on
+// threads leaves them out and they run after it, in a loop of their own.
+inline constexpr const char *kFusedZeroMark = "enzyme_py.fused.zero";
 // The module's named metadata that set_fused_workers writes.
 inline constexpr const char *kFusedWorkers = "enzyme_py.fused_workers";
 

@@ -31,6 +31,8 @@ using llvm::LoadInst;
 using llvm::StoreInst;
 using scatter::ReadAddWrite;
 using scatter::Split;
+using scatter::keep_only;
+using scatter::settle_sums_of_the_last_iteration;
 
 // Bytes [low, high) an access reaches over the whole loop, as integers.
 struct Range {
@@ -292,65 +294,6 @@ std::optional<Split> find_split(llvm::Loop &loop, llvm::ScalarEvolution &se,
   return std::nullopt;
 }
 
-// Deletes the instructions of `block` that nothing in `roots` needs (through
-// operands within the block, phis included).
-void keep_only(BasicBlock *block, const std::vector<Instruction *> &roots) {
-  std::set<Instruction *> live;
-  std::vector<Instruction *> work(roots.begin(), roots.end());
-  while (!work.empty()) {
-    Instruction *inst = work.back();
-    work.pop_back();
-    if (!live.insert(inst).second) continue;
-    for (llvm::Value *operand : inst->operands()) {
-      auto *def = llvm::dyn_cast<Instruction>(operand);
-      if (def && def->getParent() == block) work.push_back(def);
-    }
-  }
-  std::vector<Instruction *> dead;
-  for (Instruction &inst : *block)
-    if (!live.count(&inst)) dead.push_back(&inst);
-  for (Instruction *inst : dead) inst->dropAllReferences();
-  for (Instruction *inst : dead) inst->eraseFromParent();
-}
-
-// Enzyme carries a neighbour's adjoint out of a reverse stencil loop as a sum that adds
-// only in the iteration that leaves: x = phi [init, before], [x + select(leave, t, 0),
-// body], `leave` the condition on which the loop's only block leaves. Every earlier
-// iteration adds a zero, so x is init throughout, and the sum after the loop is init +
-// t of the last iteration. Left as it was, the vectoriser took it for a reduction and
-// summed every iteration's t under a mask (the rest of heat's reverse loop, which
-// zeroes the shadow it read: a quarter of the gradient). The phi's value from the
-// loop made the phi itself, the loop carries nothing; the sum's value after the loop
-// is what it was. Where the zero is +0.0, adding it changes a -0.0 to +0.0: only under
-// nsz, or from an init of +0.0.
-void settle_sums_of_the_last_iteration(BasicBlock *body) {
-  auto *branch = llvm::dyn_cast<llvm::BranchInst>(body->getTerminator());
-  if (!branch || !branch->isConditional()) return;
-  const bool leaves_on_true = branch->getSuccessor(1) == body;
-  if (leaves_on_true == (branch->getSuccessor(0) == body)) return;  // one way back, one out
-  for (llvm::PHINode &phi : body->phis()) {
-    if (!phi.getType()->isFloatingPointTy() || phi.getNumIncomingValues() != 2 ||
-        phi.getBasicBlockIndex(body) < 0 || !phi.hasOneUse()) {
-      continue;
-    }
-    auto *sum = llvm::dyn_cast<llvm::BinaryOperator>(phi.getIncomingValueForBlock(body));
-    if (!sum || sum->getOpcode() != Instruction::FAdd || phi.user_back() != sum) continue;
-    llvm::Value *other = sum->getOperand(sum->getOperand(0) == &phi ? 1 : 0);
-    auto *select = llvm::dyn_cast<llvm::SelectInst>(other);
-    if (!select || !select->hasOneUse() || select->getCondition() != branch->getCondition())
-      continue;
-    auto *zero = llvm::dyn_cast<llvm::ConstantFP>(leaves_on_true ? select->getFalseValue()
-                                                                 : select->getTrueValue());
-    if (!zero || !zero->isZero()) continue;
-    auto *init = llvm::dyn_cast<llvm::ConstantFP>(
-        phi.getIncomingValue(phi.getBasicBlockIndex(body) == 0 ? 1 : 0));
-    const bool keeps_zero_signs = zero->isNegative() || sum->hasNoSignedZeros() ||
-                                  (init && init->isZero() && !init->isNegative());
-    if (!keeps_zero_signs) continue;
-    phi.setIncomingValueForBlock(body, &phi);
-  }
-}
-
 // A copy of the loop's block, before it. Its loop has no loop metadata (a loop ID
 // names one loop); `keep_whole` (the fallback, rarely run) is not to be unrolled.
 BasicBlock *clone_of(BasicBlock *body, const llvm::Twine &suffix, llvm::ValueToValueMapTy &map,
@@ -424,6 +367,8 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   std::optional<scatter::Fusion> fusion = scatter::fusable(s, se);
   llvm::Value *backedges = fusion ? backedges_before(s, *fusion, se) : nullptr;
   if (!backedges) fusion.reset();
+  // The rest of the loop in the fused path too, where it can be (scatter_fusion.h).
+  std::optional<scatter::Rest> rest = fusion ? scatter::rest_of(s, *fusion, se) : std::nullopt;
   // Where the adds' entries may be another access's, a run-time check chooses
   // between the split (or fused) loops and an untouched copy of the loop.
   llvm::Value *apart = s.unproven.empty() ? nullptr : disjoint(s, se);
@@ -456,11 +401,19 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
   // take.
   BasicBlock *adds = fusion ? nullptr : copies.front();
   BasicBlock *after = body;
-  if (fusion) {
+  BasicBlock *fused_end = nullptr;
+  if (rest) {
+    // The fused path goes on to the exit; the loop's block, now its last iteration
+    // alone, runs before it (below).
+    const scatter::FusedPath path =
+        scatter::fused_path(s, *fusion, &*rest, backedges, fallback, s.exit);
+    adds = path.guard;
+    fused_end = path.end;
+  } else if (fusion) {
     after = BasicBlock::Create(body->getContext(), body->getName() + ".scatter.join",
                                body->getParent(), body);
     llvm::BranchInst::Create(body, after);
-    adds = scatter::fused_path(s, *fusion, backedges, fallback, after);
+    adds = scatter::fused_path(s, *fusion, nullptr, backedges, fallback, after).guard;
     body->replacePhiUsesWith(s.outside, after);
   }
   // The loop's entry edge now leads to the check, or straight to the adds.
@@ -479,6 +432,11 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
       phi.setIncomingBlock(from_outside, apart ? entry : adds);
       if (apart && fusion) phi.addIncoming(start, adds);
     }
+  }
+  if (rest) {
+    scatter::last_iteration_only(s, *fusion, backedges, entry);
+    for (llvm::PHINode &phi : s.exit->phis()) phi.replaceIncomingBlockWith(body, fused_end);
+    return fallback;
   }
   s.outside->getTerminator()->replaceSuccessorWith(body, entry);
   for (size_t k = 0; k < copies.size(); ++k) {

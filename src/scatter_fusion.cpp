@@ -3,6 +3,7 @@
 #include "fused_threads.h"
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
 #include <llvm/IR/Constants.h>
@@ -25,9 +26,8 @@ constexpr size_t kMostAdds = 8;
 // run as written.
 constexpr int64_t kFewestFused = 8;
 
-// The loop's instructions `root` needs, in block order, into `slice`; the header phis
-// it reads into `phis`. False where one of them may not run at another iteration
-// than its own (anything that writes memory or has side effects).
+}  // namespace
+
 bool slice_of(llvm::Value *root, BasicBlock *body, std::vector<Instruction *> &slice,
               std::set<PHINode *> &phis) {
   std::set<Instruction *> needed;
@@ -54,6 +54,34 @@ bool slice_of(llvm::Value *root, BasicBlock *body, std::vector<Instruction *> &s
     if (needed.count(&inst)) slice.push_back(&inst);
   return true;
 }
+
+std::optional<Affine> affine_phi(PHINode *phi, const Split &s, llvm::ScalarEvolution &se) {
+  llvm::Type *type = phi->getType();
+  if (!(type->isIntegerTy() && type->getIntegerBitWidth() <= 64) && !type->isPointerTy())
+    return std::nullopt;
+  auto *rec = llvm::dyn_cast<llvm::SCEVAddRecExpr>(se.getSCEV(phi));
+  if (!rec || rec->getLoop() != s.loop || !rec->isAffine()) return std::nullopt;
+  auto *step = llvm::dyn_cast<llvm::SCEVConstant>(rec->getStepRecurrence(se));
+  if (!step || step->getAPInt().getBitWidth() > 64) return std::nullopt;
+  return Affine{phi->getIncomingValueForBlock(s.outside), step->getAPInt()};
+}
+
+llvm::Value *affine_at(llvm::IRBuilder<> &b, PHINode *phi, const Affine &a, llvm::Value *t) {
+  llvm::Type *type = phi->getType();
+  if (type->isIntegerTy()) {
+    const unsigned bits = type->getIntegerBitWidth();
+    llvm::Value *steps = b.CreateMul(b.CreateSExtOrTrunc(t, type),
+                                     llvm::ConstantInt::get(type, a.step.sextOrTrunc(bits)));
+    return b.CreateAdd(a.start, steps);
+  }
+  llvm::Value *bytes = b.CreateMul(t, b.getInt64(a.step.getSExtValue()));
+  llvm::Type *bytes_pointer = b.getInt8PtrTy(type->getPointerAddressSpace());
+  llvm::Value *moved =
+      b.CreateGEP(b.getInt8Ty(), b.CreatePointerCast(a.start, bytes_pointer), bytes);
+  return b.CreatePointerCast(moved, type);
+}
+
+namespace {
 
 // Copies of the loop's instructions at a given iteration, in a new block.
 class AtIteration {
@@ -97,6 +125,17 @@ class AtIteration {
     write(b, rw, p, v);
   }
 
+  // Rest store k as the loop makes it at iteration t (`in_loop`: marked for
+  // fused_threads.h, which leaves it out of the loop it runs on threads).
+  void zero(llvm::IRBuilder<> &b, const Rest &rest, size_t k, llvm::Value *t, bool in_loop) const {
+    llvm::StoreInst *original = rest.zeroes[k];
+    llvm::Value *p = value(b, rest.slices[k], original->getPointerOperand(), t);
+    auto *store = llvm::cast<llvm::StoreInst>(original->clone());
+    store->setOperand(1, p);
+    b.Insert(store);
+    if (in_loop) store->setMetadata(kFusedZeroMark, llvm::MDNode::get(b.getContext(), {}));
+  }
+
   // *p = *p + v with `rw`'s load, fadd (its fast-math flags) and store.
   static void write(llvm::IRBuilder<> &b, const ReadAddWrite &rw, llvm::Value *p, llvm::Value *v) {
     auto *load = llvm::cast<llvm::LoadInst>(rw.load->clone());
@@ -112,19 +151,7 @@ class AtIteration {
  private:
   // A header phi's value at iteration t.
   llvm::Value *at(llvm::IRBuilder<> &b, PHINode *phi, llvm::Value *t) const {
-    const Affine &a = f_.phis.at(phi);
-    llvm::Type *type = phi->getType();
-    if (type->isIntegerTy()) {
-      const unsigned bits = type->getIntegerBitWidth();
-      llvm::Value *steps = b.CreateMul(b.CreateSExtOrTrunc(t, type),
-                                       llvm::ConstantInt::get(type, a.step.sextOrTrunc(bits)));
-      return b.CreateAdd(a.start, steps);
-    }
-    llvm::Value *bytes = b.CreateMul(t, b.getInt64(a.step.getSExtValue()));
-    llvm::Type *bytes_pointer = b.getInt8PtrTy(type->getPointerAddressSpace());
-    llvm::Value *moved =
-        b.CreateGEP(b.getInt8Ty(), b.CreatePointerCast(a.start, bytes_pointer), bytes);
-    return b.CreatePointerCast(moved, type);
+    return affine_at(b, phi, f_.phis.at(phi), t);
   }
 
   const Fusion &f_;
@@ -228,6 +255,15 @@ void carry_loads(const Split &s, const Fusion &f, const AtIteration &at, const L
   }
 }
 
+// The last iterations of each term whose entry the fused loop does not reach (a late
+// term's last is the one before the loop's last).
+void last_adds(llvm::IRBuilder<> &b, const Split &s, const Fusion &f, const AtIteration &at,
+               llvm::Value *backedges) {
+  for (const Term &term : f.terms)
+    for (int64_t m = term.late; m < f.behind + term.shift; ++m)
+      at.add(b, s, term, b.CreateSub(backedges, b.getInt64(m)));
+}
+
 }  // namespace
 
 std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se) {
@@ -266,14 +302,9 @@ std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se) {
   // The counters the slices read: integers or pointers, start + constant step per
   // iteration (a value carried otherwise, such as a recurrence, is not).
   for (PHINode *phi : phis) {
-    llvm::Type *type = phi->getType();
-    if (!(type->isIntegerTy() && type->getIntegerBitWidth() <= 64) && !type->isPointerTy())
-      return std::nullopt;
-    auto *rec = llvm::dyn_cast<llvm::SCEVAddRecExpr>(se.getSCEV(phi));
-    if (!rec || rec->getLoop() != s.loop || !rec->isAffine()) return std::nullopt;
-    auto *step = llvm::dyn_cast<llvm::SCEVConstant>(rec->getStepRecurrence(se));
-    if (!step || step->getAPInt().getBitWidth() > 64) return std::nullopt;
-    f.phis.emplace(phi, Affine{phi->getIncomingValueForBlock(s.outside), step->getAPInt()});
+    std::optional<Affine> a = affine_phi(phi, s, se);
+    if (!a) return std::nullopt;
+    f.phis.emplace(phi, *a);
   }
   f.backedges = se.getBackedgeTakenCount(s.loop);
   if (llvm::isa<llvm::SCEVCouldNotCompute>(f.backedges) ||
@@ -282,8 +313,8 @@ std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se) {
   return f;
 }
 
-BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
-                       BasicBlock *short_path, BasicBlock *join) {
+FusedPath fused_path(const Split &s, const Fusion &f, const Rest *rest, llvm::Value *backedges,
+                     BasicBlock *short_path, BasicBlock *join) {
   llvm::LLVMContext &context = s.body->getContext();
   llvm::Function *fn = s.body->getParent();
   const std::string name = s.body->getName().str();
@@ -305,6 +336,9 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
   b.SetInsertPoint(low);
   for (const Term &term : f.terms)
     for (int64_t t = 0; t < f.ahead - term.shift; ++t) at.add(b, s, term, b.getInt64(t));
+  // With the rest's zeros, the last iterations' too (below), before the loop zeroes
+  // what they read. Their entries are neither the loop's nor those above.
+  if (rest) last_adds(b, s, f, at, backedges);
   llvm::Value *count = b.CreateAdd(b.CreateSub(backedges, b.getInt64(ends)), b.getInt64(1));
   const ReadAddWrite &reference = s.adds.front();
   const auto *stride = llvm::cast<llvm::SCEVConstant>(reference.address->getOperand(1));
@@ -341,6 +375,20 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
   llvm::Value *entry = at.value(b, f.address_slice[0], reference.store->getPointerOperand(),
                                 b.CreateAdd(u, b.getInt64(f.ahead)));
   AtIteration::write(b, reference, entry, sum);
+  // The rest's zeros of the original iteration this one read for the last time: the
+  // loop reads iteration u + (ahead - shift) for each term, at this u and at u's after
+  // it (before it where flipped).
+  int64_t zeroed = 0;  // the offset of the iteration zeroed, from u
+  if (rest) {
+    int64_t least = INT64_MAX, most = INT64_MIN;
+    for (const Term &term : f.terms) {
+      least = std::min(least, f.ahead - term.shift);
+      most = std::max(most, f.ahead - term.shift);
+    }
+    zeroed = direction.flipped ? most : least;
+    llvm::Value *t = b.CreateAdd(u, b.getInt64(zeroed));
+    for (size_t k = 0; k < rest->zeroes.size(); ++k) at.zero(b, *rest, k, t, true);
+  }
   llvm::Value *next = b.CreateAdd(w, b.getInt64(1), "scatter.w.next");
   w->addIncoming(next, loop);
   llvm::BranchInst *latch = b.CreateCondBr(b.CreateICmpEQ(next, count), high, loop);
@@ -348,14 +396,21 @@ BasicBlock *fused_path(const Split &s, const Fusion &f, llvm::Value *backedges,
   latch->setMetadata(kFusedLoopMark, llvm::MDNode::get(context, {}));
   carry_loads(s, f, at, loads, direction, low, loop);
 
-  // The last iterations of each term whose entry the fused loop does not reach (a
-  // late term's last is the one before the loop's last).
   b.SetInsertPoint(high);
-  for (const Term &term : f.terms)
-    for (int64_t m = term.late; m < f.behind + term.shift; ++m)
-      at.add(b, s, term, b.CreateSub(backedges, b.getInt64(m)));
+  if (!rest) {
+    last_adds(b, s, f, at, backedges);
+  } else {
+    // The iterations the loop did not zero: [0, zeroed) and the last ends - zeroed
+    // (the loop zeroed count = backedges + 1 - ends from `zeroed` on).
+    for (int64_t t = 0; t < zeroed; ++t)
+      for (size_t k = 0; k < rest->zeroes.size(); ++k) at.zero(b, *rest, k, b.getInt64(t), false);
+    for (int64_t m = 0; m < ends - zeroed; ++m) {
+      llvm::Value *t = b.CreateSub(backedges, b.getInt64(m));
+      for (size_t k = 0; k < rest->zeroes.size(); ++k) at.zero(b, *rest, k, t, false);
+    }
+  }
   b.CreateBr(join);
-  return guard;
+  return FusedPath{guard, high};
 }
 
 }  // namespace enzyme_py::scatter
