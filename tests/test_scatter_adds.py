@@ -336,16 +336,23 @@ def carried_reference(a: np.ndarray, g: np.ndarray, n: int) -> None:
         carry = 0.25 * v
 
 
+def run_carried(ir: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ir``'s @carried on random arrays for n, its a checked against
+    ``carried_reference``'s; its g and the reference's, for the caller to check."""
+    rng = np.random.default_rng(seed)
+    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
+    a_ref, g_ref = a.copy(), g.copy()
+    ez.llvm_ir(ir, "carried")(a, g, n)
+    carried_reference(a_ref, g_ref, n)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    return g, g_ref
+
+
 @pytest.mark.parametrize("n", FUSED_LENGTHS)
 def test_a_carried_neighbour_is_fused_and_exact(n):
     fused = split_by_the_pass_alone(CARRIED_IR)
     assert "loop.scatter.fused:" in fused
-    rng = np.random.default_rng(100 + n)
-    a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
-    a_ref, g_ref = a.copy(), g.copy()
-    ez.llvm_ir(fused, "carried")(a, g, n)
-    carried_reference(a_ref, g_ref, n)
-    np.testing.assert_allclose(a, a_ref, rtol=1e-14)
+    g, g_ref = run_carried(fused, n, 100 + n)
     np.testing.assert_array_equal(g, g_ref)
 
 
