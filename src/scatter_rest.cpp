@@ -159,7 +159,10 @@ std::optional<Rest> rest_of(const Split &s, Fusion &f, llvm::ScalarEvolution &se
 void last_iteration_only(const Split &s, const Fusion &f, llvm::Value *backedges,
                          BasicBlock *next) {
   BasicBlock *body = s.body;
-  std::vector<Instruction *> roots = used_after(body);
+  // What is used after the loop; a phi among it is replaced by its value below.
+  std::vector<Instruction *> roots;
+  for (Instruction *inst : used_after(body))
+    if (!llvm::isa<PHINode>(inst)) roots.push_back(inst);
   // Each phi's value at the last iteration: a counter's from its start and step, a
   // settled sum's its first; those the roots do not need, none (they go).
   std::vector<std::pair<PHINode *, llvm::Value *>> values;

@@ -13,6 +13,7 @@ back to the untouched loop when the arrays overlap, and a loop that must not be 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -336,23 +337,24 @@ def carried_reference(a: np.ndarray, g: np.ndarray, n: int) -> None:
         carry = 0.25 * v
 
 
-def run_carried(ir: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def run_carried(ir: str, n: int, seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
     """``ir``'s @carried on random arrays for n, its a checked against
-    ``carried_reference``'s; its g and the reference's, for the caller to check."""
+    ``carried_reference``'s; what it returned, its g and the reference's, for the
+    caller to check."""
     rng = np.random.default_rng(seed)
     a, g = rng.uniform(size=n + 2), rng.uniform(size=n)
     a_ref, g_ref = a.copy(), g.copy()
-    ez.llvm_ir(ir, "carried")(a, g, n)
+    result = ez.llvm_ir(ir, "carried")(a, g, n)
     carried_reference(a_ref, g_ref, n)
     np.testing.assert_allclose(a, a_ref, rtol=1e-14)
-    return g, g_ref
+    return result, g, g_ref
 
 
 @pytest.mark.parametrize("n", FUSED_LENGTHS)
 def test_a_carried_neighbour_is_fused_and_exact(n):
     fused = split_by_the_pass_alone(CARRIED_IR)
     assert "loop.scatter.fused:" in fused
-    g, g_ref = run_carried(fused, n, 100 + n)
+    _, g, g_ref = run_carried(fused, n, 100 + n)
     np.testing.assert_array_equal(g, g_ref)
 
 

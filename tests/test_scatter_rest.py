@@ -48,6 +48,20 @@ def test_a_downward_loop_zeroes_in_its_fused_loop():
     assert "br i1" not in rest and "store" not in rest, rest
 
 
+@pytest.mark.parametrize("n", [1, 9, 10, 64])
+def test_a_counter_used_after_the_loop_keeps_its_last_value(n):
+    # The loop's counter leaves it (its last value, 1): the once-run block gives the
+    # counter's value at the last iteration.
+    text = CARRIED_IR.replace("define void @carried(", "define i64 @carried(").replace(
+        "done:\n  ret void", "done:\n  %r = phi i64 [ 0, %entry ], [ %i, %loop ]\n  ret i64 %r"
+    )
+    fused = split_by_the_pass_alone(text)
+    assert ZERO_MARK in block(fused, "loop.scatter.fused")
+    last, g, g_ref = run_carried(fused, n, 500 + n)
+    assert last == 1
+    np.testing.assert_array_equal(g, g_ref)
+
+
 # Two shadows zeroed, walked upwards: the reverse of a loop that ran downwards.
 UPWARD_IR = r"""
 define void @upward(double* noalias %a, double* noalias %g, double* noalias %q, i64 %n) {
@@ -118,7 +132,7 @@ def test_a_rest_storing_something_else_stays_a_loop(n):
     fused = split_by_the_pass_alone(text)
     assert "loop.scatter.fused:" in fused and ZERO_MARK not in fused
     assert "br i1 %more, label %loop" in block(fused, "loop")
-    g, _ = run_carried(fused, n, 400 + n)
+    _, g, _ = run_carried(fused, n, 400 + n)
     np.testing.assert_array_equal(g, np.ones(n))
 
 
