@@ -15,7 +15,8 @@ namespace enzyme_py {
 // per add, each touching every entry once, then one loop with the rest of the
 // original body; each vectorises. Where every add's value can be computed at any
 // iteration, one loop that gathers all of them into each entry runs instead of the
-// split loops; a loop too short for it then runs as written (scatter_fusion.h).
+// split loops (and, where the rest only zeroes what it read, does that too); a loop
+// too short for it then runs as written (scatter_fusion.h).
 //
 // Only where that is provably the same computation: an innermost loop of one block
 // with a single exit, no calls that touch memory, every access to that shadow one
