@@ -146,8 +146,8 @@ THREAD_FUSED_LOOPS = "enzyme-py-thread-fused-loops"
 # src/wide_vectors.h: streaming loops (innermost, short, no reduction, no calls) get
 # the loop vectoriser's width hint for 512-bit vectors, where the host has AVX-512 and
 # keeps its clock with it (nothing changes elsewhere). Before the second loop
-# vectoriser only, the first the scatter pass's loops meet (heat's fused gather and the
-# loop zeroing the adjoint it consumed): widening Numba's own loops too (before the
+# vectoriser only, the first the scatter pass's loops meet (heat's fused gather, which
+# also zeroes the adjoint it consumed): widening Numba's own loops too (before the
 # first) cost GMM prange's gradient 4-10%.
 WIDEN_STREAMING_LOOPS = "enzyme-py-widen-streaming-loops"
 
