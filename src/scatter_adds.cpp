@@ -444,18 +444,12 @@ BasicBlock *split(const Split &s, llvm::ScalarEvolution &se) {
     copies[k]->getTerminator()->replaceSuccessorWith(s.exit, next);
     next->replacePhiUsesWith(s.outside, copies[k]);
   }
-  std::vector<Instruction *> roots{body->getTerminator()};
+  std::vector<Instruction *> roots = scatter::used_after(body);
+  roots.push_back(body->getTerminator());
   std::set<Instruction *> moved;
   for (const ReadAddWrite &t : s.adds) moved.insert(t.store);
-  for (Instruction &inst : *body) {
+  for (Instruction &inst : *body)
     if (llvm::isa<StoreInst>(inst) && !moved.count(&inst)) roots.push_back(&inst);
-    for (llvm::User *user : inst.users()) {
-      if (llvm::cast<Instruction>(user)->getParent() != body) {
-        roots.push_back(&inst);
-        break;
-      }
-    }
-  }
   keep_only(body, roots);
   settle_sums_of_the_last_iteration(body);
   // Left with nothing to do (every add moved out, no other store, no value used after

@@ -121,6 +121,9 @@ std::optional<Fusion> fusable(const Split &s, llvm::ScalarEvolution &se);
 // store and can; the counters it reads are added to `f.phis`.
 std::optional<Rest> rest_of(const Split &s, Fusion &f, llvm::ScalarEvolution &se);
 
+// The instructions of the loop's block used after it, stores aside.
+std::vector<llvm::Instruction *> used_after(llvm::BasicBlock *body);
+
 // Deletes the instructions of `block` that nothing in `roots` needs (through operands
 // within the block, phis included).
 void keep_only(llvm::BasicBlock *block, const std::vector<llvm::Instruction *> &roots);

@@ -15,9 +15,6 @@ using llvm::BasicBlock;
 using llvm::Instruction;
 using llvm::PHINode;
 
-namespace {
-
-// The instructions of the loop's block used after it, stores aside.
 std::vector<Instruction *> used_after(BasicBlock *body) {
   std::vector<Instruction *> used;
   for (Instruction &inst : *body) {
@@ -31,8 +28,6 @@ std::vector<Instruction *> used_after(BasicBlock *body) {
   }
   return used;
 }
-
-}  // namespace
 
 void keep_only(BasicBlock *block, const std::vector<Instruction *> &roots) {
   std::set<Instruction *> live;
@@ -129,26 +124,12 @@ std::optional<Rest> rest_of(const Split &s, Fusion &f, llvm::ScalarEvolution &se
   if (rest.zeroes.empty()) return std::nullopt;  // nothing to gain: the rest stays a loop
   // What it leaves for after the loop: computed from the counters, memory and the
   // sums that carry nothing, without side effects.
-  std::set<Instruction *> seen;
-  std::vector<Instruction *> work = used_after(s.body);
-  while (!work.empty()) {
-    Instruction *inst = work.back();
-    work.pop_back();
-    if (!seen.insert(inst).second) continue;
-    if (auto *phi = llvm::dyn_cast<PHINode>(inst)) {
-      if (!settled_sum(*phi, s.body)) phis.insert(phi);
-      continue;
-    }
-    if (inst->mayWriteToMemory() || inst->mayHaveSideEffects()) return std::nullopt;
-    if (auto *load = llvm::dyn_cast<llvm::LoadInst>(inst); load && !load->isSimple())
-      return std::nullopt;
-    for (llvm::Value *operand : inst->operands()) {
-      auto *def = llvm::dyn_cast<Instruction>(operand);
-      if (def && def->getParent() == s.body) work.push_back(def);
-    }
+  for (Instruction *root : used_after(s.body)) {
+    std::vector<Instruction *> slice;
+    if (!slice_of(root, s.body, slice, phis)) return std::nullopt;
   }
   for (PHINode *phi : phis) {
-    if (f.phis.count(phi)) continue;
+    if (f.phis.count(phi) || settled_sum(*phi, s.body)) continue;
     std::optional<Affine> a = affine_phi(phi, s, se);
     if (!a) return std::nullopt;
     f.phis.emplace(phi, *a);

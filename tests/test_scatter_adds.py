@@ -212,6 +212,12 @@ def test_a_scatter_loop_is_split_and_exact(scatter):
     assert rewritten(ir)
 
 
+def block(ir: str, label: str) -> str:
+    """The text of the block ``label`` in ``ir``."""
+    text = ir[ir.index(f"\n{label}:") :]
+    return text[: text.index("\n\n")]
+
+
 def split_by_the_pass_alone(text: str) -> str:
     module = parse_module(text)
     module.native.optimize(f"function({SPLIT_SCATTER_ADDS})")
@@ -414,8 +420,7 @@ def test_a_sum_of_the_leaving_iteration_is_not_carried_through_the_loop(init, st
     text = LAST_SUM_IR.replace("INIT", init).replace("STAY", stay).replace("FLAGS", flags)
     fused = split_by_the_pass_alone(text)
     assert "loop.scatter.fused:" in fused
-    rest = fused[fused.index("\nloop:") :]
-    rest = rest[: rest.index("\n\n")]
+    rest = block(fused, "loop")
     if settled:
         assert "phi" not in rest and "br label %loop.scatter.guard" in rest, rest
         assert f"%s.next = fadd {flags} double {float(init):e}".replace("  ", " ") in rest, rest
@@ -490,8 +495,7 @@ def test_a_loop_left_with_nothing_to_do_runs_once():
         .replace("double* %a, double* %g", "double* noalias %a, double* noalias %g")
     )
     fused = split_by_the_pass_alone(text)
-    rest = fused[fused.index("\nloop:") :]
-    rest = rest[: rest.index("\n\n")]
+    rest = block(fused, "loop")
     assert "br label %done" in rest and "br i1" not in rest, rest
     for n in (3, 40):
         rng = np.random.default_rng(n)

@@ -23,6 +23,7 @@ from tests.reference import fd_gradient
 from tests.test_scatter_adds import (
     CARRIED_IR,
     FUSED_LENGTHS,
+    block,
     heat_gradient,
     run_carried,
     split_by_the_pass_alone,
@@ -31,12 +32,6 @@ from tests.test_scatter_adds import (
 pytestmark = pytest.mark.needs_enzyme
 
 ZERO_MARK = "!enzyme_py.fused.zero"
-
-
-def block(ir: str, label: str) -> str:
-    """The text of the block ``label`` in ``ir``."""
-    text = ir[ir.index(f"\n{label}:") :]
-    return text[: text.index("\n\n")]
 
 
 def test_a_downward_loop_zeroes_in_its_fused_loop():
