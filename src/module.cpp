@@ -10,6 +10,7 @@
 #include "caller.h"
 #include "register.h"
 #include "register_device_code.h"
+#include "reverse_call.h"
 
 namespace py = pybind11;
 using namespace enzyme_py;
@@ -21,5 +22,6 @@ PYBIND11_MODULE(_native, m) {
   register_build(m);
   register_calls(m);
   register_caller(m);
+  register_reverse_call(m);
   register_device_code(m, [] { return the_engine().context(); });
 }

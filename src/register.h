@@ -1,7 +1,8 @@
 // enzyme_py._native is registered by concern, one function each, called in this
-// order by module.cpp (the fast caller's register_caller is in caller.h, kernels'
-// and devices' register_device_code in register_device_code.h). The Python interface
-// they make is typed in python/enzyme_py/_native.pyi.
+// order by module.cpp (the fast caller's register_caller is in caller.h, the helpers'
+// register_reverse_call in reverse_call.h, kernels' and devices' register_device_code
+// in register_device_code.h). The Python interface they make is typed in
+// python/enzyme_py/_native.pyi.
 #pragma once
 
 #include <pybind11/pybind11.h>

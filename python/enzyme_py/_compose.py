@@ -52,6 +52,7 @@ from enzyme_py import _python_functions as pf
 from enzyme_py import _transforms as tf
 from enzyme_py._arguments import real_number
 from enzyme_py._linear import Pullback, refuse_pullback
+from enzyme_py._reverse_plan import NativeCall
 from enzyme_py._third_order import FOURTH, Second, ThirdDerivative, jvp_of_second, of_second
 from enzyme_py._transforms import Argnums, NotComposable
 from enzyme_py.core import (
@@ -149,6 +150,8 @@ class Gradient:
         self.f, self.argnums, self.with_value, self.how = f, argnums, with_value, how
         self._derivatives = tf.Derivatives(f)
         self._positions: dict[int, tuple[int, ...]] = {}  # argnums by argument count
+        # By argument count: the C++ call of the last plan (_reverse_plan.NativeCall).
+        self._native: dict[int, NativeCall] = {}
         outer = how or ("value_and_grad" if with_value else "grad")
         self.__name__ = f"{outer}({tf.name_of(f)})"
 
@@ -163,13 +166,26 @@ class Gradient:
             )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        native = None if kwargs else self._native.get(len(args))
+        if native is not None:
+            try:
+                return native.call(*args)
+            except Exception as exc:  # miss() re-raises all but the misses
+                native.miss(exc)
+        given = len(args)
         args = tf.bind(self.f, args, kwargs, self.__name__)
         nums = self._positions.get(len(args))
         if nums is None:
             nums = self._positions[len(args)] = tf.positions(self.argnums, len(args))
         ret = Active if self.with_value else ActiveOnly
         value, grads = tf.reverse_call(self._derivatives, args, nums, ret)
-        found = grads[0] if tf.single(self.argnums) else grads
+        single = tf.single(self.argnums)
+        if not kwargs and tf.passes_as_given(self.f, given):
+            # Later calls with arguments of these kinds: in C++ (the last kinds seen).
+            made = tf.native_reverse_call(self._derivatives, args, nums, ret, single)
+            if made is not None:
+                self._native[given] = made
+        found = grads[0] if single else grads
         return (value, found) if self.with_value else found
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -339,6 +339,19 @@ class Derivative:
             self._raise_out_of_memory(exc)
         return self._call_checked(args)
 
+    def fast_caller(self) -> Any:
+        """The native caller of the fast path (``native.Caller``) once the first call
+        has run (its hook, ``Options.first_call``, is then spent), else None."""
+        return self._fast if self._first_call is None else None
+
+    def raise_failure(self, exc: Exception) -> None:
+        """Raises what the fast caller's CalleeFailed or OutOfMemory ``exc`` means (the
+        function's own error, a MemoryError); returns for anything else."""
+        if isinstance(exc, _state.native.CalleeFailed):
+            self._callee_failed(exc)
+        if isinstance(exc, _state.native.OutOfMemory):
+            self._raise_out_of_memory(exc)
+
     def _callee_failed(self, exc: Exception) -> None:
         """Raises the function's own error, from the fast caller's CalleeFailed."""
         status, detail = (int(v) for v in str(exc).split())

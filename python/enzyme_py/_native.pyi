@@ -173,6 +173,20 @@ class Caller:
     ) -> None: ...
     def __call__(self, *args: Any) -> Any: ...
 
+class ReverseCall:
+    def __init__(
+        self,
+        caller: Caller,
+        kinds: list[type | tuple[int, int, bool, bool, bool]],
+        shadowed: Sequence[bool],
+        picks: Sequence[tuple[bool, int]],
+        single: bool,
+        with_value: bool,
+        seed: float,
+        shadow_bytes_below: int,
+    ) -> None: ...
+    def __call__(self, *args: Any) -> Any: ...
+
 def install_crash_report() -> None: ...
 def invoke(entry: int, slots: Buffer) -> None: ...
 

@@ -70,6 +70,12 @@ class _Bound:
     # Positions, defaults inserted, of the functions passed as arguments (not passed on).
     functions: tuple[int, ...] = ()
 
+    @property
+    def direct(self) -> Derivative | None:
+        """The derivative where a call passes it its arguments unchanged, else None."""
+        plain = not (self.defaults or self.functions) and self.results is None
+        return self.derivative if plain else None
+
     def __call__(self, args: tuple[Any, ...]) -> Any:
         if self.defaults:
             args = (*args[: self.insert_at], *self.defaults, *args[self.insert_at :])

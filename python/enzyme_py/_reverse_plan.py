@@ -24,7 +24,7 @@ import numpy as np
 from enzyme_py._arguments import laid_out_like, overlaps_itself
 from enzyme_py._shadow_pool import LARGE_SHADOW_BYTES, uninitialised
 
-__all__ = ["ReversePlan", "plan_key"]
+__all__ = ["NativeCall", "ReversePlan", "plan_key"]
 
 # Scalars whose type is all that picks a specialisation (argument_kind: the type).
 _PLAIN_SCALARS = frozenset({float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_})
@@ -63,6 +63,9 @@ class ReversePlan:
     # The shadowed arguments that are not C-contiguous (the same at every call of a
     # plan: plan_key has each array's layout flags).
     views: frozenset[int] = frozenset()
+    # The derivative ``run`` calls with the flat arguments unchanged (a Derivative),
+    # or None: what ``native_call`` calls.
+    direct: Any = None
 
     def shadows(self, args: Sequence[Any]) -> dict[int, np.ndarray]:
         """Fresh shadows: a large one the derivative zeroes from kept memory
@@ -101,6 +104,62 @@ class ReversePlan:
             (_compact(shadows[i]) if i in views else shadows[i]) if i in shadows else grads[i]
             for i in nums
         )
+
+    def native_call(
+        self, key: tuple[Any, ...], nums: tuple[int, ...], single: bool, with_value: bool
+    ) -> NativeCall | None:
+        """This plan's call in C++ (``native.ReverseCall``) for arguments of the kinds
+        ``key`` (``plan_key``'s, the seed a float), the gradients with respect to
+        ``nums`` returned as ``ez.grad`` does (``single``: the one alone; ``with_value``:
+        after the value), or None where it has none: shadows laid out as views, a call
+        that does more than pass the flat arguments on, no fast caller. It takes small
+        shadows only (below LARGE_SHADOW_BYTES: a larger one comes from the pool or is
+        zeroed on threads, here) and raises ArgumentsRejected for any call it does not
+        cover."""
+        from enzyme_py import _state
+
+        fast = None if self.direct is None else self.direct.fast_caller()
+        if fast is None or self.views or key[-1] is not float:
+            return None
+        picks = []
+        for i in nums:
+            if i in self.shadowed:
+                picks.append((True, i))
+            elif i in self.actives:
+                picks.append((False, self.actives.index(i)))
+            else:
+                return None
+        native = _state.native.ReverseCall(
+            caller=fast,
+            kinds=list(key[:-1]),
+            shadowed=[i in self.shadowed for i in range(len(key) - 1)],
+            picks=picks,
+            single=single,
+            with_value=with_value,
+            seed=1.0,
+            shadow_bytes_below=LARGE_SHADOW_BYTES,
+        )
+        return NativeCall(native, self.direct)
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    """A plan's call in C++ (``ReversePlan.native_call``) and the derivative whose
+    errors it raises."""
+
+    call: Callable[..., Any]
+    derivative: Any
+
+    def miss(self, exc: Exception) -> None:
+        """After ``call`` raised ``exc``: returns where the call is one for the Python
+        path (ArgumentsRejected: other kinds of arguments, a large shadow, arrays that
+        overlap), raises the function's own error or a MemoryError, or ``exc``."""
+        from enzyme_py import _state
+
+        if isinstance(exc, _state.native.ArgumentsRejected):
+            return
+        self.derivative.raise_failure(exc)
+        raise exc
 
 
 def _compact(gradient: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from enzyme_py._arguments import real_number as _real_number
 from enzyme_py._derivative import Derivative, resolve_function
 from enzyme_py._numba_derivative import read_only_question_wrapper
 from enzyme_py._read_only import read_only_params
-from enzyme_py._reverse_plan import ReversePlan, plan_key
+from enzyme_py._reverse_plan import NativeCall, ReversePlan, plan_key
 from enzyme_py._split import argument_key
 from enzyme_py.core import (
     Active,
@@ -448,14 +448,39 @@ def _plan(df: Any, args: Sequence[Any], acts: Sequence[Activity], seed: Any) -> 
     zeroed = getattr(df, "zeroed_params", None)
     if callable(zeroed):  # a NumbaDerivative: per the call's argument types
         zeroed = zeroed(flat)
+    run = call_for(flat) if call_for is not None else None
+    direct = getattr(run, "direct", None) if run is not None else df
     return ReversePlan(
-        run=call_for(flat) if call_for is not None else lambda given: df(*given),
+        run=run if run is not None else lambda given: df(*given),
         shadowed=tuple(standing_in),
         zeroed=frozenset(zeroed or ()),
         zeros=lambda a: shadow_like(a, 1, threads),
         actives=tuple(i for i, act in enumerate(acts) if act is Active),
         views=frozenset(i for i in standing_in if not args[i].flags.c_contiguous),
+        direct=direct if callable(getattr(direct, "fast_caller", None)) else None,
     )
+
+
+def native_reverse_call(
+    derivatives: Derivatives,
+    args: Sequence[Any],
+    nums: tuple[int, ...],
+    ret: Activity,
+    single: bool,
+) -> NativeCall | None:
+    """The C++ call (``ReversePlan.native_call``) of the plan ``reverse_call`` made or
+    found for ``args`` (seed 1.0), or None."""
+    key = plan_key(args, 1.0)
+    plan = None if key is None else derivatives.plans.get((nums, ret, key))
+    if plan is None or key is None:
+        return None
+    return plan.native_call(key, nums, single, with_value=ret is Active)
+
+
+def passes_as_given(f: Any, count: int) -> bool:
+    """Whether ``bind`` passes ``count`` positional arguments (no keywords) on as they
+    are: f takes exactly that many plain positional parameters."""
+    return _signature_of(f)[1] == count
 
 
 def as_tangent(t: Any, p: Any, i: int) -> Any:
