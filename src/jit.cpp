@@ -12,6 +12,7 @@
 #include "shadow_zeroing.h"
 #include "split_codegen.h"
 #include "tape_scopes.h"
+#include "unread_stores.h"
 #include "unroll_hints.h"
 #include "wide_vectors.h"
 
@@ -292,6 +293,10 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes,
         }
         if (name == kHoistInvariantExits) {
           passes.addPass(HoistInvariantExits());
+          return true;
+        }
+        if (name == kDropUnreadStores) {
+          passes.addPass(DropUnreadStores());
           return true;
         }
         if (name == kScopeTapeLoads) {

@@ -165,8 +165,18 @@ _VECTORIZE = "loop-vectorize<no-interleave-forced-only;no-vectorize-forced-only;
 # first SROA and early CSE, which make the cache pointers values.
 SCOPE_TAPE_LOADS = "enzyme-py-scope-tape-loads"
 
+# src/unread_stores.h: stores into fresh memory (an allocator's noalias result) that
+# nothing reads, dropped: a prange reduction's sum that ez.grad does not want, stored
+# by Numba into an array of its own, kept a whole forward loop alive in the combined
+# derivative of a serial twin. In the function simplification, before ADCE, which
+# then drops the loop's work (loop deletion, after the CGSCC pipeline, the loop).
+DROP_UNREAD_STORES = "enzyme-py-drop-unread-stores"
+
 PASSES = (
     _LLVM15_O2.replace(",sroa,early-cse<>),", f",sroa,early-cse<>,{SCOPE_TAPE_LOADS}),", 1)
+    .replace(
+        ",correlated-propagation,adce,", f",correlated-propagation,{DROP_UNREAD_STORES},adce,", 1
+    )
     .replace(",gvn<>,", ",gvn<no-load-pre>,")
     .replace(
         ",loop-load-elim,",

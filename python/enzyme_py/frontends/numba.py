@@ -459,11 +459,15 @@ def _specialize(
         return module
 
     code_key = _code_key(dispatcher, signature, restype, numba_optimized, strided, threads)
-    # No combined form for parallel=True functions: a threaded module has the Numba
-    # function inlined already, and on one thread, its prange bodies called from the
-    # loops, the inlined form's reverse took 5x as long (Rosenbrock prange 10^6, ez.grad:
-    # 267 -> 1356 us).
-    parallel = is_parallel(dispatcher)
+    # No combined form for a threaded module: it has the Numba function inlined
+    # already. On one thread (the serial twin: _numba_parfor_serial.py, or Numba's
+    # compile of it), the combined form: Enzyme's split form of the called function cost
+    # heat prange's first derivative about 30 ms more (Enzyme 28 -> 15 ms, its module
+    # 1615 -> 1098 lines), and GMM prange's on one thread 0.76-0.85 -> 0.62 s, its
+    # gradient 37 -> 28-31 ms (2-core AMD EPYC). It once took Rosenbrock prange's reverse
+    # 5x as long: a forward pass of the prange sum that ez.grad does not want, stored in
+    # Numba's reduction array; the derivative's pipeline now drops that store
+    # (src/unread_stores.h), and the loop with it (215 us against 208-217 us split).
 
     def module_of(noalias: bool, combined: bool = False) -> SourceModule:
         if code_key is None:  # not identifiable without its IR: keyed on the IR
@@ -508,7 +512,7 @@ def _specialize(
             ret_param,
             name,
             on_error,
-            combined_form=None if parallel else combined_form_of(False),
+            combined_form=None if threaded else combined_form_of(False),
         )
 
     def combined_form_of(noalias: bool) -> Callable[[], IRFunction]:
@@ -535,7 +539,7 @@ def _specialize(
         on_error,
         alias_safe,
         ("numba", dispatcher, tuple(signature), numba_optimized, strided, threads),
-        combined_form=None if parallel else combined_form_of(True),
+        combined_form=None if threaded else combined_form_of(True),
     )
     return NumbaSignature(
         name, tuple(signature), tuple(params), ret_param, wrapper, results, tuple(functions)
