@@ -170,7 +170,7 @@ class Gradient:
         if native is not None:
             try:
                 return native.call(*args)
-            except Exception as exc:  # miss() re-raises all but the misses
+            except Exception as exc:  # miss() raises the function's own errors
                 native.miss(exc)
         given = len(args)
         args = tf.bind(self.f, args, kwargs, self.__name__)

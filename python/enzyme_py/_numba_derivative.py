@@ -73,8 +73,7 @@ class _Bound:
     @property
     def direct(self) -> Derivative | None:
         """The derivative where a call passes it its arguments unchanged, else None."""
-        plain = not (self.defaults or self.functions) and self.results is None
-        return self.derivative if plain else None
+        return self.derivative if _inserts_nothing(self) else None
 
     def __call__(self, args: tuple[Any, ...]) -> Any:
         if self.defaults:

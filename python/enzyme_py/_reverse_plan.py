@@ -7,6 +7,9 @@ the derivative itself. All of that depends only on what ``argument_kind`` sees o
 argument (an array's dtype, rank, layout and writability; a scalar's type), which picks
 the specialisation anyway. So the first call with arguments of some kinds records it
 here, and later calls with arguments of the same kinds only make the shadows and call.
+``ez.grad`` and ``ez.value_and_grad`` go one step further (``ReversePlan.native_call``):
+where the plan only passes its flat arguments on to a derivative's fast caller, their
+later calls with arguments of those kinds are made in C++ (``src/reverse_call.h``).
 
 Only arrays (``np.ndarray`` itself) and plain scalars get a plan: for anything else (a
 tuple, a Numba function passed as an argument, an array subclass) what picks the
@@ -151,15 +154,11 @@ class NativeCall:
     derivative: Any
 
     def miss(self, exc: Exception) -> None:
-        """After ``call`` raised ``exc``: returns where the call is one for the Python
-        path (ArgumentsRejected: other kinds of arguments, a large shadow, arrays that
-        overlap), raises the function's own error or a MemoryError, or ``exc``."""
-        from enzyme_py import _state
-
-        if isinstance(exc, _state.native.ArgumentsRejected):
-            return
+        """After ``call`` raised ``exc``: raises the function's own error or a
+        MemoryError where the derivative ran and failed; returns for anything else (a
+        call for the Python path: ArgumentsRejected for other kinds of arguments, a
+        large shadow, arrays that overlap), which that path then makes or names."""
         self.derivative.raise_failure(exc)
-        raise exc
 
 
 def _compact(gradient: np.ndarray) -> np.ndarray:
