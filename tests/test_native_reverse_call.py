@@ -7,21 +7,16 @@ import math
 
 import numpy as np
 import pytest
+from test_numba import checked_sum  # raises OverflowError above its limit
 
 import enzyme_py as ez
+from benchmarks.kernels import rosenbrock as rosen
+from benchmarks.kernels import rosenbrock_gradient as rosen_gradient
 
 from reference import fd_gradient
 
 numba = pytest.importorskip("numba")
 pytestmark = pytest.mark.needs_enzyme
-
-
-@numba.njit
-def rosen(x):
-    s = 0.0
-    for i in range(x.shape[0] - 1):
-        s += 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
-    return s
 
 
 @numba.njit
@@ -33,28 +28,11 @@ def weighted(x, w, a, n):
 
 
 @numba.njit
-def checked_sum(x, limit):
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += x[i] * x[i]
-    if s > limit:
-        raise OverflowError("sum above the limit")
-    return s
-
-
-@numba.njit
 def with_default(x, scale=2.0):
     s = 0.0
     for i in range(x.shape[0]):
         s += scale * x[i] ** 3
     return s
-
-
-def rosen_gradient(x):
-    g = np.zeros_like(x)
-    g[:-1] += -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
-    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
-    return g
 
 
 def weighted_np(x, w, a):
