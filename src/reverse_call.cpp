@@ -12,7 +12,9 @@ namespace enzyme_py {
 namespace {
 
 bool has_kind(PyObject *obj, const ArgKind &kind) {
-  if (!kind.type.is_none()) return Py_TYPE(obj) == reinterpret_cast<PyTypeObject *>(kind.type.ptr());
+  if (!kind.type.is_none()) {
+    return Py_TYPE(obj) == reinterpret_cast<PyTypeObject *>(kind.type.ptr());
+  }
   // Exactly np.ndarray, as plan_key: a subclass takes the Python path.
   static PyTypeObject *ndarray =
       reinterpret_cast<PyTypeObject *>(py::module_::import("numpy").attr("ndarray").ptr());
