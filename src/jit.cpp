@@ -7,6 +7,7 @@
 #include "jit_memory.h"
 #include "llvm_options.h"
 #include "llvm_util.h"
+#include "object_emit.h"
 #include "scatter_adds.h"
 #include "scratch_forwarding.h"
 #include "shadow_zeroing.h"
@@ -338,17 +339,6 @@ void HostJit::run_pipeline(LLVMModuleRef mod, const std::string &passes,
 
 namespace {
 
-std::string emit_with(LLVMModuleRef mod, LLVMTargetMachineRef machine) {
-  LLVMMemoryBufferRef buffer = nullptr;
-  char *error = nullptr;
-  if (LLVMTargetMachineEmitToMemoryBuffer(machine, mod, LLVMObjectFile, &error, &buffer)) {
-    throw std::runtime_error("code generation failed: " + take_message(error));
-  }
-  std::string object(LLVMGetBufferStart(buffer), LLVMGetBufferSize(buffer));
-  LLVMDisposeMemoryBuffer(buffer);
-  return object;
-}
-
 // Threads for code generation: the cores this process may run on, or
 // ENZYME_PY_CODEGEN_THREADS (1: one object always). Read once.
 unsigned codegen_threads() {
@@ -369,8 +359,8 @@ unsigned codegen_threads() {
 }  // namespace
 
 std::string HostJit::emit_object(LLVMModuleRef mod, const std::string &unique) const {
-  if (unique.empty()) return emit_with(mod, machine_);
-  return emit_split(mod, machine_, codegen_threads(), unique, emit_with,
+  if (unique.empty()) return emit_object_code(mod, machine_);
+  return emit_split(mod, machine_, codegen_threads(), unique, emit_object_code,
                     [this] { return make_machine(); });
 }
 
@@ -388,7 +378,7 @@ BuiltParts HostJit::optimize_and_emit(LLVMModuleRef mod, const std::string &pass
     return std::make_shared<PipelineSettings>(options_mutex(), index, vector_calls);
   };
   how.after = after;
-  how.emit = emit_with;
+  how.emit = emit_object_code;
   how.make_machine = [this] { return make_machine(); };
   how.emit_alone = [&](LLVMModuleRef part) { return emit_object(part, entry); };
   if (std::optional<BuiltParts> built =

@@ -1,0 +1,34 @@
+// Object code from an optimised module: LLVM's code generation, as
+// LLVMTargetMachineEmitToMemoryBuffer runs it, with one choice of enzyme_py's.
+//
+// Loop strength reduction (LSR, the IR pass at the start of LLVM's code generation)
+// is left out for a module with a function of more than kLargeFunction
+// instructions. On such functions (a GMM derivative's loop nests, each loop
+// vectorised with its remainder) it took a third of code generation, and what it
+// left took the register allocator longer still: without it, code generation of
+// GMM's derivative (2200 instructions in one function) 193 -> 95 ms, of GMM prange's
+// reverse chunk (2850) 240 -> 133 ms (2-core AMD EPYC; llc -time-passes: LSR 35% of
+// the whole), with gradients bit-identical and their speed within noise (serial
+// GMM n = 10^4: 27.9 / 27.8 ms at best). On small hot loops it pays: Rosenbrock's
+// reverse loop was ~5% slower without it, heat's ~2% (functions of 325 and 661
+// instructions), and their code generation is short: they keep it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Types.h>
+
+namespace enzyme_py {
+
+inline constexpr size_t kLargeFunction = 1500;
+
+// The object file of `mod` for `machine` (several threads may call it at once, each
+// with a machine and a module of its own). Throws std::runtime_error on failure.
+std::string emit_object_code(LLVMModuleRef mod, LLVMTargetMachineRef machine);
+
+// Whether `mod` has a function of more than kLargeFunction instructions.
+bool has_large_function(LLVMModuleRef mod);
+
+}  // namespace enzyme_py
