@@ -10,6 +10,10 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 #include <llvm/IR/Function.h>
+#include <llvm/IR/GlobalAlias.h>
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/InstrTypes.h>
+#include <llvm/IR/Module.h>
 
 namespace enzyme_py {
 
@@ -224,12 +228,47 @@ void follow(LLVMValueRef ptr, const Linear &at, LLVMValueRef param, LLVMValueRef
 
 }  // namespace
 
-std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
-                                   const std::string &function) {
-  ModuleOwner work;
-  parse_kernel(ctx, ir_text, work);
-  LLVMValueRef fn = defined_function(work.mod, function);
-  run_passes(work.mod, "function(sroa,early-cse),cgscc(function-attrs)", nullptr,
+void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots) {
+  std::set<llvm::Function *> reached;
+  for (LLVMValueRef root : roots) {
+    llvm::Function *fn = llvm::unwrap<llvm::Function>(root);
+    // LLVM's call-graph passes (function-attrs) visit no internal function that
+    // nothing refers to, as a root may be once its callers lose their bodies.
+    if (fn->hasLocalLinkage()) fn->setLinkage(llvm::GlobalValue::ExternalLinkage);
+    reached.insert(fn);
+  }
+  std::vector<llvm::Function *> pending(reached.begin(), reached.end());
+  while (!pending.empty()) {
+    llvm::Function *fn = pending.back();
+    pending.pop_back();
+    for (llvm::Instruction &inst : llvm::instructions(*fn)) {
+      auto *call = llvm::dyn_cast<llvm::CallBase>(&inst);
+      if (!call) continue;
+      // Typed pointers: a callee of another type is called through a bitcast.
+      auto *callee = llvm::dyn_cast<llvm::Function>(
+          call->getCalledOperand()->stripPointerCastsAndAliases());
+      if (callee && !callee->isDeclaration() && reached.insert(callee).second) {
+        pending.push_back(callee);
+      }
+    }
+  }
+  for (llvm::GlobalAlias &alias : llvm::unwrap(mod)->aliases()) {
+    if (auto *aliased = llvm::dyn_cast<llvm::Function>(alias.getAliaseeObject())) {
+      reached.insert(aliased);  // an alias must name a definition
+    }
+  }
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    if (fn.isDeclaration() || reached.count(&fn)) continue;
+    fn.deleteBody();  // a declaration now, of external linkage
+    fn.setComdat(nullptr);
+  }
+}
+
+std::vector<bool> read_only_params(LLVMModuleRef mod, const std::string &function) {
+  LLVMValueRef fn = defined_function(mod, function);
+  // What the function's parameters are inferred from: its body and its callees'.
+  keep_reached(mod, {fn});
+  run_passes(mod, "function(sroa,early-cse),cgscc(function-attrs)", nullptr,
              "inferring the kernel's attributes");
   const unsigned readonly = LLVMGetEnumAttributeKindForName("readonly", 8);
   const unsigned readnone = LLVMGetEnumAttributeKindForName("readnone", 8);
@@ -240,6 +279,13 @@ std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_tex
                      LLVMGetEnumAttributeAtIndex(fn, index, readnone) != nullptr);
   }
   return result;
+}
+
+std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
+                                   const std::string &function) {
+  ModuleOwner work;
+  parse_kernel(ctx, ir_text, work);
+  return read_only_params(work.mod, function);
 }
 
 std::vector<std::vector<std::optional<int64_t>>> index_reaches(

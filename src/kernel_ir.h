@@ -21,6 +21,13 @@ void parse_kernel(LLVMContextRef ctx, const std::string &ir_text, ModuleOwner &o
 // The function `name` of `mod`, which has a body; throws std::runtime_error otherwise.
 LLVMValueRef defined_function(LLVMModuleRef mod, const std::string &name);
 
+// `mod` with the bodies of the functions that none of `roots` reaches through direct
+// calls deleted (declarations now, of external linkage; an aliased function keeps
+// its body), the roots made external. What function passes make of the roots, and
+// what LLVM infers of them, is the same without those bodies, at a fraction of the
+// cost.
+void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots);
+
 // Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
 void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
                 const char *what);
@@ -31,6 +38,11 @@ void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef mach
 // Unknown callees make a parameter writable. Throws std::runtime_error.
 std::vector<bool> read_only_params(LLVMContextRef ctx, const std::string &ir_text,
                                    const std::string &function);
+// The same of `function` in `mod`, which it changes (the bodies of functions that
+// `function` does not reach through direct calls deleted first: they cannot change
+// the answer, and inferring them took most of the time on a prange derivative's
+// module). `mod` is a copy of the caller's.
+std::vector<bool> read_only_params(LLVMModuleRef mod, const std::string &function);
 
 // How far apart two indices of `function` (its parameter `index`, never
 // negative) may be and still touch the same byte of each parameter in `params`:

@@ -7,6 +7,7 @@
 #include "const_memory.h"
 #include "index_signs.h"
 #include "jit.h"
+#include "kernel_ir.h"
 #include "llvm_util.h"
 #include "numba_rewrites.h"
 #include "register.h"
@@ -126,6 +127,27 @@ void register_module(py::module_ &m) {
           py::arg("function"), py::arg("activities"), py::arg("float_pointee"),
           "Const float pointer parameters of `function` into which values carrying a\n"
           "derivative are stored and from which they are read back (see const_memory.h).")
+      .def(
+          "read_only_params",
+          [](const SourceModule &self, const std::string &function) {
+            ModuleOwner copy{LLVMCloneModule(self.get())};
+            return read_only_params(copy.mod, function);
+          },
+          py::arg("function"),
+          "Per parameter of `function`, whether LLVM infers it readonly or readnone\n"
+          "(on a copy of the module: see kernel_ir.h).")
+      .def(
+          "keep_reached",
+          [](SourceModule &self, const std::vector<std::string> &roots) {
+            std::vector<LLVMValueRef> functions;
+            for (const std::string &name : roots) {
+              functions.push_back(defined_function(self.get(), name));
+            }
+            keep_reached(self.get(), functions);
+          },
+          py::arg("roots"),
+          "In place: the bodies of the functions no root reaches through direct calls\n"
+          "deleted (see kernel_ir.h).")
       .def("functions", &module_functions)
       .def(
           "names",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from enzyme_py import _cache, _state
+from enzyme_py import _cache
 from enzyme_py._build import environment_parts
 from enzyme_py.frontends import IRFunction
 
@@ -21,12 +21,12 @@ def read_only_params(fn: IRFunction) -> list[bool]:
     """Per LLVM parameter of ``fn``, whether LLVM infers it readonly (or readnone)."""
     module = fn.module
     if module.materialized:  # the IR exists: asking LLVM is cheap
-        return list(_state.native.read_only_params(module.ir(), fn.name))
+        return list(module.native.read_only_params(fn.name))
     key = _cache.request_key(["read-only parameters", *environment_parts(), module.digest, fn.name])
     kept = _decoded(_cache.load_text(key), len(fn.params))
     if kept is not None:
         return kept
-    flags = list(_state.native.read_only_params(module.ir(), fn.name))
+    flags = list(module.native.read_only_params(fn.name))
     _cache.store_text(key, json.dumps(flags))
     return flags
 

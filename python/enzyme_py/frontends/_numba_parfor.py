@@ -179,7 +179,9 @@ def threaded_module(
         # not use the draws of its forward pass (its gradient disagreed with its value).
         raise ParforUnsupported("it draws random numbers (np.random, random)")
     first = parse_module(inlined_into_wrapper(text, function))
-    first.native.optimize("always-inline")
+    # What nothing uses any more gone before the work below and Enzyme's: Numba's own
+    # gufunc of each prange loop, which the launches replace (GMM prange: 440 lines).
+    first.native.optimize("always-inline,globaldce")
     # The bodies' schedules start at 0 or later (their `.body` assumes it): what lets
     # LLVM drop Numba's wraparound of negative indices before Enzyme sees them.
     first.native.optimize(_FOLD_WRAPAROUND)
@@ -221,6 +223,11 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
     # Every definition's memory attributes inferred afresh (Enzyme's derivatives and
     # augmented copies carry those of the functions they were made from).
     module = parse_module(re.sub(r"^define [^\n]*$", fresh, ir, flags=re.M))
+    # Only what the launches' reverse functions call is inferred (GMM prange: the
+    # Numba function, the wrapper and the primal bodies not).
+    module.native.keep_reached(
+        [f"{name}.reverse" for name in names if f"define internal i32 @{name}.reverse(" in ir]
+    )
     module.native.optimize(_INFER_ATTRIBUTES)
     inferred = module.native.ir()
     params: dict[str, list[str]] = {}
