@@ -16,6 +16,27 @@ std::string print_value(LLVMValueRef value) { return take_message(LLVMPrintValue
 
 std::string print_module(LLVMModuleRef mod) { return take_message(LLVMPrintModuleToString(mod)); }
 
+std::string function_text(const std::string &module_text, const std::string &name) {
+  const std::string needle = " @" + name + "(";
+  for (size_t at = module_text.find(needle); at != std::string::npos;
+       at = module_text.find(needle, at + 1)) {
+    size_t start = module_text.rfind('\n', at);
+    start = start == std::string::npos ? 0 : start + 1;
+    if (module_text.compare(start, 7, "define ") != 0) continue;  // a call, a declare
+    // The comment LLVM prints above a definition (its attributes) belongs to it.
+    const std::string comment = "; Function Attrs:";
+    if (start > 0) {
+      size_t above = module_text.rfind('\n', start - 2);
+      above = above == std::string::npos ? 0 : above + 1;
+      if (module_text.compare(above, comment.size(), comment) == 0) start = above;
+    }
+    const size_t end = module_text.find("\n}\n", at);
+    if (end == std::string::npos) return "";
+    return module_text.substr(start, end + 3 - start);  // with its last newline
+  }
+  return "";
+}
+
 std::string print_type(LLVMTypeRef type) { return take_message(LLVMPrintTypeToString(type)); }
 
 }  // namespace enzyme_py

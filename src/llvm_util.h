@@ -29,6 +29,9 @@ struct ModuleOwner {
 // Text of a value, a whole module, a type (as LLVM prints them).
 std::string print_value(LLVMValueRef value);
 std::string print_module(LLVMModuleRef mod);
+// What print_value prints of the function `name` of a module, cut from the module's
+// text (`module_text`, print_module's) instead of printed again; "" if it is not there.
+std::string function_text(const std::string &module_text, const std::string &name);
 std::string print_type(LLVMTypeRef type);
 
 }  // namespace enzyme_py

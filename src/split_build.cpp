@@ -316,17 +316,19 @@ std::optional<BuiltParts> build_in_parts(LLVMModuleRef mod_ref, LLVMTargetMachin
   BuiltParts built;
   std::vector<size_t> kept;
   for (size_t index = 0; index < count; ++index) {
-    if (parts[index].dropped) continue;
-    kept.push_back(index);
-    if (!built.optimized_ir.empty()) built.optimized_ir += "\n";
-    built.optimized_ir += print_module(module_of(index));
+    if (!parts[index].dropped) kept.push_back(index);
   }
+  // Each part's optimised IR printed (before code generation changes it) on the
+  // thread that compiles it: not one after the other before any compiles.
+  std::vector<std::string> texts(kept.size());
   const auto start = std::chrono::steady_clock::now();
   if (kept.size() == 1) {
+    texts[0] = print_module(module_of(kept[0]));
     built.object = how.emit_alone(mod_ref);
   } else {
     std::vector<std::string> objects(kept.size());
     on_every_part(kept.size(), [&](size_t at) {
+      texts[at] = print_module(module_of(kept[at]));
       llvm::Module &part = *llvm::unwrap(module_of(kept[at]));
       for (const std::string &name : shared) {
         if (llvm::GlobalValue *value = part.getNamedValue(name)) {
@@ -336,6 +338,10 @@ std::optional<BuiltParts> build_in_parts(LLVMModuleRef mod_ref, LLVMTargetMachin
       objects[at] = how.emit(module_of(kept[at]), machine_of(kept[at]));
     });
     built.object = bundle_objects(objects);
+  }
+  for (const std::string &text : texts) {
+    if (!built.optimized_ir.empty()) built.optimized_ir += "\n";
+    built.optimized_ir += text;
   }
   built.codegen_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
