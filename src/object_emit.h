@@ -9,9 +9,10 @@
 // GMM's derivative (2200 instructions in one function) 193 -> 95 ms, of GMM prange's
 // reverse chunk (2850) 240 -> 133 ms (2-core AMD EPYC; llc -time-passes: LSR 35% of
 // the whole), with gradients bit-identical and their speed within noise (serial
-// GMM n = 10^4: 27.9 / 27.8 ms at best). On small hot loops it pays: Rosenbrock's
-// reverse loop was ~5% slower without it, heat's ~2% (functions of 325 and 661
-// instructions), and their code generation is short: they keep it.
+// GMM n = 10^4, 200 calls alternated in one process: at best 26.2-27.6 ms without
+// it, 28.0-28.6 ms with it). On small hot loops it pays: Rosenbrock's reverse loop was ~5% slower
+// without it, heat's 1-7% (functions of 325 and 661 instructions), and their code
+// generation is short (heat: 33 -> 20 ms): they keep it.
 #pragma once
 
 #include <cstddef>
