@@ -228,6 +228,20 @@ void follow(LLVMValueRef ptr, const Linear &at, LLVMValueRef param, LLVMValueRef
 
 }  // namespace
 
+namespace {
+
+// Every function of `mod` but those of `kept` made a declaration (of external
+// linkage: what deleteBody leaves).
+void delete_bodies_except(llvm::Module &mod, const std::set<llvm::Function *> &kept) {
+  for (llvm::Function &fn : mod) {
+    if (fn.isDeclaration() || kept.count(&fn)) continue;
+    fn.deleteBody();
+    fn.setComdat(nullptr);
+  }
+}
+
+}  // namespace
+
 void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots) {
   std::set<llvm::Function *> reached;
   for (LLVMValueRef root : roots) {
@@ -257,11 +271,7 @@ void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots) {
       reached.insert(aliased);  // an alias must name a definition
     }
   }
-  for (llvm::Function &fn : *llvm::unwrap(mod)) {
-    if (fn.isDeclaration() || reached.count(&fn)) continue;
-    fn.deleteBody();  // a declaration now, of external linkage
-    fn.setComdat(nullptr);
-  }
+  delete_bodies_except(*llvm::unwrap(mod), reached);
 }
 
 std::vector<bool> read_only_params(LLVMModuleRef mod, const std::string &function) {
@@ -298,6 +308,7 @@ std::vector<std::vector<std::optional<int64_t>>> index_reaches(
   LLVMValueRef assume = LLVMGetNamedFunction(work.mod, "llvm.assume");
   if (!assume) assume = LLVMAddFunction(work.mod, "llvm.assume", assume_type);
   std::vector<LLVMValueRef> fns;
+  std::set<llvm::Function *> asked;
   for (const ReachQuery &query : queries) {
     LLVMValueRef fn = defined_function(work.mod, query.function);
     if (query.index >= LLVMCountParams(fn)) throw std::runtime_error("no such index parameter");
@@ -321,17 +332,13 @@ std::vector<std::vector<std::optional<int64_t>>> index_reaches(
     LLVMBuildCall2(b, assume_type, assume, &not_negative, 1, "");
     LLVMDisposeBuilder(b);
     fns.push_back(fn);
+    asked.insert(llvm::unwrap<llvm::Function>(fn));
   }
   // Only the functions asked about are simplified: the passes inline nothing, so a
   // call is the same opaque call whether its callee has a body or not (a prange
   // body's module also holds the function, its wrapper and every copy of the body:
   // GMM's four analyses took 46 ms, most of it simplifying those, and as many parses).
-  for (LLVMValueRef f = LLVMGetFirstFunction(work.mod); f; f = LLVMGetNextFunction(f)) {
-    if (LLVMIsDeclaration(f) || std::find(fns.begin(), fns.end(), f) != fns.end()) continue;
-    llvm::Function *body = llvm::unwrap<llvm::Function>(f);
-    body->deleteBody();  // a declaration now, of external linkage
-    body->setComdat(nullptr);
-  }
+  delete_bodies_except(*llvm::unwrap(work.mod), asked);
   run_passes(work.mod,
              "function(instcombine,correlated-propagation,simplifycfg,instcombine,"
              "jump-threading,correlated-propagation,gvn,instcombine,correlated-propagation)",

@@ -14,12 +14,17 @@
 
 namespace enzyme_py {
 
+namespace {
+
+// Whether `mod` has a function of more than kLargeFunction instructions.
 bool has_large_function(LLVMModuleRef mod) {
   for (const llvm::Function &fn : *llvm::unwrap(mod)) {
     if (fn.getInstructionCount() > kLargeFunction) return true;
   }
   return false;
 }
+
+}  // namespace
 
 std::string emit_object_code(LLVMModuleRef mod, LLVMTargetMachineRef machine) {
   llvm::TargetMachine &target = *reinterpret_cast<llvm::TargetMachine *>(machine);

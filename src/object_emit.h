@@ -29,7 +29,4 @@ inline constexpr size_t kLargeFunction = 1500;
 // with a machine and a module of its own). Throws std::runtime_error on failure.
 std::string emit_object_code(LLVMModuleRef mod, LLVMTargetMachineRef machine);
 
-// Whether `mod` has a function of more than kLargeFunction instructions.
-bool has_large_function(LLVMModuleRef mod);
-
 }  // namespace enzyme_py
