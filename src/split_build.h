@@ -12,7 +12,8 @@
 // The parts: the entry's, and one per root, a function reached only through its
 // address, each with every function it calls (a helper called from two parts is
 // copied into both, internal in each). Parts under kMinPartInstructions join others;
-// at most one part a thread. Internal constants are copied into every part; other
+// at most one part a thread; once the other parts are that large, a smaller root
+// joins the entry's part (where its launch is, which may be dropped). Internal constants are copied into every part; other
 // variables live in the part that uses them, or the entry's where several do. A
 // function both called and reached through its address, a function two parts would
 // copy that is not internal, llvm.used naming a definition, or anything that must

@@ -21,9 +21,9 @@ STEPS = 800  # per stage: two instructions each, the part over the 1500 threshol
 MODULE_START = "; ModuleID"
 
 
-def _stage(name: str, mul: float, add: float) -> str:
-    """v <- v * mul + add, STEPS times, after counting the call in @calls and scaling by
-    @scale (shared by both stages) through @bump (a helper both stages call)."""
+def _stage(name: str, mul: float, add: float, steps: int = STEPS) -> str:
+    """v <- v * mul + add, ``steps`` times, after counting the call in @calls and scaling
+    by @scale (shared by both stages) through @bump (a helper both stages call)."""
     lines = [
         f"define internal double @{name}(double %x) {{",
         "  %c = load i64, i64* @calls",
@@ -33,10 +33,10 @@ def _stage(name: str, mul: float, add: float) -> str:
         "i64 0, i64 0)",
         "  %v0 = fmul double %x, %s",
     ]
-    for k in range(STEPS):
+    for k in range(steps):
         lines.append(f"  %m{k} = fmul double %v{k}, {mul!r}")
         lines.append(f"  %v{k + 1} = fadd double %m{k}, {add!r}")
-    lines += [f"  %r = call double @bump(double %v{STEPS})", "  ret double %r", "}"]
+    lines += [f"  %r = call double @bump(double %v{steps})", "  ret double %r", "}"]
     return "\n".join(lines)
 
 
@@ -79,9 +79,26 @@ UNREACHED = SOURCE.replace(
 ).replace("  %b = load double (double)*, double (double)** %slot\n", "")
 
 
-def _stage_value(x: float, mul: float, add: float) -> float:
+# A fourth root, small (SMALL_STEPS steps): it joins the entry's part once the other
+# parts hold the 1500 instructions a part needs, not the least loaded of them.
+SMALL_STEPS = 10
+SMALL_STAGE = (1.002, -1e-3)
+WITH_SMALL_ROOT = SOURCE.replace(
+    "define double @f(double %x) {",
+    _stage("stage_d", *SMALL_STAGE, steps=SMALL_STEPS) + "\ndefine double @f(double %x) {",
+).replace(
+    "  %r = fadd double %sum, %nf",
+    "  store double (double)* @stage_d, double (double)** %slot\n"
+    "  %d = load double (double)*, double (double)** %slot\n"
+    "  %yd = call double %d(double %x)\n"
+    "  %sumd = fadd double %sum, %yd\n"
+    "  %r = fadd double %sumd, %nf",
+)
+
+
+def _stage_value(x: float, mul: float, add: float, steps: int = STEPS) -> float:
     v = x * 1.5
-    for _ in range(STEPS):
+    for _ in range(steps):
         v = v * mul + add
     return v + 0.25
 
@@ -149,6 +166,30 @@ def test_a_part_nothing_reaches_is_not_compiled(tmp_path):
         assert not re.search(r"^define [^\n]*@stage_b\(", ir, re.M)
         assert built.object.startswith(b"\x7fEZPYOBJ")
         assert int.from_bytes(built.object[8:16], "little") == 2
+        """
+    _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="4")
+
+
+def test_a_small_root_joins_the_entrys_part(tmp_path):
+    """stage_d (a root of 20 instructions) goes to the entry's part, not to stage_a's
+    or stage_b's (the least loaded once those are dealt); three parts; the
+    values exact (four counted calls a call, the fourth after the entry reads them)."""
+    body = r"""
+        f = ez.llvm_ir(t.WITH_SMALL_ROOT, "f")
+        a, b, c = (t._stage_value(0.5, *k) for k in t.STAGES.values())
+        d = t._stage_value(0.5, *t.SMALL_STAGE, steps=t.SMALL_STEPS)
+        for call in (1, 2):
+            got = f(0.5)
+            # @calls is read before stage_d counts its call.
+            assert got == (((a + b) + c) + d) + (4.0 * call - 1.0), (call, got)
+        ir = f._primal.inspect_llvm(optimized=True)
+        modules = ir.split(t.MODULE_START)[1:]
+        assert len(modules) == 3, len(modules)
+        # In the entry's part it is inlined where its address is loaded back (so
+        # not defined there either); in another part, the entry's would declare it.
+        assert "@stage_d(" not in modules[0], modules[0][:3000]
+        define_d = re.compile(r"^define [^\n]*@stage_d\(", re.M)
+        assert not any(define_d.search(m) for m in modules[1:])
         """
     _in_new_process(body, tmp_path, ENZYME_PY_CODEGEN_THREADS="4")
 
