@@ -271,20 +271,47 @@ _ALLOCATION = re.compile(
 _INTEGER_POINTER = re.compile(r"^i(?:16|32|64)\*$")  # i8* is any memory (memcpy)
 
 
-def _data_pointer_types(body: str, meminfo: str) -> list[str]:
-    """The types the data pointer of the MemInfo ``meminfo`` is loaded as in ``body``
-    (its field at byte 24, read through a getelementptr and a bitcast)."""
-    m = re.escape(meminfo)
-    geps = re.findall(
-        rf"^  (%[\w.$-]+) = getelementptr (?:inbounds )?i8, i8\* {m}, i64 24$", body, re.M
-    )
+# The lines _data_pointer_types follows, each found once per function (not a pattern
+# made and compiled per allocation: GMM prange's preparation spent ~10 ms so).
+_BYTE_24 = re.compile(
+    r"^  (%[\w.$-]+) = getelementptr (?:inbounds )?i8, i8\* (%[\w.$-]+), i64 24$", re.M
+)
+_BITCAST_I8 = re.compile(r"^  (%[\w.$-]+) = bitcast i8\* (%[\w.$-]+) to [^\n]*$", re.M)
+_LOAD_FROM = re.compile(r"= load ([^,\n]+), [^,\n]+\* (%[\w.$-]+)(?:,|$)", re.M)
+_LOCAL_NAME = re.compile(r"%[\w.$-]+")
+
+
+class _PointerUses:
+    """In one function's text: per pointer, the values made from it at byte 24, the
+    bitcasts of it, the types loaded through it; how often each local name occurs."""
+
+    def __init__(self, body: str) -> None:
+        self.at_24 = _by_source(_BYTE_24.findall(body))
+        self.casts = _by_source(_BITCAST_I8.findall(body))
+        self.loaded = _by_source(_LOAD_FROM.findall(body))
+        self.occurrences: dict[str, int] = {}
+        for name in _LOCAL_NAME.findall(body):
+            self.occurrences[name] = self.occurrences.get(name, 0) + 1
+
+
+def _by_source(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(made, source) pairs as source -> what was made from it, in order."""
+    found: dict[str, list[str]] = {}
+    for made, source in pairs:
+        found.setdefault(source, []).append(made)
+    return found
+
+
+def _data_pointer_types(uses: _PointerUses, meminfo: str) -> list[str]:
+    """The types the data pointer of the MemInfo ``meminfo`` is loaded as in the
+    function of ``uses`` (its field at byte 24, read through a getelementptr and a
+    bitcast); "?" where that field's address is used otherwise and never so loaded."""
     types: list[str] = []
-    for gep in geps:
-        g = re.escape(gep)
-        for cast in re.findall(rf"^  (%[\w.$-]+) = bitcast i8\* {g} to [^\n]*$", body, re.M):
-            c = re.escape(cast)
-            types += re.findall(rf"= load ([^,\n]+), [^,\n]+\* {c}(?:,|$)", body, re.M)
-        if re.search(rf"{g}(?![\w.$-])", body.replace(f"{gep} = ", "", 1)) and not types:
+    for gep in uses.at_24.get(meminfo, []):
+        for cast in uses.casts.get(gep, []):
+            types += uses.loaded.get(cast, [])
+        # Used beyond its own definition.
+        if uses.occurrences.get(gep, 0) > 1 and not types:
             types.append("?")
     return types
 
@@ -299,8 +326,10 @@ def _integer_allocations_inactive(ir: str) -> str:
     for fn in _DEFINE.finditer(ir):
         body = fn.group(0)
         changed = body
+        uses: _PointerUses | None = None
         for m in _ALLOCATION.finditer(body):
-            types = _data_pointer_types(body, m.group(1))
+            uses = uses or _PointerUses(body)
+            types = _data_pointer_types(uses, m.group(1))
             if not types or not all(_INTEGER_POINTER.match(t.strip()) for t in types):
                 continue
             name = m.group(2)
@@ -423,6 +452,8 @@ def _calls_through_inactive_thunks(ir: str, names: Iterable[str]) -> str:
     """Every call of each of ``names`` that ``ir`` declares made through an inactive
     thunk of its type (``enzyme_py.inactive.<name>``)."""
     for name in names:
+        if f"@{name}(" not in ir:  # not scanned for (see with_gamma_rules)
+            continue
         declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
         if declared is None:
             continue
