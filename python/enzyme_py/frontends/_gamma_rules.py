@@ -35,6 +35,8 @@ import math
 import re
 import struct
 
+from enzyme_py.frontends._ir_lines import declares
+
 
 def _hex(v: float) -> str:
     return f"0x{struct.unpack('<Q', struct.pack('<d', v))[0]:016X}"
@@ -174,12 +176,7 @@ def with_gamma_rules(ir: str) -> str:
         return ir  # taken already
     found = []
     for libm, ty in _TYPES.items():
-        # A substring test first: each pattern anchored at line starts scans the whole
-        # module (~3 ms for GMM prange's).
-        if f"@{libm}(" not in ir:
-            continue
-        declared = re.search(rf"^declare [^\n]*@{libm}\(", ir, re.MULTILINE)
-        if declared is None:
+        if not declares(ir, libm):
             continue
         call = re.compile(rf"(call(?: [a-z]+)* {ty} @){libm}\(")
         rewritten = call.sub(r"\g<1>" + f"enzyme_py.{libm}(", ir)
@@ -192,8 +189,6 @@ def with_gamma_rules(ir: str) -> str:
         return ir
     text = _series_definitions() + "".join(_wrapper(libm) for libm in found)
     for name in _INTRINSICS:
-        if f"@{name}(" not in ir or not re.search(
-            rf"^declare [^\n]*@{re.escape(name)}\(", ir, re.MULTILINE
-        ):
+        if not declares(ir, name):
             text += f"declare double @{name}(double)\n"
     return ir + "\n" + text

@@ -50,6 +50,7 @@ import re
 from collections.abc import Iterable
 
 from enzyme_py.frontends._gamma_rules import mark_inactive, with_gamma_rules
+from enzyme_py.frontends._ir_lines import declares
 from enzyme_py.frontends._numba_results import type_mark_declaration
 
 # Part of the keys of cached derivatives of Numba code: bumped when what prepare()
@@ -251,12 +252,12 @@ def _allocations_as_malloc(ir: str) -> str:
     arguments) as malloc, whose derivative Enzyme knows."""
     if "@NRT_Allocate(" not in ir:
         return ir
-    has_malloc = re.search(r"^declare [^\n]*@malloc\(", ir, re.MULTILINE) is not None
+    has_malloc = declares(ir, "malloc")
     declare = re.compile(r"^declare [^\n]*@NRT_Allocate\([^\n]*$", re.MULTILINE)
     ir = declare.sub("" if has_malloc else "declare noalias i8* @malloc(i64)", ir)
     ir = ir.replace("@NRT_Allocate(", "@malloc(")
     if "@NRT_Free(" in ir:
-        has_free = re.search(r"^declare [^\n]*@free\(", ir, re.MULTILINE) is not None
+        has_free = declares(ir, "free")
         declare = re.compile(r"^declare [^\n]*@NRT_Free\([^\n]*$", re.MULTILINE)
         ir = declare.sub("" if has_free else "declare void @free(i8*)", ir)
         ir = ir.replace("@NRT_Free(", "@free(")
@@ -384,7 +385,7 @@ def _fixed_lists_as_arena_allocations(ir: str) -> str:
         in out.split("declare i8* @NRT_MemInfo_new_varsize_dtor")[0]
     ):
         return ir  # a call of another form: left as it was (Enzyme's error names it)
-    if not re.search(r"^declare [^\n]*@NRT_MemInfo_alloc_aligned\(", out, re.M):
+    if not declares(out, "NRT_MemInfo_alloc_aligned"):
         out += "\ndeclare noalias i8* @NRT_MemInfo_alloc_aligned(i64, i32)\n"
     if inactive and "@enzyme_py.inactive.NRT_MemInfo_alloc_aligned(i64 %p0" not in out:
         out += _inactive_thunk("NRT_MemInfo_alloc_aligned", ["i64", "i32"])
@@ -527,7 +528,7 @@ def _typed_memory_intrinsics(ir: str) -> str:
 
     ir = _DEFINE.sub(in_function, ir)
     for mark in sorted(used):
-        if not re.search(rf"^declare [^\n]*@{mark}\(", ir, re.M):
+        if not declares(ir, mark):
             ir += f"\n{type_mark_declaration(mark)}\n"
     return ir
 
