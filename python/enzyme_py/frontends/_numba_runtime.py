@@ -453,7 +453,7 @@ def _calls_through_inactive_thunks(ir: str, names: Iterable[str]) -> str:
     """Every call of each of ``names`` that ``ir`` declares made through an inactive
     thunk of its type (``enzyme_py.inactive.<name>``)."""
     for name in names:
-        if f"@{name}(" not in ir:  # not scanned for (see with_gamma_rules)
+        if f"@{name}(" not in ir:  # no whole-module scan for it (see _ir_lines)
             continue
         declared = re.search(rf"^declare (.*?)@{name}\((.*)\)[^\n()]*$", ir, re.MULTILINE)
         if declared is None:
