@@ -9,8 +9,10 @@
 #include <llvm-c/IRReader.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/Transforms/PassBuilder.h>
+#include <llvm/IR/Constants.h>
 #include <llvm/IR/Function.h>
 #include <llvm/IR/GlobalAlias.h>
+#include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/InstrTypes.h>
 #include <llvm/IR/Module.h>
@@ -272,6 +274,30 @@ void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots) {
     }
   }
   delete_bodies_except(*llvm::unwrap(mod), reached);
+}
+
+void drop_param_memory_attributes(LLVMModuleRef mod) {
+  for (llvm::Function &fn : *llvm::unwrap(mod)) {
+    if (fn.isDeclaration()) continue;
+    for (unsigned k = 0; k < fn.arg_size(); ++k) {
+      for (const llvm::Attribute::AttrKind kind :
+           {llvm::Attribute::ReadOnly, llvm::Attribute::ReadNone, llvm::Attribute::WriteOnly}) {
+        fn.removeParamAttr(k, kind);
+      }
+    }
+  }
+}
+
+void settle_flags(LLVMModuleRef mod, const std::vector<std::pair<std::string, bool>> &flags) {
+  for (const auto &[name, value] : flags) {
+    llvm::GlobalVariable *flag = llvm::unwrap(mod)->getGlobalVariable(name, true);
+    if (!flag || flag->isDeclaration() || !flag->getValueType()->isIntegerTy(1)) {
+      throw std::runtime_error("no i1 variable named '" + name + "' is defined");
+    }
+    flag->setInitializer(llvm::ConstantInt::getBool(flag->getContext(), value));
+    flag->setConstant(true);
+    flag->setLinkage(llvm::GlobalValue::InternalLinkage);
+  }
 }
 
 std::vector<bool> read_only_params(LLVMModuleRef mod, const std::string &function) {

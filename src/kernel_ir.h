@@ -28,6 +28,15 @@ LLVMValueRef defined_function(LLVMModuleRef mod, const std::string &name);
 // cost.
 void keep_reached(LLVMModuleRef mod, const std::vector<LLVMValueRef> &roots);
 
+// In place: readonly, readnone and writeonly dropped from the parameters of every
+// definition, for LLVM to infer them again from the bodies (Enzyme's derivatives and
+// augmented copies carry those of the functions they were made from).
+void drop_param_memory_attributes(LLVMModuleRef mod);
+
+// In place: each (name, value) of `flags`, an i1 variable of `mod`, made an internal
+// constant of that value. Throws std::runtime_error where one is not such a variable.
+void settle_flags(LLVMModuleRef mod, const std::vector<std::pair<std::string, bool>> &flags);
+
 // Runs the pass pipeline `passes`; throws std::runtime_error saying `what` failed.
 void run_passes(LLVMModuleRef mod, const char *passes, LLVMTargetMachineRef machine,
                 const char *what);

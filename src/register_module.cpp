@@ -148,6 +148,24 @@ void register_module(py::module_ &m) {
           py::arg("roots"),
           "In place: the bodies of the functions no root reaches through direct calls\n"
           "deleted (see kernel_ir.h).")
+      .def(
+          "copy", [](const SourceModule &self) {
+            return std::make_unique<SourceModule>(LLVMCloneModule(self.get()));
+          },
+          "A copy of the module (in the same context).")
+      .def(
+          "drop_param_memory_attributes",
+          [](SourceModule &self) { drop_param_memory_attributes(self.get()); },
+          "In place: readonly, readnone and writeonly dropped from every definition's\n"
+          "parameters (see kernel_ir.h).")
+      .def(
+          "settle_flags",
+          [](SourceModule &self, const std::vector<std::pair<std::string, bool>> &flags) {
+            settle_flags(self.get(), flags);
+          },
+          py::arg("flags"),
+          "In place: each (name, value) of `flags`, an i1 variable, made an internal\n"
+          "constant of that value (see kernel_ir.h).")
       .def("functions", &module_functions)
       .def(
           "names",

@@ -189,9 +189,10 @@ def threaded_module(
         assume_body_signs(first.native, name)
     first.native.simplify_for_enzyme()
     lowered = _state.native.run_enzyme_pass(first.native.ir(), "enzyme")
-    needless = _unread_by_reverse(lowered, names)
-    lowered = _settled_snapshots(lowered, wrapper if noalias else None, needless)
+    # Parsed once; what follows asks copies of it (GMM prange: two parses fewer).
     module = parse_module(lowered, identity)
+    needless = _unread_by_reverse(lowered, names, module)
+    _settle_snapshots(lowered, module, wrapper if noalias else None, needless)
     for name in names:
         # The primal launches' sums vectorise (Enzyme's reverse has read the body).
         module.native.reorder_loop_sums(f"{name}.body")
@@ -203,35 +204,29 @@ _FOLD_WRAPAROUND = (
     "loop(indvars),instcombine,correlated-propagation,simplifycfg)"
 )
 _CALL = re.compile(r"call void @(__enzyme_py_parfor_\d+)\((.*)\)")
-_COPY_FLAG = re.compile(
-    r"^(@__enzyme_py_parfor_\d+\.copy\.\d+) = [^\n]*global i1 true[^\n]*$", re.M
-)
+_COPY_FLAG = re.compile(r"^(@__enzyme_py_parfor_\d+\.copy\.\d+) = [^\n]*global i1 true", re.M)
 
 
-def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
+def _unread_by_reverse(ir: str, names: list[str], module: Any = None) -> set[str]:
     """The snapshot flags (``@K.copy.<slot>``) of the arrays whose values the reverse
     derivatives of launch K's body (``K.reverse``'s calls, in ``ir`` after Enzyme's
     marker pass) never read, by LLVM's inference (``readnone``) once the attributes
     Enzyme copied from the body are dropped (every definition's, inferred again): a
     linear stencil's reverse reads no value of its input, and a time loop would copy
-    it at every step."""
+    it at every step. ``module``: ``ir`` parsed (a SourceModule), else parsed here."""
     from enzyme_py.frontends.ir import parse_module
 
     # Every definition's memory attributes inferred afresh (Enzyme's derivatives and
-    # augmented copies carry those of the functions they were made from). Line by
-    # line: a pattern anchored at line starts took ~9 ms on GMM prange's module.
-    lines = ir.split("\n")
-    for at, line in enumerate(lines):
-        if line.startswith("define "):
-            lines[at] = _MEMORY_ATTRIBUTE.sub("", line)
-    module = parse_module("\n".join(lines))
+    # augmented copies carry those of the functions they were made from), on a copy.
+    inferring = (module if module is not None else parse_module(ir)).native.copy()
+    inferring.drop_param_memory_attributes()
     # Only what the launches' reverse functions call is inferred (GMM prange: the
     # Numba function, the wrapper and the primal bodies not).
-    module.native.keep_reached(
+    inferring.keep_reached(
         [f"{name}.reverse" for name in names if f"define internal i32 @{name}.reverse(" in ir]
     )
-    module.native.optimize(_INFER_ATTRIBUTES)
-    inferred = module.native.ir()
+    inferring.optimize(_INFER_ATTRIBUTES)
+    inferred = inferring.ir()
     params: dict[str, list[str]] = {}
     for m in _DIFFE_DEFINE.finditer(inferred):
         params[m.group(1)] = split_types(m.group(2))
@@ -267,40 +262,33 @@ def _unread_by_reverse(ir: str, names: list[str]) -> set[str]:
     return needless
 
 
-_MEMORY_ATTRIBUTE = re.compile(r" (readonly|readnone|writeonly)\b")
 _INFER_ATTRIBUTES = "function(sroa,early-cse,instcombine,adce,simplifycfg),cgscc(function-attrs)"
 _DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", re.M)
 # The reverse derivative of a body returns its status ({ i32 }: enzyme_primal_return).
 _DIFFE_CALL = re.compile(r"call \{ i32 \} @(diffe[-\w.$]+)\((.*)\)")
 
 
-def _settled_snapshots(ir: str, wrapper: str | None, unread: set[str]) -> str:
-    """``ir`` with each launch's snapshot flags made constants: false for the flags of
-    ``unread``, and where the launch is called from ``wrapper`` with one of the
-    wrapper's own arrays that the wrapper only reads (LLVM's inference, the launches'
-    read-only parameters included): nothing can change it during the derivative call.
-    None: those copied."""
-    from enzyme_py import _state
-
+def _settle_snapshots(ir: str, module: Any, wrapper: str | None, unread: set[str]) -> None:
+    """Each launch's snapshot flags in ``module`` (``ir`` parsed, a SourceModule) made
+    constants, in place: false for the flags of ``unread``, and where the launch is
+    called from ``wrapper`` with one of the wrapper's own arrays that the wrapper only
+    reads (LLVM's inference, the launches' read-only parameters included): nothing can
+    change it during the derivative call. None: those copied."""
     needless: set[str] = set(unread)
     define = None
     if wrapper is not None:
         define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)[^\n]*\{$", ir, re.M)
     if wrapper is not None and define is not None:
         params = [p.split()[-1] for p in split_types(define.group(1))]
-        read_only = _state.native.read_only_params(ir, wrapper)
+        read_only = module.native.read_only_params(wrapper)
         only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
         end = ir.find("\n}\n", define.end())
         for call in _CALL.finditer(ir, define.end(), end if end >= 0 else len(ir)):
             for j, arg in enumerate(split_types(call.group(2))):
                 if arg.split()[-1] in only_read:
                     needless.add(f"@{call.group(1)}.copy.{j}")
-
-    def settle(m: re.Match[str]) -> str:
-        value = "false" if m.group(1) in needless else "true"
-        return f"{m.group(1)} = internal constant i1 {value}"
-
-    return _COPY_FLAG.sub(settle, ir)
+    flags = [(m.group(1)[1:], m.group(1) not in needless) for m in _COPY_FLAG.finditer(ir)]
+    module.native.settle_flags(flags)
 
 
 def with_launch_rules(module: Any, names: list[str]) -> Any:

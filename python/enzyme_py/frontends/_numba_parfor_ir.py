@@ -377,7 +377,7 @@ def _launch_ir(
         b.append(f"  store i64 %cslot{c}, i64* {_slot(b, copies, 2 * c, f'%cs{c}')}")
         b.append(f"  store i64 %bytes{c}, i64* {_slot(b, copies, 2 * c + 1, f'%cb{c}')}")
         # Not internal (nor constant) yet, so that nothing folds it before
-        # threaded_module decides (_settled_snapshots).
+        # threaded_module decides (_settle_snapshots).
         out.append(f"@{k}.copy.{j} = global i1 true")
     # An array the body writes sharing memory with another: the call ends (the
     # snapshot would copy them apart).
