@@ -234,7 +234,8 @@ def _remove_stale_temporaries(folder: Path) -> None:
     now = time.time()
     # Names tested, not a glob: compiling its pattern took 2-5 ms of each first store.
     try:
-        names = [e.name for e in os.scandir(folder)]
+        with os.scandir(folder) as entries:
+            names = [entry.name for entry in entries]
     except OSError:
         return
     for name in names:
