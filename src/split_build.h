@@ -13,11 +13,12 @@
 // address, each with every function it calls (a helper called from two parts is
 // copied into both, internal in each). Parts under kMinPartInstructions join others;
 // at most one part a thread; once the other parts are that large, a smaller root
-// joins the entry's part (where its launch is, which may be dropped). Internal constants are copied into every part; other
-// variables live in the part that uses them, or the entry's where several do. A
-// function both called and reached through its address, a function two parts would
-// copy that is not internal, llvm.used naming a definition, or anything that must
-// stay in one object (split_codegen.h's `splittable`), keeps the module whole.
+// joins the entry's part (where its launch is, which may be dropped). Internal
+// constants are copied into every part; other variables live in the part that uses
+// them, or the entry's where several do. A function both called and reached through
+// its address, a function two parts would copy that is not internal, llvm.used naming
+// a definition, or anything that must stay in one object (split_codegen.h's
+// `splittable`), keeps the module whole.
 //
 // Each part is cloned, sent to its thread as bitcode and read back into a context
 // of its own (as split_codegen.h does), with a target machine of its own. The

@@ -204,7 +204,7 @@ _FOLD_WRAPAROUND = (
     "loop(indvars),instcombine,correlated-propagation,simplifycfg)"
 )
 _CALL = re.compile(r"call void @(__enzyme_py_parfor_\d+)\((.*)\)")
-_LAUNCH_GLOBAL = "@__enzyme_py_parfor_"
+_LAUNCH_GLOBAL = "@" + LAUNCH_PREFIX
 _COPY_FLAG = re.compile(r"(@__enzyme_py_parfor_\d+\.copy\.\d+) = [^\n]*global i1 true")
 
 
