@@ -114,6 +114,39 @@ def test_chunks_of_a_loop_are_what_its_indices_touch():
     assert "%reach0.4 = select i1 %ge0.4, i64 1, i64 %reach0.2" in gradient
 
 
+def test_reaches_at_each_least_first_index(monkeypatch):
+    """What each float array's entries an index reaches (index_reach), per least first
+    index of MINIMUMS (0, 1, 2, 4): the stencil's a[i - 1] wraps around unless the
+    range starts at 1 or later, so its reach is unknown from 0 and 2 from every other
+    minimum, those between the least and the largest worked out too; a row read by
+    index i (row_sums) is unknown from every minimum, the largest's answer taken for
+    those between (unknown: the safe one)."""
+    from enzyme_py.frontends import _numba_parfor, _numba_parfor_ir
+
+    real = _numba_parfor_ir.body_indices
+
+    def reaches(f, *args):
+        found = {}
+
+        def recorded(*given):
+            found.update(real(*given))
+            return found
+
+        monkeypatch.setattr(_numba_parfor_ir, "body_indices", recorded)
+        compiled, launches = _compiled(f, *args)
+        _numba_parfor.threaded_ir(compiled.ir, launches, threads=2)
+        return {name: (indices.reach, indices.light) for name, indices in found.items()}
+
+    copy, stencil, loss = reaches(heat_loss_prange, np.ones(8), np.ones(8), 2).values()
+    # slot 6: the array read (u0, a, a), slot 13: the one written (a, b) or target
+    assert stencil == ({6: (None, 2, 2, 2), 13: (0, 0, 0, 0)}, True)
+    assert copy == loss == ({6: (0, 0, 0, 0), 13: (0, 0, 0, 0)}, True)
+    (rows,) = reaches(row_sums, np.ones((4, 3)), np.zeros(4)).values()
+    assert rows == ({6: (None, None, None, None), 15: (0, 0, 0, 0)}, False)
+    (neighbours,) = reaches(rosenbrock_prange, np.ones(10)).values()
+    assert neighbours == ({6: (1, 1, 1, 1)}, True)
+
+
 def test_snapshots_only_of_what_the_reverse_reads():
     """A linear stencil's reverse derivative reads no value of its arrays: no snapshot
     of them at each step of the time loop; the loss's reverse reads a and target."""

@@ -68,18 +68,9 @@ def body_indices(
     slot), how far apart two indices may be and still touch the same entry
     (``index_reach`` in src/kernel_ir.h) for each least first index of ``MINIMUMS``;
     and whether it is light (straight-line code)."""
-    from enzyme_py import _state
-    from enzyme_py.frontends.ir import parse_module
-
     ones = [one_ir(launch, declared[launch.name], m) for launch in launches for m in MINIMUMS]
     count = "define internal i64 @__enzyme_py_parfor_count() {\n  ret i64 1\n}\n"
-    module = parse_module("\n".join([text, SUPPORT, count, *bodies, *ones]))
-    # Only the K.one functions are asked about: the rest of the module (the Numba
-    # function, its wrapper) not simplified (GMM prange: 30 -> 5 ms).
-    module.native.keep_reached([f"{launch.name}.one.{m}" for launch in launches for m in MINIMUMS])
-    module.native.optimize("always-inline")
-    module.native.optimize(_ONE_INDEX)
-    optimized = module.native.ir()
+    source = "\n".join([text, SUPPORT, count, *bodies, *ones])
     slots = {
         launch.name: [
             g.start + ARRAY_DATA
@@ -88,20 +79,56 @@ def body_indices(
         ]
         for launch in launches
     }
-    # K.one's parameters: the index, then the launch's after first and last. Every
-    # launch and least first index in one parse of the module.
-    queries = [
-        (f"{launch.name}.one.{m}", 0, [j - 1 for j in slots[launch.name]])
-        for launch in launches
-        for m in MINIMUMS
-    ]
-    answers = iter(_state.native.index_reaches(optimized, queries))
+    least, most = MINIMUMS[0], MINIMUMS[-1]
+    optimized = _optimized_ones(source, launches, (least, most))
+    reaches = _reaches(optimized, launches, (least, most), slots)
+    # The minimums between are asked only of launches with an array whose reach is
+    # known from the largest: unknown there, it is taken as unknown from every
+    # minimum above the least (the safe answer: shared), not worked out (GMM prange:
+    # unknown everywhere, two copies of its body simplified instead of four, 12 ms).
+    middle = MINIMUMS[1:-1]
+    asked = tuple(
+        launch for launch in launches if any(r is not None for r in reaches[launch.name, most])
+    )
+    if asked and middle:
+        reaches.update(_reaches(_optimized_ones(source, asked, middle), asked, middle, slots))
     found: dict[str, Indices] = {}
     for launch in launches:
-        per_minimum = [next(answers) for _ in MINIMUMS]
+        unknown = [None] * len(slots[launch.name])
+        per_minimum = [reaches.get((launch.name, m), unknown) for m in MINIMUMS]
         reach = {j: tuple(r[p] for r in per_minimum) for p, j in enumerate(slots[launch.name])}
-        found[launch.name] = Indices(reach, _straight_line(optimized, f"{launch.name}.one.0"))
+        found[launch.name] = Indices(reach, _straight_line(optimized, f"{launch.name}.one.{least}"))
     return found
+
+
+def _optimized_ones(source: str, launches: tuple[Launch, ...], minimums: tuple[int, ...]) -> str:
+    """The IR of the launches' ``K.one.<m>`` in ``source`` for ``minimums``, made
+    straight-line code (``_ONE_INDEX``); the rest of the module dropped (the Numba
+    function and its wrapper not simplified: GMM prange 30 -> 5 ms)."""
+    from enzyme_py.frontends.ir import parse_module
+
+    module = parse_module(source)
+    module.native.keep_reached([f"{launch.name}.one.{m}" for launch in launches for m in minimums])
+    module.native.optimize("always-inline")
+    module.native.optimize(_ONE_INDEX)
+    return str(module.native.ir())
+
+
+def _reaches(
+    optimized: str,
+    launches: tuple[Launch, ...],
+    minimums: tuple[int, ...],
+    slots: dict[str, list[int]],
+) -> dict[tuple[str, int], list[int | None]]:
+    """Per launch and least first index of ``minimums``: the reach of each of its
+    ``slots`` (``index_reach``), every question in one parse of ``optimized``."""
+    from enzyme_py import _state
+
+    # K.one's parameters: the index, then the launch's after first and last.
+    asked = [(launch.name, m) for launch in launches for m in minimums]
+    queries = [(f"{k}.one.{m}", 0, [j - 1 for j in slots[k]]) for k, m in asked]
+    answers = _state.native.index_reaches(optimized, queries)
+    return {question: list(answer) for question, answer in zip(asked, answers, strict=True)}
 
 
 _LABEL = re.compile(r"^([-\w.$]+):", re.M)
