@@ -1,5 +1,7 @@
 #include "llvm_util.h"
 
+#include <cstring>
+
 namespace enzyme_py {
 namespace {
 
@@ -38,5 +40,29 @@ std::string function_text(const std::string &module_text, const std::string &nam
 }
 
 std::string print_type(LLVMTypeRef type) { return take_message(LLVMPrintTypeToString(type)); }
+
+FunctionsLeftAlone::FunctionsLeftAlone(LLVMModuleRef mod, const std::vector<std::string> &names)
+    : mod_(mod) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  for (const std::string &name : names) {
+    LLVMValueRef fn = LLVMGetNamedFunction(mod, name.c_str());
+    if (!fn || LLVMIsDeclaration(fn)) continue;
+    // optnone asks for noinline (the verifier's rule).
+    for (const char *spelled : {"noinline", "optnone"}) {
+      const unsigned kind = LLVMGetEnumAttributeKindForName(spelled, std::strlen(spelled));
+      if (LLVMGetEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind)) continue;
+      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, kind, 0));
+      added_.emplace_back(name, kind);
+    }
+  }
+}
+
+FunctionsLeftAlone::~FunctionsLeftAlone() {
+  // Looked up again: a pipeline may have deleted one (globaldce).
+  for (const auto &[name, kind] : added_) {
+    LLVMValueRef fn = LLVMGetNamedFunction(mod_, name.c_str());
+    if (fn) LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind);
+  }
+}
 
 }  // namespace enzyme_py

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <llvm-c/Core.h>
 
@@ -33,5 +35,21 @@ std::string print_module(LLVMModuleRef mod);
 // text (`module_text`, print_module's) instead of printed again; "" if it is not there.
 std::string function_text(const std::string &module_text, const std::string &name);
 std::string print_type(LLVMTypeRef type);
+
+// While it lives, the functions `names` of `mod` (those it defines) are optnone and
+// noinline: the pass pipelines leave them as they are (their instrumentation skips
+// optnone functions). What it added is taken away again, nothing else. For work that
+// only some functions need (the prange launches' glue is not differentiated).
+class FunctionsLeftAlone {
+ public:
+  FunctionsLeftAlone(LLVMModuleRef mod, const std::vector<std::string> &names);
+  FunctionsLeftAlone(const FunctionsLeftAlone &) = delete;
+  FunctionsLeftAlone &operator=(const FunctionsLeftAlone &) = delete;
+  ~FunctionsLeftAlone();
+
+ private:
+  LLVMModuleRef mod_;
+  std::vector<std::pair<std::string, unsigned>> added_;  // function, attribute kind
+};
 
 }  // namespace enzyme_py

@@ -69,17 +69,26 @@ void register_module(py::module_ &m) {
           "attached as Enzyme's custom-derivative metadata.")
       .def(
           "optimize",
-          [](SourceModule &self, const std::string &passes) {
+          [](SourceModule &self, const std::string &passes,
+             const std::vector<std::string> &leaving) {
             const HostJit &jit = the_engine().jit();
             jit.prepare(self.get());
+            const FunctionsLeftAlone alone(self.get(), leaving);
             jit.optimize(self.get(), passes);
           },
-          py::arg("passes"), "Run an LLVM pass pipeline on the module in place.")
+          py::arg("passes"), py::arg("leaving") = std::vector<std::string>(),
+          "Run an LLVM pass pipeline on the module in place; its function passes leave\n"
+          "the functions `leaving` as they are.")
       .def(
           "simplify_for_enzyme",
-          [](SourceModule &self) { simplify_for_enzyme(self.get(), the_engine().jit()); },
+          [](SourceModule &self, const std::vector<std::string> &leaving) {
+            const FunctionsLeftAlone alone(self.get(), leaving);
+            simplify_for_enzyme(self.get(), the_engine().jit());
+          },
+          py::arg("leaving") = std::vector<std::string>(),
           "Prepare Numba code for Enzyme in place: temporaries made provably distinct,\n"
-          "linked-in callees inlined, loops simplified (see numba_rewrites.h).")
+          "linked-in callees inlined, loops simplified (see numba_rewrites.h); the pass\n"
+          "pipelines leave the functions `leaving` as they are.")
       .def(
           "make_adds_plain",
           [](SourceModule &self, const std::string &function,
