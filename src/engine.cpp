@@ -140,12 +140,17 @@ Engine::~Engine() {
 
 Artifact Engine::build(const SourceModule &source, const DerivativeRequest &req,
                        const std::string &entry_name) {
+  ModuleOwner work{LLVMCloneModule(source.get())};
+  return build_from(work, req, entry_name);
+}
+
+Artifact Engine::build_from(ModuleOwner &work, const DerivativeRequest &req,
+                            const std::string &entry_name) {
   const EnzymeApi &api = enzyme_api();
   const bool log = log_enabled();
   auto t0 = Clock::now();
   clear_errors();
 
-  ModuleOwner work{LLVMCloneModule(source.get())};
   LLVMModuleRef mod = work.mod;
   jit_->prepare(mod);
   LLVMValueRef fn = LLVMGetNamedFunction(mod, req.function.c_str());
@@ -368,7 +373,12 @@ Artifact Engine::build_isolated(const SourceModule &source, const DerivativeRequ
         echo_errors_to_stderr();
         set_mincut(req.mincut);
       },
-      [this, &source, &req, &entry_name] { return build(source, req, entry_name); },
+      [this, &source, &req, &entry_name] {
+        // The child's copy of the source module is its own, and it exits after the
+        // build: built from in place, not cloned (GMM prange: ~9 ms).
+        ModuleOwner work{source.get()};
+        return build_from(work, req, entry_name);
+      },
       interrupted, while_waiting);
 }
 

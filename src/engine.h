@@ -15,6 +15,7 @@
 #include "enzyme_capi.h"
 #include "shadow_zeroing.h"
 #include "jit.h"
+#include "llvm_util.h"
 #include "source_module.h"
 
 namespace enzyme_py {
@@ -105,7 +106,8 @@ class Engine {
   const HostJit &jit() const { return *jit_; }
   HostJit &jit() { return *jit_; }
 
-  // Ask Enzyme for the derivative and compile it, in this process.
+  // Ask Enzyme for the derivative and compile it, in this process (from a copy of
+  // the source module).
   Artifact build(const SourceModule &source, const DerivativeRequest &request,
                  const std::string &entry_name);
   // The same in a forked child, so that an abort inside Enzyme (its
@@ -126,6 +128,11 @@ class Engine {
   void set_mincut(bool on);
 
  private:
+  // build's work on `work`'s module, which it changes (and replaces: it owns what
+  // `work` holds afterwards).
+  Artifact build_from(ModuleOwner &work, const DerivativeRequest &request,
+                      const std::string &entry_name);
+
   LLVMContextRef ctx_ = nullptr;
   std::unique_ptr<HostJit> jit_;
 };
