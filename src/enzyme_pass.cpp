@@ -20,6 +20,7 @@
 #include "enzyme_plugin.h"
 #include "isolation.h"
 #include "rewrites.h"
+#include "split_codegen.h"
 
 namespace enzyme_py {
 namespace {
@@ -47,16 +48,10 @@ void annotations_to_attributes(llvm::Module &mod) {
   }
 }
 
-// In the child: parse, run the pass, print. Any failure is a message on stderr
-// and a non-zero exit.
-std::string transform(const std::string &plugin_path, const std::string &ir_text,
-                      const std::string &passes) {
-  llvm::LLVMContext ctx;
-  ctx.setOpaquePointers(false);
-  llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> mod =
-      llvm::parseIR(llvm::MemoryBufferRef(ir_text, "source"), diag, ctx);
-  if (!mod) throw std::runtime_error("the IR does not parse: " + diag.getMessage().str());
+// In the child: the plugin's passes on `mod`, checked. Any failure is a message on
+// stderr and a non-zero exit.
+void run_plugin_passes(const std::string &plugin_path, llvm::Module &mod,
+                       const std::string &passes) {
   llvm::Expected<llvm::PassPlugin> plugin = llvm::PassPlugin::Load(plugin_path);
   if (!plugin) throw std::runtime_error(llvm::toString(plugin.takeError()));
   llvm::LoopAnalysisManager lam;
@@ -75,43 +70,76 @@ std::string transform(const std::string &plugin_path, const std::string &ir_text
     throw std::runtime_error("the plugin cannot run -passes=" + passes + ": " +
                              llvm::toString(std::move(err)));
   }
-  annotations_to_attributes(*mod);
-  prepare_for_enzyme(llvm::wrap(mod.get()), /*runtime_too=*/false);  // see rewrites.h
-  mpm.run(*mod, mam);
-  drop_unsigned_wrap_of_negative_adds(llvm::wrap(mod.get()));  // see rewrites.h
+  annotations_to_attributes(mod);
+  prepare_for_enzyme(llvm::wrap(&mod), /*runtime_too=*/false);  // see rewrites.h
+  mpm.run(mod, mam);
+  drop_unsigned_wrap_of_negative_adds(llvm::wrap(&mod));  // see rewrites.h
   std::string verify;
   llvm::raw_string_ostream verify_os(verify);
-  if (llvm::verifyModule(*mod, &verify_os)) {
+  if (llvm::verifyModule(mod, &verify_os)) {
     throw std::runtime_error("Enzyme's pass left invalid IR: " + verify_os.str());
   }
+}
+
+// In the child: parse, run the passes, print.
+std::string transform(const std::string &plugin_path, const std::string &ir_text,
+                      const std::string &passes) {
+  llvm::LLVMContext ctx;
+  ctx.setOpaquePointers(false);
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> mod =
+      llvm::parseIR(llvm::MemoryBufferRef(ir_text, "source"), diag, ctx);
+  if (!mod) throw std::runtime_error("the IR does not parse: " + diag.getMessage().str());
+  run_plugin_passes(plugin_path, *mod, passes);
   std::string out;
   llvm::raw_string_ostream os(out);
   mod->print(os, nullptr);
   return os.str();
 }
 
+// Enzyme's own reporting: an error it would hand to enzyme_py's handler (and
+// carry on past) ends the child instead.
+void report_in_child() {
+  if (enzyme_loaded()) *enzyme_api().CustomErrorHandler = nullptr;
+}
+
 }  // namespace
 
 std::string run_enzyme_pass(const std::string &plugin_path, const std::string &ir_text,
                             const std::string &passes) {
-  // Enzyme's own reporting: an error it would hand to enzyme_py's handler (and
-  // carry on past) ends the child instead.
-  auto setup = [] {
-    if (enzyme_loaded()) *enzyme_api().CustomErrorHandler = nullptr;
-  };
   auto build = [&] {
     Artifact art;
     art.optimized_ir = transform(plugin_path, ir_text, passes);
     return art;
   };
   try {
-    return build_in_child("the module's Enzyme markers (-passes=" + passes + ")", setup, build,
-                          nullptr, nullptr)
+    return build_in_child("the module's Enzyme markers (-passes=" + passes + ")",
+                          report_in_child, build, nullptr, nullptr)
         .optimized_ir;
   } catch (const std::exception &e) {
     // EnzymeFailure and BuildCrashed included: one kind for the caller.
     throw std::runtime_error(std::string("Enzyme's pass failed on the module: ") + e.what());
   }
+}
+
+LLVMModuleRef run_enzyme_pass_on(const std::string &plugin_path, LLVMModuleRef mod,
+                                 const std::string &passes) {
+  // The child's copy of `mod` is its own: changed in place, sent back as bitcode.
+  auto build = [&] {
+    Artifact art;
+    run_plugin_passes(plugin_path, *llvm::unwrap(mod), passes);
+    art.optimized_ir = module_bitcode(*llvm::unwrap(mod));
+    return art;
+  };
+  std::string code;
+  try {
+    code = build_in_child("the module's Enzyme markers (-passes=" + passes + ")",
+                          report_in_child, build, nullptr, nullptr)
+               .optimized_ir;
+  } catch (const std::exception &e) {
+    throw std::runtime_error(std::string("Enzyme's pass failed on the module: ") + e.what());
+  }
+  return read_bitcode(code, LLVMGetModuleContext(mod));
 }
 
 }  // namespace enzyme_py

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "const_memory.h"
+#include "enzyme_pass.h"
+#include "enzyme_plugin.h"
 #include "index_signs.h"
 #include "jit.h"
 #include "kernel_ir.h"
@@ -176,6 +178,36 @@ void register_module(py::module_ &m) {
           "In place: each (name, value) of `flags`, an i1 variable, made an internal\n"
           "constant of that value (see kernel_ir.h).")
       .def("functions", &module_functions)
+      .def(
+          "after_enzyme_pass",
+          [](const SourceModule &self, const std::string &passes) {
+            return std::make_unique<SourceModule>(
+                run_enzyme_pass_on(enzyme_api().path, self.get(), passes));
+          },
+          py::arg("passes") = "enzyme",
+          "A new module: this one after the Enzyme plugin's passes (run_enzyme_pass's,\n"
+          "on this module in a forked child; see enzyme_pass.h). RuntimeError with\n"
+          "Enzyme's output when it fails.")
+      .def(
+          "function_ir",
+          [](const SourceModule &self, const std::string &name) {
+            LLVMValueRef fn = LLVMGetNamedFunction(self.get(), name.c_str());
+            return fn && !LLVMIsDeclaration(fn) ? print_value(fn) : std::string();
+          },
+          py::arg("name"), "The text of the function `name`; \"\" where none is defined.")
+      .def(
+          "variables",
+          [](const SourceModule &self) {
+            std::vector<std::string> out;
+            for (LLVMValueRef var = LLVMGetFirstGlobal(self.get()); var;
+                 var = LLVMGetNextGlobal(var)) {
+              size_t len = 0;
+              const char *name = LLVMGetValueName2(var, &len);
+              out.emplace_back(name, len);
+            }
+            return out;
+          },
+          "Names of the module's global variables, declarations included.")
       .def(
           "names",
           [](const SourceModule &self) {

@@ -1,8 +1,8 @@
 """``declares`` (python/enzyme_py/frontends/_ir_lines.py) answers as the pattern it
 replaced, ``^declare [^\\n]*@name\\(`` over the whole text, on the lines that tell them
 apart: a call naming the function, a longer name, a declaration not at a line start,
-the first and last line, a definition; and ``_numba_parfor._copy_flags`` as the
-pattern it replaced."""
+the first and last line, a definition; and which global variables
+``_numba_parfor._copy_flag_of`` takes for snapshot flags."""
 
 from __future__ import annotations
 
@@ -39,35 +39,22 @@ def test_declares_examples():
     assert not declares("declare void @freeze(i8*)\n", "free")
 
 
-COPY_FLAG_TEXTS = [
-    "@__enzyme_py_parfor_0.copy.3 = global i1 true\nx",
-    "x\n@__enzyme_py_parfor_1.copy.2 = global i1 true",
-    "@__enzyme_py_parfor_0.keep = global i8* null\n"
-    "@__enzyme_py_parfor_0.copy.1 = internal global i1 true\n"
-    "  @__enzyme_py_parfor_0.copy.9 = global i1 true\n"
-    "@__enzyme_py_parfor_0.copy.4 = global i1 false\n"
-    "@__enzyme_py_parfor_2.copy.12 = global i1 true, align 1",
-    "",
-    "define void @f() {\n  %a = load i1, i1* @__enzyme_py_parfor_0.copy.3\n}",
-]
+@pytest.mark.parametrize(
+    ("variable", "flag"),
+    [
+        ("__enzyme_py_parfor_0.copy.3", True),
+        ("__enzyme_py_parfor_2.copy.12", True),
+        ("__enzyme_py_parfor_1.copy.2", False),  # not a launch asked about
+        ("__enzyme_py_parfor_0.keep", False),
+        ("__enzyme_py_parfor_0.copy.", False),
+        ("__enzyme_py_parfor_0.copy.x", False),
+        ("__enzyme_py_parfor_0.copy.3.1", False),
+        ("__enzyme_py_parfor_0.body.copy.3", False),
+        ("copy.3", False),
+    ],
+)
+def test_copy_flag_of(variable, flag):
+    """threaded_module's snapshot flags: ``K.copy.<slot>`` of the launches named."""
+    from enzyme_py.frontends._numba_parfor import _copy_flag_of
 
-
-@pytest.mark.parametrize("text", COPY_FLAG_TEXTS)
-def test_copy_flags_as_the_pattern(text):
-    """threaded_module's snapshot flags (``_numba_parfor._copy_flags``), found from the
-    lines starting with a launch's name, are what the pattern over every line found."""
-    from enzyme_py.frontends._numba_parfor import _copy_flags
-
-    pattern = re.compile(
-        r"^(@__enzyme_py_parfor_\d+\.copy\.\d+) = [^\n]*global i1 true[^\n]*$", re.M
-    )
-    assert _copy_flags(text) == [m.group(1) for m in pattern.finditer(text)]
-
-
-def test_copy_flags_example():
-    from enzyme_py.frontends._numba_parfor import _copy_flags
-
-    assert _copy_flags(COPY_FLAG_TEXTS[2]) == [
-        "@__enzyme_py_parfor_0.copy.1",
-        "@__enzyme_py_parfor_2.copy.12",
-    ]
+    assert _copy_flag_of(variable, ["__enzyme_py_parfor_0", "__enzyme_py_parfor_2"]) is flag

@@ -152,11 +152,15 @@ def test_snapshots_only_of_what_the_reverse_reads():
     of them at each step of the time loop; the loss's reverse reads a and target."""
     from enzyme_py import _state
     from enzyme_py.frontends import _numba_parfor
+    from enzyme_py.frontends.ir import SourceModule, parse_module
 
     compiled, launches = _compiled(heat_loss_prange, np.ones(8), np.ones(8), 2)
     text, names = _numba_parfor.threaded_ir(compiled.ir, launches, threads=2)
-    lowered = _state.native.run_enzyme_pass(text, "enzyme")
+    # The marker pass on the module (bitcode back) and on its text: the same answer.
+    lowered = SourceModule(parse_module(text).native.after_enzyme_pass("enzyme"), None)
     needless = _numba_parfor._unread_by_reverse(lowered, names)
+    from_text = parse_module(_state.native.run_enzyme_pass(text, "enzyme"))
+    assert _numba_parfor._unread_by_reverse(from_text, names) == needless
     # the launches: a[i] = u0[i]; b[i] from a[i - 1 : i + 2]; the loss from a and target
     copy, stencil, loss = ([f"@{name}.copy.{j}" for j in (6, 13)] for name in names)
     assert set(stencil) <= needless and set(copy) <= needless

@@ -170,9 +170,8 @@ def threaded_module(
     the bodies' reverse derivatives made by Enzyme's marker pass, the bodies' prange
     sums made reorderable (``reorder_loop_sums``: Numba's prange reductions have no
     order), the launches' rules attached."""
-    from enzyme_py import _state
     from enzyme_py.frontends._numba_runtime import RANDOM_STATE
-    from enzyme_py.frontends.ir import parse_module
+    from enzyme_py.frontends.ir import SourceModule, parse_module
 
     if any(f"@enzyme_py.inactive.{name}(" in text for name in RANDOM_STATE):
         # Each thread draws from its own state, and a body's reverse on the threads did
@@ -193,11 +192,11 @@ def threaded_module(
     for name in names:
         assume_body_signs(first.native, name)
     first.native.simplify_for_enzyme(leaving=glue)
-    lowered = _state.native.run_enzyme_pass(first.native.ir(), "enzyme")
-    # Parsed once; what follows asks copies of it (GMM prange: two parses fewer).
-    module = parse_module(lowered, identity)
-    needless = _unread_by_reverse(lowered, names, module)
-    _settle_snapshots(lowered, module, wrapper if noalias else None, needless)
+    # No text on the way (the child runs the pass on its copy of the module, and
+    # sends bitcode back); what follows asks copies of it and function texts.
+    module = SourceModule(first.native.after_enzyme_pass("enzyme"), identity)
+    needless = _unread_by_reverse(module, names)
+    _settle_snapshots(module, names, wrapper if noalias else None, needless)
     for name in names:
         # The primal launches' sums vectorise (Enzyme's reverse has read the body).
         module.native.reorder_loop_sums(f"{name}.body")
@@ -212,39 +211,34 @@ _FOLD_WRAPAROUND = (
     "loop(indvars),instcombine,correlated-propagation,simplifycfg)"
 )
 _CALL = re.compile(r"call void @(__enzyme_py_parfor_\d+)\((.*)\)")
-_LAUNCH_GLOBAL = "@" + LAUNCH_PREFIX
-_COPY_FLAG = re.compile(r"(@__enzyme_py_parfor_\d+\.copy\.\d+) = [^\n]*global i1 true")
 
 
-def _unread_by_reverse(ir: str, names: list[str], module: Any = None) -> set[str]:
+def _unread_by_reverse(module: Any, names: list[str]) -> set[str]:
     """The snapshot flags (``@K.copy.<slot>``) of the arrays whose values the reverse
-    derivatives of launch K's body (``K.reverse``'s calls, in ``ir`` after Enzyme's
-    marker pass) never read, by LLVM's inference (``readnone``) once the attributes
-    Enzyme copied from the body are dropped (every definition's, inferred again): a
-    linear stencil's reverse reads no value of its input, and a time loop would copy
-    it at every step. ``module``: ``ir`` parsed (a SourceModule), else parsed here."""
-    from enzyme_py.frontends.ir import parse_module
-
+    derivatives of launch K's body (``K.reverse``'s calls, in ``module``, a
+    SourceModule after Enzyme's marker pass) never read, by LLVM's inference
+    (``readnone``) once the attributes Enzyme copied from the body are dropped (every
+    definition's, inferred again): a linear stencil's reverse reads no value of its
+    input, and a time loop would copy it at every step."""
+    reverses = {name: module.native.function_ir(f"{name}.reverse") for name in names}
+    defined = [
+        name for name, text in reverses.items() if f"define internal i32 @{name}.reverse(" in text
+    ]
     # Every definition's memory attributes inferred afresh (Enzyme's derivatives and
     # augmented copies carry those of the functions they were made from), on a copy.
-    inferring = (module if module is not None else parse_module(ir)).native.copy()
+    inferring = module.native.copy()
     inferring.drop_param_memory_attributes()
     # Only what the launches' reverse functions call is inferred (GMM prange: the
     # Numba function, the wrapper and the primal bodies not).
-    inferring.keep_reached(
-        [f"{name}.reverse" for name in names if f"define internal i32 @{name}.reverse(" in ir]
-    )
+    inferring.keep_reached([f"{name}.reverse" for name in defined])
     inferring.optimize(_INFER_ATTRIBUTES)
     inferred = inferring.ir()
     params: dict[str, list[str]] = {}
     for m in _DIFFE_DEFINE.finditer(inferred):
         params[m.group(1)] = split_types(m.group(2))
     needless: set[str] = set()
-    for name in names:
-        start = ir.find(f"define internal i32 @{name}.reverse(")
-        if start < 0:
-            continue
-        body = ir[start : ir.find("\n}\n", start)]
+    for name in defined:
+        body = reverses[name]
         unread: set[int] | None = None
         for call in _DIFFE_CALL.finditer(body):
             callee = params.get(call.group(1))
@@ -277,42 +271,36 @@ _DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", r
 _DIFFE_CALL = re.compile(r"call \{ i32 \} @(diffe[-\w.$]+)\((.*)\)")
 
 
-def _settle_snapshots(ir: str, module: Any, wrapper: str | None, unread: set[str]) -> None:
-    """Each launch's snapshot flags in ``module`` (``ir`` parsed, a SourceModule) made
-    constants, in place: false for the flags of ``unread``, and where the launch is
-    called from ``wrapper`` with one of the wrapper's own arrays that the wrapper only
-    reads (LLVM's inference, the launches' read-only parameters included): nothing can
-    change it during the derivative call. None: those copied."""
+def _settle_snapshots(module: Any, names: list[str], wrapper: str | None, unread: set[str]) -> None:
+    """Each launch's snapshot flags in ``module`` (a SourceModule after Enzyme's marker
+    pass) made constants, in place: false for the flags of ``unread``, and where the
+    launch is called from ``wrapper`` with one of the wrapper's own arrays that the
+    wrapper only reads (LLVM's inference, the launches' read-only parameters
+    included): nothing can change it during the derivative call. None: those copied."""
     needless: set[str] = set(unread)
-    define = None
-    if wrapper is not None:
-        define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)[^\n]*\{$", ir, re.M)
+    text = module.native.function_ir(wrapper) if wrapper is not None else ""
+    define = re.search(r"^define [^\n]*@" + re.escape(wrapper or "") + r"\((.*)\)", text, re.M)
     if wrapper is not None and define is not None:
         params = [p.split()[-1] for p in split_types(define.group(1))]
         read_only = module.native.read_only_params(wrapper)
         only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
-        end = ir.find("\n}\n", define.end())
-        for call in _CALL.finditer(ir, define.end(), end if end >= 0 else len(ir)):
+        for call in _CALL.finditer(text, define.end()):
             for j, arg in enumerate(split_types(call.group(2))):
                 if arg.split()[-1] in only_read:
                     needless.add(f"@{call.group(1)}.copy.{j}")
-    flags = [(flag[1:], flag not in needless) for flag in _copy_flags(ir)]
+    flags = [
+        (variable, f"@{variable}" not in needless)
+        for variable in module.native.variables()
+        if _copy_flag_of(variable, names)
+    ]
     module.native.settle_flags(flags)
 
 
-def _copy_flags(ir: str) -> list[str]:
-    """The snapshot flags ``ir`` defines (``@K.copy.<slot> = global i1 true``), from
-    the lines that start with a launch's name: not a pattern tried at every line start
-    of the module (~3 ms for GMM prange's)."""
-    found = []
-    line = 0
-    while True:
-        if ir.startswith(_LAUNCH_GLOBAL, line) and (flag := _COPY_FLAG.match(ir, line)):
-            found.append(flag.group(1))
-        after = ir.find("\n" + _LAUNCH_GLOBAL, line)
-        if after < 0:
-            return found
-        line = after + 1
+def _copy_flag_of(variable: str, names: list[str]) -> bool:
+    """Whether ``variable`` is a snapshot flag (``K.copy.<slot>``) of a launch of
+    ``names``."""
+    launch, dot, slot = variable.rpartition(".copy.")
+    return bool(dot) and launch in names and slot.isdigit()
 
 
 def with_launch_rules(module: Any, names: list[str]) -> Any:
