@@ -123,7 +123,8 @@ std::string run_enzyme_pass(const std::string &plugin_path, const std::string &i
 }
 
 LLVMModuleRef run_enzyme_pass_on(const std::string &plugin_path, LLVMModuleRef mod,
-                                 const std::string &passes) {
+                                 const std::string &passes,
+                                 const std::function<std::shared_ptr<void>()> &while_waiting) {
   // The child's copy of `mod` is its own: changed in place, sent back as bitcode.
   auto build = [&] {
     Artifact art;
@@ -133,8 +134,11 @@ LLVMModuleRef run_enzyme_pass_on(const std::string &plugin_path, LLVMModuleRef m
   };
   std::string code;
   try {
+    // Never interrupted (as run_enzyme_pass): asked, it lets `while_waiting` hold.
+    const auto never = [] { return false; };
     code = build_in_child("the module's Enzyme markers (-passes=" + passes + ")",
-                          report_in_child, build, nullptr, nullptr)
+                          report_in_child, build,
+                          while_waiting ? std::function<bool()>(never) : nullptr, while_waiting)
                .optimized_ir;
   } catch (const std::exception &e) {
     throw std::runtime_error(std::string("Enzyme's pass failed on the module: ") + e.what());

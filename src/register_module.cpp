@@ -181,13 +181,16 @@ void register_module(py::module_ &m) {
       .def(
           "after_enzyme_pass",
           [](const SourceModule &self, const std::string &passes) {
+            // The GIL released while the child runs: other threads may ask about
+            // this module meanwhile (their calls hold the GIL throughout).
+            auto release_gil = [] { return std::shared_ptr<void>(new py::gil_scoped_release()); };
             return std::make_unique<SourceModule>(
-                run_enzyme_pass_on(enzyme_api().path, self.get(), passes));
+                run_enzyme_pass_on(enzyme_api().path, self.get(), passes, release_gil));
           },
           py::arg("passes") = "enzyme",
           "A new module: this one after the Enzyme plugin's passes (run_enzyme_pass's,\n"
-          "on this module in a forked child; see enzyme_pass.h). RuntimeError with\n"
-          "Enzyme's output when it fails.")
+          "on this module in a forked child; see enzyme_pass.h), the GIL released while\n"
+          "the child runs. RuntimeError with Enzyme's output when it fails.")
       .def(
           "function_ir",
           [](const SourceModule &self, const std::string &name) {

@@ -167,6 +167,40 @@ def test_snapshots_only_of_what_the_reverse_reads():
     assert not set(loss) & needless
 
 
+def test_the_wrappers_read_only_arrays_asked_while_enzyme_runs(monkeypatch):
+    """threaded_module asks which of the wrapper's arrays it only reads on a thread,
+    of the module before Enzyme's marker pass, while the pass runs: the answer the
+    module after the pass gives (u0 and target are never written), and the gradient
+    finite differences give."""
+    from enzyme_py.frontends import _numba_parfor
+
+    asked = []
+    settle = _numba_parfor._settle_snapshots
+
+    def recorded(module, names, wrapper_reads, unread):
+        wrapper, read_only = wrapper_reads
+        asked.append((read_only, module.native.read_only_params(wrapper)))
+        return settle(module, names, wrapper_reads, unread)
+
+    monkeypatch.setattr(_numba_parfor, "_settle_snapshots", recorded)
+    u0 = np.linspace(0.0, 1.0, 40) ** 2
+    target = np.cos(np.linspace(0.0, 3.0, 40))
+    du0 = np.zeros_like(u0)
+    df = ez.autodiff(
+        heat_loss_prange, ez.Reverse, ez.Duplicated, ez.Const, ez.Const, ez.Active, threads=2
+    )
+    df(u0, du0, target, 3, 1.0)
+    ((meanwhile, after),) = asked
+    assert meanwhile == after and any(meanwhile)
+    step = 1e-6
+    for i in (0, 7, 39):
+        up, down = u0.copy(), u0.copy()
+        up[i] += step
+        down[i] -= step
+        fd = (heat_loss_prange(up, target, 3) - heat_loss_prange(down, target, 3)) / (2 * step)
+        np.testing.assert_allclose(du0[i], fd, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "f,args,reason",
     [

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from enzyme_py.frontends import _numba_parfor_capture
@@ -192,11 +193,23 @@ def threaded_module(
     for name in names:
         assume_body_signs(first.native, name)
     first.native.simplify_for_enzyme(leaving=glue)
+    # The wrapper's read-only parameters, asked of this module on a thread while
+    # Enzyme's child runs (after_enzyme_pass releases the GIL as it waits; the
+    # question holds it): the marker pass changes none of the code the wrapper
+    # reaches but by rewrites that keep its meaning, and LLVM's inference is sound on
+    # either (GMM prange: ~6 ms off the way).
+    read_only = _Meanwhile(lambda: first.native.read_only_params(wrapper)) if noalias else None
     # No text on the way (the child runs the pass on its copy of the module, and
     # sends bitcode back); what follows asks copies of it and function texts.
-    module = SourceModule(first.native.after_enzyme_pass("enzyme"), identity)
+    try:
+        module = SourceModule(first.native.after_enzyme_pass("enzyme"), identity)
+    except BaseException:
+        if read_only is not None:
+            read_only.wait()  # not left asking while the caller goes on
+        raise
+    wrapper_reads = (wrapper, read_only.answer()) if read_only is not None else None
     needless = _unread_by_reverse(module, names)
-    _settle_snapshots(module, names, wrapper if noalias else None, needless)
+    _settle_snapshots(module, names, wrapper_reads, needless)
     for name in names:
         # The primal launches' sums vectorise (Enzyme's reverse has read the body).
         module.native.reorder_loop_sums(f"{name}.body")
@@ -271,18 +284,21 @@ _DIFFE_DEFINE = re.compile(r"^define [^\n]*@(diffe[-\w.$]+)\((.*)\)[^\n]*\{$", r
 _DIFFE_CALL = re.compile(r"call \{ i32 \} @(diffe[-\w.$]+)\((.*)\)")
 
 
-def _settle_snapshots(module: Any, names: list[str], wrapper: str | None, unread: set[str]) -> None:
+def _settle_snapshots(
+    module: Any, names: list[str], wrapper_reads: tuple[str, list[bool]] | None, unread: set[str]
+) -> None:
     """Each launch's snapshot flags in ``module`` (a SourceModule after Enzyme's marker
     pass) made constants, in place: false for the flags of ``unread``, and where the
-    launch is called from ``wrapper`` with one of the wrapper's own arrays that the
-    wrapper only reads (LLVM's inference, the launches' read-only parameters
-    included): nothing can change it during the derivative call. None: those copied."""
+    launch is called from the wrapper with one of the wrapper's own arrays that the
+    wrapper only reads (``wrapper_reads``: its name and, per parameter, whether LLVM
+    infers it read-only, the launches' read-only parameters included): nothing can
+    change it during the derivative call. None: those copied."""
     needless: set[str] = set(unread)
-    text = module.native.function_ir(wrapper) if wrapper is not None else ""
-    define = re.search(r"^define [^\n]*@" + re.escape(wrapper or "") + r"\((.*)\)", text, re.M)
-    if wrapper is not None and define is not None:
+    wrapper, read_only = wrapper_reads if wrapper_reads is not None else ("", [])
+    text = module.native.function_ir(wrapper) if wrapper else ""
+    define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)", text, re.M)
+    if define is not None:
         params = [p.split()[-1] for p in split_types(define.group(1))]
-        read_only = module.native.read_only_params(wrapper)
         only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
         for call in _CALL.finditer(text, define.end()):
             for j, arg in enumerate(split_types(call.group(2))):
@@ -294,6 +310,33 @@ def _settle_snapshots(module: Any, names: list[str], wrapper: str | None, unread
         if _copy_flag_of(variable, names)
     ]
     module.native.settle_flags(flags)
+
+
+class _Meanwhile:
+    """``ask`` run on a thread of its own from now; ``answer`` waits for what it
+    returned (or raises what it raised)."""
+
+    def __init__(self, ask: Callable[[], Any]) -> None:
+        self._answer: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._answer = ask()
+            except BaseException as exc:  # raised again by answer(), in the caller
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="enzyme_py read-only question")
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def answer(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._answer
 
 
 def _copy_flag_of(variable: str, names: list[str]) -> bool:
