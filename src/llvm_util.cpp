@@ -51,7 +51,8 @@ FunctionsLeftAlone::FunctionsLeftAlone(LLVMModuleRef mod, const std::vector<std:
     for (const char *spelled : {"noinline", "optnone"}) {
       const unsigned kind = LLVMGetEnumAttributeKindForName(spelled, std::strlen(spelled));
       if (LLVMGetEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, kind)) continue;
-      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, kind, 0));
+      LLVMAttributeRef attribute = LLVMCreateEnumAttribute(ctx, kind, 0);
+      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, attribute);
       added_.emplace_back(name, kind);
     }
   }
