@@ -134,11 +134,9 @@ LLVMModuleRef run_enzyme_pass_on(const std::string &plugin_path, LLVMModuleRef m
   };
   std::string code;
   try {
-    // Never interrupted (as run_enzyme_pass): asked, it lets `while_waiting` hold.
-    const auto never = [] { return false; };
+    // Never interrupted, as run_enzyme_pass.
     code = build_in_child("the module's Enzyme markers (-passes=" + passes + ")",
-                          report_in_child, build,
-                          while_waiting ? std::function<bool()>(never) : nullptr, while_waiting)
+                          report_in_child, build, nullptr, while_waiting)
                .optimized_ir;
   } catch (const std::exception &e) {
     throw std::runtime_error(std::string("Enzyme's pass failed on the module: ") + e.what());

@@ -24,9 +24,9 @@ std::string run_enzyme_pass(const std::string &plugin_path, const std::string &i
 // The same on the module `mod`, unchanged here: a new module in `mod`'s context.
 // The child runs the passes on its own copy of `mod` and sends it back as bitcode
 // (no text printed and parsed on either side: GMM prange's ~15 ms).
-// What `while_waiting` returns is held while the child runs (between polls every ~10
-// ms): the binding releases the GIL so, letting another thread ask about `mod`
-// meanwhile (read-only; this function touches no module while it is held).
+// What `while_waiting` returns is held while the child runs: the binding releases the
+// GIL so, letting another thread ask about `mod` meanwhile (read-only; this function
+// touches no module while it is held).
 LLVMModuleRef run_enzyme_pass_on(const std::string &plugin_path, LLVMModuleRef mod,
                                  const std::string &passes = "enzyme",
                                  const std::function<std::shared_ptr<void>()> &while_waiting = {});

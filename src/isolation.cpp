@@ -152,8 +152,8 @@ enum class ChildEnd {
 };
 
 // Waits until the child says on `done` that its result is written, or exits;
-// polls `interrupted` every ~10 ms, with what `while_waiting` returns held in
-// between. A child that wrote its result is not waited for: tearing down its copy
+// polls `interrupted` (if given) every ~10 ms; what `while_waiting` returns is held
+// while it waits. A child that wrote its result is not waited for: tearing down its copy
 // of this process took 4-5 ms (heat's first derivative); reap_later() reaps it.
 ChildEnd wait_for_child(pid_t pid, int done, int &wstatus, const std::function<bool()> &interrupted,
                         const std::function<std::shared_ptr<void>()> &while_waiting) {
@@ -167,7 +167,7 @@ ChildEnd wait_for_child(pid_t pid, int done, int &wstatus, const std::function<b
   for (;;) {
     struct pollfd ends[2] = {{done, POLLIN, 0}, {exited.fd, POLLIN, 0}};
     {
-      std::shared_ptr<void> waiting = interrupted && while_waiting ? while_waiting() : nullptr;
+      std::shared_ptr<void> waiting = while_waiting ? while_waiting() : nullptr;
       ::poll(ends, exited.fd >= 0 ? 2 : 1, timeout_ms);  // or woken by a signal
     }
     char byte = 0;

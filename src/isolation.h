@@ -17,8 +17,8 @@ namespace enzyme_py {
 // (EnzymeFailure, std::invalid_argument, std::runtime_error; std::bad_alloc as an
 // EnzymeFailure); its death as BuildCrashed (crash signals: worth a retry) or
 // EnzymeFailure. `function` names what is built in the messages. While it waits,
-// `interrupted` is polled (every ~10 ms) with what `while_waiting` returns held
-// in between; see Engine::build_isolated.
+// `interrupted` (if given) is polled every ~10 ms, and what `while_waiting` returns
+// (if given) is held in between; see Engine::build_isolated.
 Artifact build_in_child(const std::string &function, const std::function<void()> &setup,
                         const std::function<Artifact()> &build,
                         const std::function<bool()> &interrupted,

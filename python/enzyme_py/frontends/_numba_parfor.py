@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from enzyme_py.frontends import _numba_parfor_capture
@@ -198,16 +198,13 @@ def threaded_module(
     # question holds it): the marker pass changes none of the code the wrapper
     # reaches but by rewrites that keep its meaning, and LLVM's inference is sound on
     # either (GMM prange: ~6 ms off the way).
-    read_only = _Meanwhile(lambda: first.native.read_only_params(wrapper)) if noalias else None
-    # No text on the way (the child runs the pass on its copy of the module, and
-    # sends bitcode back); what follows asks copies of it and function texts.
-    try:
+    # Leaving the block waits for the thread, also when the pass fails.
+    with ThreadPoolExecutor(max_workers=1) as meanwhile:
+        read_only = meanwhile.submit(first.native.read_only_params, wrapper) if noalias else None
+        # No text on the way (the child runs the pass on its copy of the module, and
+        # sends bitcode back); what follows asks copies of it and function texts.
         module = SourceModule(first.native.after_enzyme_pass("enzyme"), identity)
-    except BaseException:
-        if read_only is not None:
-            read_only.wait()  # not left asking while the caller goes on
-        raise
-    wrapper_reads = (wrapper, read_only.answer()) if read_only is not None else None
+        wrapper_reads = (wrapper, read_only.result()) if read_only is not None else None
     needless = _unread_by_reverse(module, names)
     _settle_snapshots(module, names, wrapper_reads, needless)
     for name in names:
@@ -294,16 +291,8 @@ def _settle_snapshots(
     infers it read-only, the launches' read-only parameters included): nothing can
     change it during the derivative call. None: those copied."""
     needless: set[str] = set(unread)
-    wrapper, read_only = wrapper_reads if wrapper_reads is not None else ("", [])
-    text = module.native.function_ir(wrapper) if wrapper else ""
-    define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)", text, re.M)
-    if define is not None:
-        params = [p.split()[-1] for p in split_types(define.group(1))]
-        only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
-        for call in _CALL.finditer(text, define.end()):
-            for j, arg in enumerate(split_types(call.group(2))):
-                if arg.split()[-1] in only_read:
-                    needless.add(f"@{call.group(1)}.copy.{j}")
+    if wrapper_reads is not None:
+        needless |= _only_read_by_wrapper(module, *wrapper_reads)
     flags = [
         (variable, f"@{variable}" not in needless)
         for variable in module.native.variables()
@@ -312,31 +301,21 @@ def _settle_snapshots(
     module.native.settle_flags(flags)
 
 
-class _Meanwhile:
-    """``ask`` run on a thread of its own from now; ``answer`` waits for what it
-    returned (or raises what it raised)."""
-
-    def __init__(self, ask: Callable[[], Any]) -> None:
-        self._answer: Any = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._answer = ask()
-            except BaseException as exc:  # raised again by answer(), in the caller
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="enzyme_py read-only question")
-        self._thread.start()
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def answer(self) -> Any:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._answer
+def _only_read_by_wrapper(module: Any, wrapper: str, read_only: list[bool]) -> set[str]:
+    """The snapshot flags of the launches ``wrapper`` calls with one of its own arrays
+    that it only reads (``read_only``: per parameter of ``wrapper``)."""
+    found: set[str] = set()
+    text = module.native.function_ir(wrapper)
+    define = re.search(r"^define [^\n]*@" + re.escape(wrapper) + r"\((.*)\)", text, re.M)
+    if define is None:
+        return found
+    params = [p.split()[-1] for p in split_types(define.group(1))]
+    only_read = {name for name, flag in zip(params, read_only, strict=True) if flag}
+    for call in _CALL.finditer(text, define.end()):
+        for j, arg in enumerate(split_types(call.group(2))):
+            if arg.split()[-1] in only_read:
+                found.add(f"@{call.group(1)}.copy.{j}")
+    return found
 
 
 def _copy_flag_of(variable: str, names: list[str]) -> bool:
